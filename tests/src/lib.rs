@@ -1,0 +1,54 @@
+#![doc = include_str!("../README.md")]
+
+use std::fmt::Display;
+
+/// The environment variable that turns "backend absent, skipped" into a failure.
+pub const REQUIRE_VAR: &str = "HETERO_REQUIRE";
+
+/// Whether `backend` is listed in `HETERO_REQUIRE` (a comma-separated list; `all` names every one).
+pub fn is_required(backend: &str) -> bool {
+    std::env::var(REQUIRE_VAR)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .any(|b| b == backend || b == "all")
+        })
+        .unwrap_or(false)
+}
+
+/// Decides what a test does about a backend it needs.
+///
+/// `probe` is the result of looking for the backend. When it is found the value is returned.
+/// When it is absent, a test that is not required prints one line naming the backend and the
+/// reason and gets `None` (the caller returns early); a required one panics with the reason, so
+/// CI never passes by skipping.
+pub fn require<T, E: Display>(backend: &str, probe: Result<T, E>) -> Option<T> {
+    match probe {
+        Ok(v) => Some(v),
+        Err(why) if is_required(backend) => {
+            panic!("backend `{backend}` is required ({REQUIRE_VAR}) but absent: {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIP backend `{backend}` absent: {why} (set {REQUIRE_VAR}={backend} to fail instead)");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn present_backend_is_returned() {
+        assert_eq!(require::<u8, &str>("nothing-required", Ok(7)), Some(7));
+    }
+
+    #[test]
+    fn absent_backend_skips_when_not_required() {
+        // A name no caller lists in HETERO_REQUIRE, unless it says `all`.
+        if !is_required("never-required-test-backend") {
+            assert_eq!(require::<u8, _>("never-required-test-backend", Err("gone")), None);
+        }
+    }
+}
