@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The whole test matrix: installs what it needs (scripts/setup.sh), then proves every part on the
+# real thing we have in place of the target hardware, with every backend required (a backend that
+# is absent fails its stage instead of skipping). Ends with one summary line per stage.
+#
+#   scripts/test.sh                 # everything, as root, on Debian 12 with the Rust toolchain
+#   scripts/test.sh host loom       # only the named stages (setup always runs first)
+#
+# Stages: fmt clippy host loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1 opencl qnn model demo
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+ALL_STAGES=(fmt clippy host loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1 opencl qnn model demo)
+WANT=("$@")
+[[ ${#WANT[@]} -eq 0 ]] && WANT=("${ALL_STAGES[@]}")
+for w in "${WANT[@]}"; do
+  [[ " ${ALL_STAGES[*]} " == *" $w "* ]] || { echo "test: unknown stage '$w' (${ALL_STAGES[*]})" >&2; exit 2; }
+done
+
+command -v cargo >/dev/null || { echo "test: missing prerequisite: cargo (install Rust with rustup)" >&2; exit 1; }
+
+# --- setup: install and cache; a missing prerequisite stops everything here -----------------------
+t0=$(date +%s)
+if ! scripts/setup.sh all; then
+  echo "test: setup failed (see the message above); no stage was run" >&2
+  echo "stage setup: failed ($(( $(date +%s) - t0 )) s)"
+  exit 1
+fi
+eval "$(scripts/setup.sh --env)"
+SETUP_TIME=$(( $(date +%s) - t0 ))
+
+export CARGO_TERM_COLOR=never
+export REQUIRE_ALL=sme-emu,opencl,qnn,model
+AARCH64=aarch64-unknown-linux-gnu
+# Debian's rustc builds the aarch64 side (rustup cannot add targets here): its own target dir.
+aarch64_test() { # RUNNER REQUIRE
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$1" HETERO_REQUIRE="$2" \
+    RUSTC="$RUSTC_AARCH64" RUSTDOC="$RUSTDOC_AARCH64" \
+    cargo test --profile ci --target "$AARCH64" --target-dir target/aarch64-emu \
+      -p hetero-sme -p hetero-sync -p hetero-uma --lib --tests
+}
+
+run_stage() { # NAME
+  case "$1" in
+    fmt) cargo fmt --all --check ;;
+    clippy) cargo clippy --workspace --all-targets -- -D warnings ;;
+    host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci --workspace \
+            --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
+    loom) RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
+            cargo test --release --target-dir target/loom \
+              -p hetero-sync -p hetero-uma -p hetero-sme --test loom ;;
+    aarch64-sme2-512) aarch64_test "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
+    aarch64-sme2-256) aarch64_test "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
+    aarch64-sme1) aarch64_test "$QEMU_SME1 -cpu max,sme512=on" sme1-emu ;;
+    opencl) HETERO_REQUIRE=opencl cargo test --profile ci -p hetero-opencl-kernels ;;
+    qnn) HETERO_REQUIRE=qnn cargo test --profile ci -p qnn-sys ;;
+    model) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci -p engine-min ;;
+    demo) HETERO_REQUIRE=$REQUIRE_ALL scripts/demo.sh ;;
+  esac
+}
+
+NAMES=() RESULTS=() TIMES=()
+for stage in "${WANT[@]}"; do
+  echo
+  echo "=== stage $stage ==="
+  s=$(date +%s)
+  if run_stage "$stage"; then r=passed; else r=failed; fi
+  NAMES+=("$stage") RESULTS+=("$r") TIMES+=("$(( $(date +%s) - s ))")
+  echo "=== stage $stage: $r ==="
+done
+
+echo
+echo "=== summary ==="
+echo "stage setup: passed (${SETUP_TIME} s)"
+passed=0 failed=0
+for i in "${!NAMES[@]}"; do
+  echo "stage ${NAMES[$i]}: ${RESULTS[$i]} (${TIMES[$i]} s)"
+  if [[ ${RESULTS[$i]} == passed ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
+echo "stages: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]
