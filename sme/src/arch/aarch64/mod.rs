@@ -1,1 +1,355 @@
 //! aarch64 kernels: SME2, SME1 and NEON.
+//!
+//! * [`Sme2`]: the 16×64 (at SVL 512; `tile_rows()`×64 in general) FP16→FP32 tile kernel with
+//!   4-vector `ld1h` loads; needs HWCAP2_SME2 and HWCAP2_SME_F16F32.
+//! * [`Sme1`]: the same tile with single-vector loads and no SME2 instruction at all (the
+//!   assembler is only given `.arch_extension sme`); needs HWCAP2_SME and HWCAP2_SME_F16F32.
+//! * [`Neon`]: always available on aarch64.
+//!
+//! The tile kernels read the crate's packed weight format (64-column panels of K-pair-interleaved
+//! FP16, see the crate README) and a packed LHS row block ([`pack_lhs_f32`], [`pack_lhs_f16`]).
+//! Supported streaming vector lengths: 128, 256 and 512 bits (a 64-column panel is covered in
+//! 64/(SVL/8) column passes of four ZA tiles). Longer SVLs are refused by the probes with
+//! [`SmeUnavailable::UnsupportedSvl`].
+
+mod sme;
+
+use core::fmt;
+
+/// `AT_HWCAP2` from `<elf.h>`.
+#[cfg(target_os = "linux")]
+const AT_HWCAP2: libc::c_ulong = 26;
+/// Linux uapi `asm/hwcap.h`: `HWCAP2_SME (1 << 23)`.
+pub const HWCAP2_SME: u64 = 1 << 23;
+/// Linux uapi `asm/hwcap.h`: `HWCAP2_SME_F16F32 (1 << 27)` (widening FP16→FP32 FMOPA).
+pub const HWCAP2_SME_F16F32: u64 = 1 << 27;
+/// Linux uapi `asm/hwcap.h`: `HWCAP2_SME2 (1UL << 37)`.
+pub const HWCAP2_SME2: u64 = 1 << 37;
+
+/// The process's `AT_HWCAP2` word (0 where the OS does not provide one).
+pub fn hwcap2() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getauxval has no preconditions; it returns 0 for an absent entry.
+        unsafe { libc::getauxval(AT_HWCAP2) as u64 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// Why an SME capability token could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmeUnavailable {
+    /// HWCAP2_SME clear: no SME at all (or an OS this crate cannot query yet).
+    NoSme,
+    /// HWCAP2_SME2 clear (SME1-only CPU, e.g. Snapdragon 8 Elite Gen 5): use [`Sme1`].
+    NoSme2,
+    /// HWCAP2_SME_F16F32 clear: no widening FP16→FP32 FMOPA.
+    NoF16F32,
+    /// The streaming vector length is not one of 128, 256, 512 bits.
+    UnsupportedSvl {
+        /// The streaming vector length read with `rdsvl`, in bits.
+        bits: usize,
+    },
+}
+
+impl fmt::Display for SmeUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSme => write!(f, "CPU/OS reports no SME (HWCAP2_SME clear)"),
+            Self::NoSme2 => write!(f, "CPU reports SME but not SME2 (HWCAP2_SME2 clear)"),
+            Self::NoF16F32 => {
+                write!(
+                    f,
+                    "CPU lacks widening FP16->FP32 FMOPA (HWCAP2_SME_F16F32 clear)"
+                )
+            }
+            Self::UnsupportedSvl { bits } => write!(
+                f,
+                "streaming vector length {bits} bits unsupported (kernels handle 128, 256, 512)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SmeUnavailable {}
+
+/// Streaming vector length in bytes (`rdsvl` is legal outside streaming mode).
+///
+/// # Safety
+/// The CPU must implement FEAT_SME.
+unsafe fn read_svl_bytes() -> usize {
+    let svl: usize;
+    // SAFETY: the caller guarantees FEAT_SME, so RDSVL is defined; it only writes `svl`.
+    unsafe {
+        core::arch::asm!(
+            ".arch_extension sme",
+            "rdsvl {0}, #1",
+            out(reg) svl,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    svl
+}
+
+/// Checks SME + F16F32 (+ SME2 when `need_sme2`) and reads the SVL.
+fn probe_sme(need_sme2: bool) -> Result<usize, SmeUnavailable> {
+    let caps = hwcap2();
+    if caps & HWCAP2_SME == 0 {
+        return Err(SmeUnavailable::NoSme);
+    }
+    if need_sme2 && caps & HWCAP2_SME2 == 0 {
+        return Err(SmeUnavailable::NoSme2);
+    }
+    if caps & HWCAP2_SME_F16F32 == 0 {
+        return Err(SmeUnavailable::NoF16F32);
+    }
+    // SAFETY: HWCAP2_SME is set.
+    let svl = unsafe { read_svl_bytes() };
+    match svl {
+        16 | 32 | 64 => Ok(svl),
+        _ => Err(SmeUnavailable::UnsupportedSvl { bits: svl * 8 }),
+    }
+}
+
+/// Capability token: FEAT_SME2 (HWCAP2_SME2) with widening FP16→FP32 FMOPA (HWCAP2_SME_F16F32)
+/// and a supported streaming vector length, recorded at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sme2 {
+    svl_bytes: usize,
+}
+
+/// Capability token: FEAT_SME (HWCAP2_SME) with widening FP16→FP32 FMOPA, without needing SME2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sme1 {
+    svl_bytes: usize,
+}
+
+/// Capability token for Advanced SIMD, which every aarch64 CPU has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Neon {
+    _private: (),
+}
+
+impl Neon {
+    /// Always succeeds on aarch64.
+    pub fn try_new() -> Option<Self> {
+        Some(Self { _private: () })
+    }
+
+    /// The token; NEON is architectural on aarch64.
+    pub fn new() -> Self {
+        Self { _private: () }
+    }
+}
+
+macro_rules! sme_token_common {
+    ($ty:ident, $need_sme2:expr, $what:literal) => {
+        impl $ty {
+            #[doc = concat!("Detects ", $what, "; the error says what is missing.")]
+            pub fn probe() -> Result<Self, SmeUnavailable> {
+                probe_sme($need_sme2).map(|svl_bytes| Self { svl_bytes })
+            }
+
+            #[doc = concat!("The token when the CPU has ", $what, ", else `None`.")]
+            pub fn try_new() -> Option<Self> {
+                Self::probe().ok()
+            }
+
+            /// The token without checking HWCAP2 (the SVL is still read with `rdsvl`).
+            ///
+            /// # Safety
+            #[doc = concat!("The CPU must implement ", $what, ", and its streaming vector length must be 128, 256 or 512 bits.")]
+            pub unsafe fn new_unchecked() -> Self {
+                // SAFETY: the caller guarantees FEAT_SME (implied by the features above).
+                let svl_bytes = unsafe { read_svl_bytes() };
+                Self { svl_bytes }
+            }
+
+            /// Rows of one output tile = SVL_bits / 32 (16 at 512-bit SVL, 8 at 256-bit).
+            pub fn tile_rows(self) -> usize {
+                self.svl_bytes / 4
+            }
+
+            /// The streaming vector length in bits.
+            pub fn svl_bits(self) -> usize {
+                self.svl_bytes * 8
+            }
+        }
+    };
+}
+
+sme_token_common!(Sme2, true, "FEAT_SME2 and FEAT_SME_F16F32");
+sme_token_common!(Sme1, false, "FEAT_SME and FEAT_SME_F16F32");
+
+/// Length in `u16` of one packed LHS row block: `tile_rows * 2 * ceil(k / 2)`.
+pub fn lhs_block_len(tile_rows: usize, k: usize) -> usize {
+    tile_rows * 2 * k.div_ceil(2)
+}
+
+/// Packs rows `[0, rows)` of row-major F32 `a` (row stride `lda`, `k` columns) into `dst` as FP16
+/// (round to nearest even): per k-pair `q`, for `i` in `0..tile_rows`, `[A[i][2q], A[i][2q+1]]`;
+/// zero where `i >= rows` or `2q + j >= k`.
+///
+/// # Panics
+/// If `rows > tile_rows`, `dst.len() < lhs_block_len(tile_rows, k)`, or `a` is shorter than
+/// `(rows - 1) * lda + k` (when `rows > 0` and `k > 0`). These are the caller's (the driver's)
+/// obligations, checked here rather than trusted.
+pub fn pack_lhs_f32(
+    a: &[f32],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    tile_rows: usize,
+    dst: &mut [u16],
+) {
+    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| {
+        half::f16::from_f32(x).to_bits()
+    });
+}
+
+/// Like [`pack_lhs_f32`] for an FP16 (bit pattern) source; values are copied unchanged.
+///
+/// # Panics
+/// As [`pack_lhs_f32`].
+pub fn pack_lhs_f16(
+    a: &[u16],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    tile_rows: usize,
+    dst: &mut [u16],
+) {
+    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| x);
+}
+
+fn pack_lhs<T: Copy>(
+    a: &[T],
+    lda: usize,
+    rows: usize,
+    k: usize,
+    tile_rows: usize,
+    dst: &mut [u16],
+    conv: impl Fn(T) -> u16,
+) {
+    let len = lhs_block_len(tile_rows, k);
+    assert!(
+        rows <= tile_rows,
+        "pack_lhs: rows {rows} > tile_rows {tile_rows}"
+    );
+    assert!(dst.len() >= len, "pack_lhs: dst too short");
+    if rows > 0 && k > 0 {
+        assert!(
+            a.len() >= (rows - 1) * lda + k,
+            "pack_lhs: source too short"
+        );
+    }
+    let dst = &mut dst[..len];
+    dst.fill(0);
+    for i in 0..rows {
+        let row = &a[i * lda..i * lda + k];
+        for (kk, &v) in row.iter().enumerate() {
+            let (q, j) = (kk / 2, kk % 2);
+            dst[(q * tile_rows + i) * 2 + j] = conv(v);
+        }
+    }
+}
+
+impl Sme2 {
+    /// `C[0..rows, 0..cols]` (`=`, or `+=` when `accumulate`) of one packed LHS row block
+    /// (`lhs`, laid out by [`pack_lhs_f32`]/[`pack_lhs_f16`] with `tile_rows = self.tile_rows()`)
+    /// times `npanels` consecutive packed panels starting at `panels` (panel stride `kp * 128`
+    /// u16), plus `bias[0..cols]` when `bias` is non-null. Columns are `0..cols` of the panel
+    /// range (`cols <= 64 * npanels`; the last panel may be partial); `rows <= tile_rows()`.
+    /// The whole call runs in one `asm!` block between SMSTART and SMSTOP; FP32 accumulation in
+    /// ZA (za0.s–za3.s), FP16 products exact in FP32.
+    ///
+    /// # Safety
+    /// * `lhs` is valid for reads of `lhs_block_len(self.tile_rows(), 2 * kp)` u16;
+    /// * `panels` is valid for reads of `npanels * kp * 128` u16;
+    /// * `c` is valid for reads and writes of `rows` rows of stride `ldc` f32 with `cols` valid
+    ///   columns each, and no other live reference aliases them;
+    /// * `bias` is null or valid for reads of `cols` f32;
+    /// * `rows <= self.tile_rows()`, `cols <= 64 * npanels`;
+    /// * the thread's streaming vector length is the one the token recorded (not changed with
+    ///   `prctl(PR_SME_SET_VL)` since), and ZA is not in the dormant lazy-save state
+    ///   (TPIDR2_EL0 is zero; true unless called from SME-aware code that left ZA live).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm_block_f16(
+        self,
+        lhs: *const u16,
+        panels: *const u16,
+        kp: usize,
+        npanels: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        accumulate: bool,
+        bias: *const f32,
+    ) {
+        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        let args = sme::BlockArgs::new(
+            self.svl_bytes,
+            lhs,
+            panels,
+            kp,
+            c,
+            ldc,
+            rows,
+            cols,
+            accumulate,
+            bias,
+        );
+        // SAFETY: the token proves FEAT_SME2 + F16F32; the caller's obligations are exactly
+        // those of `sme2_block`.
+        unsafe { sme::sme2_block(&args) }
+    }
+}
+
+impl Sme1 {
+    /// Same contract and result as [`Sme2::gemm_block_f16`], with single-vector loads only (no
+    /// SME2 instruction), for SME1-only CPUs.
+    ///
+    /// # Safety
+    /// As [`Sme2::gemm_block_f16`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm_block_f16(
+        self,
+        lhs: *const u16,
+        panels: *const u16,
+        kp: usize,
+        npanels: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        accumulate: bool,
+        bias: *const f32,
+    ) {
+        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        let args = sme::BlockArgs::new(
+            self.svl_bytes,
+            lhs,
+            panels,
+            kp,
+            c,
+            ldc,
+            rows,
+            cols,
+            accumulate,
+            bias,
+        );
+        // SAFETY: the token proves FEAT_SME + F16F32; the caller's obligations are exactly
+        // those of `sme1_block`.
+        unsafe { sme::sme1_block(&args) }
+    }
+}
