@@ -595,12 +595,12 @@ pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])])
         out.extend_from_slice(&off.to_le_bytes());
         off += (data.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
     }
-    while out.len() as u64 % DEFAULT_ALIGNMENT != 0 {
+    while !(out.len() as u64).is_multiple_of(DEFAULT_ALIGNMENT) {
         out.push(0);
     }
     for (_, _, _, data) in tensors {
         out.extend_from_slice(data);
-        while out.len() as u64 % DEFAULT_ALIGNMENT != 0 {
+        while !(out.len() as u64).is_multiple_of(DEFAULT_ALIGNMENT) {
             out.push(0);
         }
     }

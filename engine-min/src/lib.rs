@@ -1,4 +1,11 @@
 #![doc = include_str!("../README.md")]
 
+pub mod backend;
+pub mod engine;
 pub mod gguf;
+pub mod model;
+pub mod pool;
+pub mod quant;
+pub mod reference;
+pub mod sample;
 pub mod tokenizer;

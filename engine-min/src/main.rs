@@ -1,6 +1,286 @@
 //! `engine-min`: profile, plan and run a GGUF model across CPU, GPU and NPU.
 
-fn main() {
-    eprintln!("engine-min: not built yet (issue 9); nothing to run");
-    std::process::exit(2);
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::engine::{Engine, EngineOptions};
+use engine_min::model::Model;
+use engine_min::pool::Pool;
+use engine_min::sample::{Sampler, SamplerOptions};
+
+const USAGE: &str = "usage:
+  engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu]
+  engine-min profile [--model PATH] --out FILE
+  engine-min plan [--profile FILE] [--weight K,N --seq M]
+The model defaults to $HETERO_MODEL.";
+
+/// A CLI failure: message and exit code.
+struct Fail(String, u8);
+
+fn usage(msg: impl Into<String>) -> Fail {
+    Fail(format!("{}\n{USAGE}", msg.into()), 2)
+}
+
+struct Args {
+    rest: Vec<String>,
+}
+
+impl Args {
+    fn flag(&mut self, name: &str) -> bool {
+        match self.rest.iter().position(|a| a == name) {
+            Some(i) => {
+                self.rest.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+    fn value(&mut self, name: &str) -> Result<Option<String>, Fail> {
+        match self.rest.iter().position(|a| a == name) {
+            Some(i) if i + 1 < self.rest.len() => {
+                let v = self.rest.remove(i + 1);
+                self.rest.remove(i);
+                Ok(Some(v))
+            }
+            Some(_) => Err(usage(format!("{name} needs a value"))),
+            None => Ok(None),
+        }
+    }
+    fn parsed<T: std::str::FromStr>(&mut self, name: &str, default: T) -> Result<T, Fail> {
+        match self.value(name)? {
+            Some(v) => v
+                .parse()
+                .map_err(|_| usage(format!("bad value `{v}` for {name}"))),
+            None => Ok(default),
+        }
+    }
+    fn finish(self) -> Result<(), Fail> {
+        match self.rest.first() {
+            Some(a) => Err(usage(format!("unexpected argument `{a}`"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.is_empty() || argv[0] == "--help" || argv[0] == "-h" {
+        println!("{USAGE}");
+        return if argv.is_empty() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let cmd = argv.remove(0);
+    let args = Args { rest: argv };
+    let r = match cmd.as_str() {
+        "run" => run(args),
+        "profile" | "plan" => Err(Fail(
+            format!(
+                "engine-min {cmd}: not yet available (needs the partition crate's Profile and \
+                 planner, which have not landed)"
+            ),
+            2,
+        )),
+        other => Err(usage(format!("unknown command `{other}`"))),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(msg, code)) => {
+            eprintln!("engine-min: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn model_path(args: &mut Args) -> Result<String, Fail> {
+    match args.value("--model")? {
+        Some(p) => Ok(p),
+        None => std::env::var("HETERO_MODEL")
+            .map_err(|_| usage("no --model given and HETERO_MODEL is not set")),
+    }
+}
+
+fn run(mut args: Args) -> Result<(), Fail> {
+    let path = model_path(&mut args)?;
+    let prompt = args
+        .value("--prompt")?
+        .ok_or_else(|| usage("--prompt is required"))?;
+    let max_tokens: usize = args.parsed("--max-tokens", 64)?;
+    let chat = args.flag("--chat");
+    let temperature: f32 = args.parsed("--temperature", 0.0)?;
+    let top_p: f32 = args.parsed("--top-p", 1.0)?;
+    let seed: u64 = args.parsed("--seed", 0x5eed)?;
+    let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads: usize = args.parsed("--threads", default_threads)?;
+    let ctx: usize = args.parsed("--ctx", 2048)?;
+    let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
+    args.finish()?;
+    if plan != "cpu" {
+        return Err(Fail(
+            format!(
+                "plan `{plan}` is not available yet: only `cpu` runs in this build (the GPU, \
+                 NPU and split plans need the opencl-kernels, qnn-sys and partition crates)"
+            ),
+            2,
+        ));
+    }
+    if threads == 0 {
+        return Err(usage("--threads must be at least 1"));
+    }
+
+    let t_load = Instant::now();
+    let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
+    let pool = Arc::new(Pool::new(threads));
+    let kernel = CpuKernel::best();
+    let backend = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
+    let mut engine = Engine::new(
+        Arc::clone(&model),
+        backend,
+        pool,
+        EngineOptions {
+            context: ctx,
+            max_batch: 128,
+        },
+    );
+    let load = t_load.elapsed();
+    let tok = &model.tokenizer;
+    let text = if chat {
+        tok.chat_prompt(&prompt)
+            .ok_or_else(|| Fail("--chat: the model has no ChatML chat template".into(), 1))?
+    } else {
+        prompt
+    };
+    let ids = tok.encode_prompt(&text);
+    if ids.is_empty() {
+        return Err(Fail("the prompt encodes to no tokens".into(), 1));
+    }
+    if ids.len() + 1 > engine.context() {
+        return Err(Fail(
+            format!(
+                "the prompt has {} tokens but the context holds {} (use --ctx, up to the \
+                 model's {})",
+                ids.len(),
+                engine.context(),
+                model.config.context
+            ),
+            1,
+        ));
+    }
+    let vocab = model.config.vocab;
+    let mut logits = vec![0f32; vocab];
+    let mut sampler = Sampler::new(
+        vocab,
+        SamplerOptions {
+            temperature,
+            top_p,
+            seed,
+        },
+    );
+    let fail = |e: engine_min::engine::EngineError| Fail(e.to_string(), 1);
+    let t0 = Instant::now();
+    engine.forward(&ids, &mut logits).map_err(fail)?;
+    let mut next = sampler.sample(&logits);
+    let ttft = t0.elapsed();
+    let prefill_timings = engine.timings().clone();
+    engine.reset_timings();
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut pending = Vec::new();
+    let mut generated = 0usize;
+    let mut stop = String::from("max tokens");
+    let t_dec = Instant::now();
+    loop {
+        if tok.eos == Some(next) || tok.is_control(next) {
+            stop = "end of sequence".into();
+            break;
+        }
+        generated += 1;
+        tok.decode_token(next, false, &mut pending);
+        flush_utf8(&mut out, &mut pending, false);
+        if generated >= max_tokens {
+            break;
+        }
+        if engine.pos() + 1 > engine.context() {
+            stop = "context full".into();
+            break;
+        }
+        engine.forward(&[next], &mut logits).map_err(fail)?;
+        next = sampler.sample(&logits);
+    }
+    flush_utf8(&mut out, &mut pending, true);
+    let decode = t_dec.elapsed();
+    let decode_timings = engine.timings().clone();
+    let _ = writeln!(out);
+    let _ = writeln!(out, "---");
+    let _ = writeln!(
+        out,
+        "model: {} layers, width {}, vocab {}; load {:.0} ms; {threads} thread(s), kernel {kernel:?}",
+        model.config.n_layer,
+        model.config.d_model,
+        vocab,
+        ms(load)
+    );
+    let _ = writeln!(
+        out,
+        "prompt: {} tokens; generated: {generated} tokens (stop: {stop})",
+        ids.len()
+    );
+    let _ = writeln!(out, "time to first token: {:.1} ms", ms(ttft));
+    let _ = writeln!(
+        out,
+        "prefill: {:.1} tok/s",
+        ids.len() as f64 / ttft.as_secs_f64()
+    );
+    // Decode steps: one forward per generated token after the first.
+    let steps = generated.saturating_sub(1).max(usize::from(generated > 1));
+    if generated > 1 {
+        let _ = writeln!(
+            out,
+            "decode: {:.1} tok/s ({} steps)",
+            (generated - 1) as f64 / decode.as_secs_f64(),
+            generated - 1
+        );
+    } else {
+        let _ = writeln!(out, "decode: n/a ({steps} steps)");
+    }
+    for (phase, t) in [("prefill", &prefill_timings), ("decode", &decode_timings)] {
+        let total: Duration = t.matmul.iter().map(|m| m.1).sum::<Duration>() + t.host;
+        if total.is_zero() {
+            continue;
+        }
+        let mut line = format!("{phase} time share:");
+        for (name, d) in &t.matmul {
+            line += &format!(" {name} matmul {:.1}%,", pct(*d, total));
+        }
+        line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
+        let _ = writeln!(out, "{line}");
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pct(d: Duration, total: Duration) -> f64 {
+    100.0 * d.as_secs_f64() / total.as_secs_f64()
+}
+
+/// Writes the valid UTF-8 prefix of `pending` (all of it, lossily, when `all`).
+fn flush_utf8(out: &mut impl Write, pending: &mut Vec<u8>, all: bool) {
+    let n = match std::str::from_utf8(pending) {
+        Ok(_) => pending.len(),
+        Err(e) if e.error_len().is_some() || all => pending.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    let _ = out.write_all(String::from_utf8_lossy(&pending[..n]).as_bytes());
+    let _ = out.flush();
+    pending.drain(..n);
 }

@@ -1,0 +1,290 @@
+//! The backend trait the engine runs its matmuls through, and the CPU backend.
+//!
+//! A backend computes `out[m x n] = x[m x k] * W^T` for a quantized weight `W` of `n` rows of
+//! `k` elements (ggml layout: each row contiguous). Everything else in a layer (norms, RoPE,
+//! attention, SwiGLU) is done by the engine on the CPU pool.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::gguf::GgmlType;
+use crate::pool::{Pool, SharedMut};
+use crate::quant;
+
+/// A quantized weight matrix: `n` rows of `k` elements of type `ty`, rows contiguous.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightView<'a> {
+    /// Element type.
+    pub ty: GgmlType,
+    /// Rows (output features).
+    pub n: usize,
+    /// Columns (input features).
+    pub k: usize,
+    /// `n * row_bytes(ty, k)` bytes.
+    pub data: &'a [u8],
+}
+
+/// Why a backend could not run an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    /// Buffer lengths do not match the shapes.
+    Shape(&'static str),
+    /// The backend cannot compute with this tensor type.
+    Unsupported(GgmlType),
+    /// `k` exceeds what the backend's scratch allows.
+    TooWide(usize),
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shape(w) => write!(f, "shape mismatch: {w}"),
+            Self::Unsupported(t) => write!(f, "tensor type {t:?} unsupported by this backend"),
+            Self::TooWide(k) => write!(f, "row length {k} exceeds the backend's limit {MAX_K}"),
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// A device that runs the engine's matmuls.
+pub trait Backend: Send + Sync {
+    /// Short name shown in the time shares (e.g. `cpu`).
+    fn name(&self) -> &str;
+    /// `out[m x n] = x[m x k] * W^T` (row-major `x` and `out`).
+    fn matmul(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<(), BackendError>;
+}
+
+/// Longest row the CPU backend handles (its per-task scratch lives on the stack).
+pub const MAX_K: usize = 4096;
+/// Weight rows dequantized together (the micro-kernel's row block).
+const NR: usize = 4;
+/// Tokens per micro-kernel call.
+const MR: usize = 4;
+/// Weight rows per pool task.
+const ROWS_PER_TASK: usize = 32;
+
+/// The CPU micro-kernel implementations; all are public so tests can run every one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuKernel {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// x86-64 AVX-512F (and FMA) 4x4 f32 dot block.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl CpuKernel {
+    /// Every kernel this CPU can run, best last.
+    pub fn available() -> Vec<CpuKernel> {
+        let mut v = vec![CpuKernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") {
+            v.push(CpuKernel::Avx512);
+        }
+        v
+    }
+
+    /// The best kernel this CPU can run.
+    pub fn best() -> CpuKernel {
+        Self::available().pop().unwrap_or(CpuKernel::Portable)
+    }
+}
+
+/// The CPU backend: dequantize a block of weight rows into stack scratch, multiply by a block
+/// of tokens with an f32 micro-kernel; tasks of row blocks spread over the pool.
+pub struct CpuBackend {
+    pool: Arc<Pool>,
+    kernel: CpuKernel,
+}
+
+impl CpuBackend {
+    /// A CPU backend on `pool` using `kernel` (which must be in [`CpuKernel::available`]; an
+    /// unavailable one is replaced by the portable kernel).
+    pub fn new(pool: Arc<Pool>, kernel: CpuKernel) -> Self {
+        let kernel = if CpuKernel::available().contains(&kernel) {
+            kernel
+        } else {
+            CpuKernel::Portable
+        };
+        Self { pool, kernel }
+    }
+
+    /// The kernel in use.
+    pub fn kernel(&self) -> CpuKernel {
+        self.kernel
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn matmul(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let (n, k) = (w.n, w.k);
+        let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
+        if k > MAX_K {
+            return Err(BackendError::TooWide(k));
+        }
+        if w.data.len() != n * rb {
+            return Err(BackendError::Shape("weight bytes"));
+        }
+        if x.len() != m * k {
+            return Err(BackendError::Shape("x"));
+        }
+        if out.len() != m * n {
+            return Err(BackendError::Shape("out"));
+        }
+        let kernel = if k % 16 == 0 {
+            self.kernel
+        } else {
+            CpuKernel::Portable
+        };
+        let outs = SharedMut::new(out);
+        let n_tasks = n.div_ceil(ROWS_PER_TASK);
+        let task = |t: usize, _thread: usize| {
+            let mut panel = [0f32; NR * MAX_K];
+            let r_end = ((t + 1) * ROWS_PER_TASK).min(n);
+            let mut r0 = t * ROWS_PER_TASK;
+            while r0 < r_end {
+                let nr = (r_end - r0).min(NR);
+                for i in 0..nr {
+                    let src = &w.data[(r0 + i) * rb..(r0 + i + 1) * rb];
+                    quant::dequantize_row(w.ty, src, &mut panel[i * k..(i + 1) * k]);
+                }
+                let mut t0 = 0;
+                while t0 < m {
+                    let mr = (m - t0).min(MR);
+                    let mut acc = [[0f32; NR]; MR];
+                    let xs = &x[t0 * k..(t0 + mr) * k];
+                    dot_block(kernel, &panel[..nr * k], nr, xs, mr, k, &mut acc);
+                    for (ti, row) in acc.iter().enumerate().take(mr) {
+                        // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
+                        // row, so no two live slices overlap.
+                        let o = unsafe { outs.slice((t0 + ti) * n + r0, nr) };
+                        o.copy_from_slice(&row[..nr]);
+                    }
+                    t0 += mr;
+                }
+                r0 += nr;
+            }
+        };
+        self.pool.run(n_tasks, &task);
+        Ok(())
+    }
+}
+
+/// `acc[t][r] = dot(x[t], w[r])` for `t < mr`, `r < nr` (rows of length `k`).
+pub fn dot_block(
+    kernel: CpuKernel,
+    w: &[f32],
+    nr: usize,
+    x: &[f32],
+    mr: usize,
+    k: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    match kernel {
+        CpuKernel::Portable => dot_block_portable(w, nr, x, mr, k, acc),
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx512 => {
+            assert!(
+                k.is_multiple_of(16)
+                    && w.len() >= nr * k
+                    && x.len() >= mr * k
+                    && nr >= 1
+                    && mr >= 1
+            );
+            // SAFETY: `CpuKernel::Avx512` is only chosen when the CPU reports AVX-512F
+            // (`CpuKernel::available`), which is the target feature the function enables; the
+            // assert above establishes the slice-length preconditions it reads within.
+            unsafe { avx512::dot_block(w, nr, x, mr, k, acc) }
+        }
+    }
+}
+
+fn dot_block_portable(
+    w: &[f32],
+    nr: usize,
+    x: &[f32],
+    mr: usize,
+    k: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    for t in 0..mr {
+        let xr = &x[t * k..(t + 1) * k];
+        for r in 0..nr {
+            let wr = &w[r * k..(r + 1) * k];
+            // Eight partial sums so the compiler can vectorize without reassociating.
+            let mut s = [0f32; 8];
+            let mut xc = xr.chunks_exact(8);
+            let mut wc = wr.chunks_exact(8);
+            for (a, b) in (&mut xc).zip(&mut wc) {
+                for j in 0..8 {
+                    s[j] += a[j] * b[j];
+                }
+            }
+            let mut tail = 0f32;
+            for (a, b) in xc.remainder().iter().zip(wc.remainder()) {
+                tail += a * b;
+            }
+            acc[t][r] = s.iter().sum::<f32>() + tail;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{MR, NR};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support AVX-512F; `k % 16 == 0`, `1 <= nr <= NR`, `1 <= mr <= MR`,
+    /// `w.len() >= nr * k`, `x.len() >= mr * k`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot_block(
+        w: &[f32],
+        nr: usize,
+        x: &[f32],
+        mr: usize,
+        k: usize,
+        acc: &mut [[f32; NR]; MR],
+    ) {
+        // Missing rows/tokens alias the last real one; their results are discarded.
+        let wp: [*const f32; NR] = std::array::from_fn(|r| w[r.min(nr - 1) * k..].as_ptr());
+        let xp: [*const f32; MR] = std::array::from_fn(|t| x[t.min(mr - 1) * k..].as_ptr());
+        let mut a = [[_mm512_setzero_ps(); NR]; MR];
+        let mut i = 0;
+        while i < k {
+            // SAFETY: i + 16 <= k and every pointer starts a row of at least k elements.
+            unsafe {
+                let wv: [__m512; NR] = std::array::from_fn(|r| _mm512_loadu_ps(wp[r].add(i)));
+                for t in 0..MR {
+                    let xv = _mm512_loadu_ps(xp[t].add(i));
+                    for r in 0..NR {
+                        a[t][r] = _mm512_fmadd_ps(xv, wv[r], a[t][r]);
+                    }
+                }
+            }
+            i += 16;
+        }
+        for t in 0..mr {
+            for r in 0..nr {
+                acc[t][r] = _mm512_reduce_add_ps(a[t][r]);
+            }
+        }
+    }
+}

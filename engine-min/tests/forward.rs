@@ -1,0 +1,129 @@
+//! The engine against the plain f32 reference forward on the real model (needs
+//! `HETERO_MODEL`; backend name `model`), and greedy generation of " Paris".
+
+use std::sync::Arc;
+
+use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::engine::{Engine, EngineError, EngineOptions};
+use engine_min::model::Model;
+use engine_min::pool::Pool;
+use engine_min::reference;
+use engine_min::sample::argmax;
+
+mod common;
+
+fn load() -> Option<Arc<Model>> {
+    let path = hetero_tests::require("model", common::model_path())?;
+    Some(Arc::new(Model::load(&path).expect("model loads")))
+}
+
+fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usize) -> Engine {
+    let pool = Arc::new(Pool::new(threads));
+    let be = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
+    Engine::new(
+        Arc::clone(model),
+        be,
+        pool,
+        EngineOptions {
+            context: 256,
+            max_batch,
+        },
+    )
+}
+
+/// Largest |a - b| over two logit rows.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+// Tolerance on logits (magnitude ~10-30): the f32 kernels use exactly the reference's
+// dequantized weight values and differ only by f32 (vs f64) accumulation and summation order
+// over 30 residual layers; measured max differences are 1e-5..4e-5. 1e-3 keeps a 25x margin,
+// while any real mistake (a wrong RoPE pair, a wrong KV head, a stale cache row, a missing
+// norm) moves logits by whole units.
+const TOL: f32 = 1e-3;
+
+#[test]
+fn engine_matches_reference_forward() {
+    let Some(model) = load() else { return };
+    let tok = &model.tokenizer;
+    let text = "The capital of France is Paris, and the capital of Germany is Berlin. Rivers \
+                such as the Seine and the Rhine flow through them, carrying boats and barges";
+    let ids_all = tok.encode(text, false);
+    assert!(ids_all.len() >= 33, "{}", ids_all.len());
+    let ids = &ids_all[..33];
+    let vocab = model.config.vocab;
+    // Causal model: the reference's logits at position t are those of the prefix ..=t.
+    let want = reference::forward(&model, ids);
+    for kernel in CpuKernel::available() {
+        for &len in &[1usize, 5, 17, 33] {
+            let mut e = engine(&model, kernel, 2, 128);
+            let mut logits = vec![f32::NAN; vocab];
+            e.forward(&ids[..len], &mut logits).expect("forward");
+            let w = &want[(len - 1) * vocab..len * vocab];
+            let d = max_diff(&logits, w);
+            eprintln!("{kernel:?} len {len}: max |logit diff| {d:e}");
+            assert!(d <= TOL, "{kernel:?} len {len}: max diff {d}");
+            assert_eq!(argmax(&logits), argmax(w), "{kernel:?} len {len}");
+        }
+        // All positions at once, prefill chunked by 8 (odd chunk boundaries).
+        let mut e = engine(&model, kernel, 2, 8);
+        let mut logits = vec![f32::NAN; 33 * vocab];
+        e.forward(ids, &mut logits).expect("forward");
+        let d = max_diff(&logits, &want);
+        assert!(d <= TOL, "{kernel:?} all positions chunked: max diff {d}");
+        // Prefill 17 then decode one token at a time through the KV cache.
+        let mut e = engine(&model, kernel, 1, 128);
+        let mut logits = vec![f32::NAN; vocab];
+        e.forward(&ids[..17], &mut logits).expect("prefill");
+        for t in 17..33 {
+            logits.fill(f32::NAN);
+            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+            let d = max_diff(&logits, &want[t * vocab..(t + 1) * vocab]);
+            assert!(d <= TOL, "{kernel:?} decode pos {t}: max diff {d}");
+        }
+    }
+}
+
+#[test]
+fn greedy_paris() {
+    let Some(model) = load() else { return };
+    let tok = &model.tokenizer;
+    let ids = tok.encode_prompt("The capital of France is");
+    let mut e = engine(&model, CpuKernel::best(), 2, 128);
+    let mut logits = vec![f32::NAN; model.config.vocab];
+    e.forward(&ids, &mut logits).expect("forward");
+    let mut out = vec![argmax(&logits)];
+    for _ in 0..3 {
+        e.forward(&out[out.len() - 1..], &mut logits)
+            .expect("forward");
+        out.push(argmax(&logits));
+    }
+    let text = tok.decode(&out, false);
+    assert!(text.starts_with(" Paris"), "generated {text:?}");
+}
+
+#[test]
+fn engine_errors_are_typed() {
+    let Some(model) = load() else { return };
+    let mut e = engine(&model, CpuKernel::Portable, 1, 16);
+    let vocab = model.config.vocab;
+    let mut logits = vec![0f32; vocab];
+    assert_eq!(
+        e.forward(&[vocab as u32], &mut logits),
+        Err(EngineError::BadToken(vocab as u32))
+    );
+    assert!(matches!(
+        e.forward(&[1, 2], &mut logits[..10]),
+        Err(EngineError::LogitsLen { .. })
+    ));
+    let long = vec![1u32; 257];
+    assert!(matches!(
+        e.forward(&long, &mut logits),
+        Err(EngineError::ContextFull { .. })
+    ));
+    assert_eq!(e.pos(), 0, "failed calls leave the cache untouched");
+}
