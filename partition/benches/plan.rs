@@ -1,0 +1,2 @@
+//! Planning benchmark (filled in below).
+fn main() {}
