@@ -1,0 +1,286 @@
+//! The SME2 and SME1 tile kernels against an f64 reference over edge shapes, through a local
+//! row-block driver (tests/aarch64_common). Runs under QEMU: SME2 at SVL 512 and 256
+//! (`-cpu max,sme512=on` / `sme256=on`, HETERO_REQUIRE=sme-emu) and SME1 under QEMU 10.0
+//! (HETERO_REQUIRE=sme1-emu); the SME1 kernel also runs on SME2 CPUs.
+#![cfg(target_arch = "aarch64")]
+
+mod aarch64_common;
+
+use aarch64_common::*;
+use hetero_sme::arch::aarch64::{lhs_block_len, pack_lhs_f32, Sme1, Sme2};
+
+const EDGE: [usize; 12] = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129];
+/// Sentinel for C cells the kernel must not touch (a NaN with a payload).
+const GUARD: u32 = 0x7fc0_beef;
+
+fn sme2() -> Option<Tile> {
+    hetero_tests::require("sme-emu", Sme2::probe()).map(Tile::Sme2)
+}
+
+fn sme1() -> Option<Tile> {
+    hetero_tests::require("sme1-emu", Sme1::probe()).map(Tile::Sme1)
+}
+
+/// One case: random A, W, bias, optional accumulate; C poisoned with NaN (or random when
+/// accumulating), guard columns (ldc > n) and a guard tail checked bit-exact afterwards.
+#[allow(clippy::too_many_arguments)]
+fn case(
+    tile: Tile,
+    m: usize,
+    n: usize,
+    k: usize,
+    f16_lhs: bool,
+    bias: bool,
+    acc: bool,
+    group: usize,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed ^ ((m * 1_000_003 + n * 1009 + k) as u64));
+    let (lda, ldw, ldc) = (k + 1, n + 2, n + 3);
+    let a = rng.vec(m * lda);
+    let w = rng.vec(k * ldw);
+    let b = rng.vec(n);
+    let packed = pack_w(&w, ldw, k, n);
+    let a16: Vec<u16> = a.iter().map(|&x| f16(x)).collect();
+    let tail = 7;
+    let mut c = vec![f32::from_bits(GUARD); m * ldc + tail];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * ldc + j] = if acc { rng.unit() } else { f32::NAN };
+        }
+    }
+    let c_old = c.clone();
+    let (want, mag) = reference(
+        &a16,
+        lda,
+        m,
+        k,
+        n,
+        &w,
+        ldw,
+        bias.then_some(&b[..]),
+        acc.then_some((&c_old[..], ldc)),
+    );
+    let src = if f16_lhs { A::F16(&a16) } else { A::F32(&a) };
+    drive(
+        tile,
+        &src,
+        lda,
+        m,
+        k,
+        n,
+        &packed,
+        &mut c,
+        ldc,
+        bias.then_some(&b[..]),
+        acc,
+        group,
+    );
+    for i in 0..m {
+        for j in 0..ldc {
+            let got = c[i * ldc + j];
+            if j >= n {
+                assert_eq!(
+                    got.to_bits(),
+                    GUARD,
+                    "{tile:?} m{m} n{n} k{k}: guard ({i},{j}) overwritten"
+                );
+                continue;
+            }
+            let (wv, tol) = (want[i * n + j], tolerance(k, mag[i * n + j]));
+            assert!(
+                (got as f64 - wv).abs() <= tol,
+                "{tile:?} m{m} n{n} k{k} f16_lhs={f16_lhs} bias={bias} acc={acc} group={group}: \
+                 C[{i}][{j}] = {got}, want {wv} (tol {tol:e})"
+            );
+        }
+    }
+    for (t, v) in c[m * ldc..].iter().enumerate() {
+        assert_eq!(
+            v.to_bits(),
+            GUARD,
+            "{tile:?} m{m} n{n} k{k}: tail guard {t} overwritten"
+        );
+    }
+}
+
+/// All N×K edge pairs with M cycling through the edge set, then all M with a few (N, K); bias
+/// on odd cases, F16 LHS on every third, panel groups 1, 2 and "all".
+fn edge_shapes(tile: Tile, acc: bool, seed: u64) {
+    let mut idx = 0usize;
+    for &n in &EDGE {
+        for &k in &EDGE {
+            let m = EDGE[idx % EDGE.len()];
+            let group = [1, 2, usize::MAX][idx % 3];
+            case(tile, m, n, k, idx % 3 == 1, idx % 2 == 1, acc, group, seed);
+            idx += 1;
+        }
+    }
+    for &m in &EDGE {
+        for &(n, k) in &[(65, 17), (129, 64), (1, 1)] {
+            case(
+                tile,
+                m,
+                n,
+                k,
+                idx % 3 == 1,
+                idx % 2 == 1,
+                acc,
+                [1, usize::MAX][idx % 2],
+                seed,
+            );
+            idx += 1;
+        }
+    }
+}
+
+fn larger_shapes(tile: Tile) {
+    for (i, &(m, n, k)) in [
+        (33, 576, 96),
+        (20, 200, 576),
+        (17, 1536, 16),
+        (40, 192, 255),
+    ]
+    .iter()
+    .enumerate()
+    {
+        case(
+            tile,
+            m,
+            n,
+            k,
+            i % 2 == 0,
+            true,
+            i % 2 == 1,
+            [usize::MAX, 3][i % 2],
+            0xb16,
+        );
+    }
+}
+
+#[test]
+fn sme2_edge_shapes_store() {
+    let Some(t) = sme2() else { return };
+    edge_shapes(t, false, 1);
+}
+
+#[test]
+fn sme2_edge_shapes_accumulate() {
+    let Some(t) = sme2() else { return };
+    edge_shapes(t, true, 2);
+}
+
+#[test]
+fn sme2_larger_shapes() {
+    let Some(t) = sme2() else { return };
+    larger_shapes(t);
+}
+
+#[test]
+fn sme1_edge_shapes_store() {
+    let Some(t) = sme1() else { return };
+    edge_shapes(t, false, 3);
+}
+
+#[test]
+fn sme1_edge_shapes_accumulate() {
+    let Some(t) = sme1() else { return };
+    edge_shapes(t, true, 4);
+}
+
+#[test]
+fn sme1_larger_shapes() {
+    let Some(t) = sme1() else { return };
+    larger_shapes(t);
+}
+
+#[test]
+fn k_zero_gives_bias_or_keeps_c() {
+    for t in [sme2(), sme1()].into_iter().flatten() {
+        // K = 0: kp = 0, no panel data; C = bias (store) or C + bias (accumulate).
+        let tr = t.tile_rows();
+        let lhs = [0u16; 1];
+        let panels = [0u16; 1];
+        let bias: Vec<f32> = (0..70).map(|j| j as f32).collect();
+        let mut c = vec![f32::NAN; tr * 70];
+        // SAFETY: kp = 0 so no LHS/panel element is read; C is tr rows of 70; bias has 70.
+        unsafe {
+            t.block(
+                lhs.as_ptr(),
+                panels.as_ptr(),
+                0,
+                2,
+                c.as_mut_ptr(),
+                70,
+                tr,
+                70,
+                false,
+                bias.as_ptr(),
+            )
+        };
+        assert!(
+            c.iter().enumerate().all(|(i, &v)| v == (i % 70) as f32),
+            "{t:?}"
+        );
+        // SAFETY: as above.
+        unsafe {
+            t.block(
+                lhs.as_ptr(),
+                panels.as_ptr(),
+                0,
+                2,
+                c.as_mut_ptr(),
+                70,
+                tr,
+                70,
+                true,
+                bias.as_ptr(),
+            )
+        };
+        assert!(
+            c.iter()
+                .enumerate()
+                .all(|(i, &v)| v == 2.0 * (i % 70) as f32),
+            "{t:?}"
+        );
+    }
+}
+
+#[test]
+fn tokens_agree_with_hwcap2() {
+    use hetero_sme::arch::aarch64::{hwcap2, HWCAP2_SME, HWCAP2_SME2};
+    let caps = hwcap2();
+    assert_eq!(
+        Sme2::try_new().is_some(),
+        caps & HWCAP2_SME2 != 0 && Sme2::probe().is_ok()
+    );
+    if caps & HWCAP2_SME == 0 {
+        assert!(Sme1::try_new().is_none() && Sme2::try_new().is_none());
+    }
+    if let (Some(a), Some(b)) = (Sme2::try_new(), Sme1::try_new()) {
+        assert_eq!(a.tile_rows(), b.tile_rows());
+        assert_eq!(a.tile_rows() * 32, a.svl_bits());
+    }
+}
+
+#[test]
+fn pack_lhs_layout() {
+    // Independent of the CPU: 3 rows, K = 5, tile_rows 4.
+    let a: Vec<f32> = (0..3 * 6).map(|x| x as f32).collect();
+    let mut dst = vec![0xaaaau16; lhs_block_len(4, 5) + 2];
+    pack_lhs_f32(&a, 6, 3, 5, 4, &mut dst);
+    for q in 0..3 {
+        for i in 0..4 {
+            for j in 0..2 {
+                let kk = 2 * q + j;
+                let want = if i < 3 && kk < 5 {
+                    f16((i * 6 + kk) as f32)
+                } else {
+                    0
+                };
+                assert_eq!(dst[(q * 4 + i) * 2 + j], want, "q{q} i{i} j{j}");
+            }
+        }
+    }
+    assert_eq!(&dst[24..], &[0xaaaa, 0xaaaa], "wrote past lhs_block_len");
+}
