@@ -1,3 +1,294 @@
 #![doc = include_str!("../README.md")]
 
 pub mod arch;
+mod error;
+mod gemm;
+mod pack;
+mod parallel;
+mod portable;
+mod primitive;
+mod quant;
+
+pub use error::Error;
+pub use gemm::{Gemm, GemmPlan, Lhs};
+pub use pack::{
+    k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
+    PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
+};
+pub use parallel::StealState;
+pub use portable::Portable;
+pub use quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ8_0, QGemv, QGemvPlan, QWeights, QuantBlock, GEMV_MAX_ROWS,
+    GEMV_TILE_ROWS, QK,
+};
+
+#[cfg(target_arch = "x86_64")]
+use arch::x86_64::{Amx, Avx512};
+
+/// Names of the implementations, for asking for one explicitly with [`Kernel::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// Plain Rust, every CPU.
+    Portable,
+    /// x86-64 AVX-512F + F16C + FMA.
+    Avx512,
+    /// x86-64 AMX-BF16 (reads [`PackedFormat::Bf16`] weights only).
+    Amx,
+}
+
+/// One implementation, carrying the capability token that proves the CPU can run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kernel {
+    /// See [`Portable`].
+    Portable(Portable),
+    /// See [`arch::x86_64::Avx512`].
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Avx512),
+    /// See [`arch::x86_64::Amx`].
+    #[cfg(target_arch = "x86_64")]
+    Amx(Amx),
+}
+
+impl Kernel {
+    /// The implementation named `kind`, or [`Error::Unsupported`] when this CPU (or OS) lacks it.
+    pub fn new(kind: KernelKind) -> Result<Kernel, Error> {
+        let k = match kind {
+            KernelKind::Portable => Some(Kernel::Portable(Portable)),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx512 => Avx512::try_new().map(Kernel::Avx512),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => Amx::try_new().map(Kernel::Amx),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        k.ok_or(Error::Unsupported {
+            kernel: kind_name(kind),
+        })
+    }
+
+    /// Every implementation this CPU supports, best last.
+    pub fn available() -> Vec<Kernel> {
+        [KernelKind::Portable, KernelKind::Avx512, KernelKind::Amx]
+            .into_iter()
+            .filter_map(|k| Kernel::new(k).ok())
+            .collect()
+    }
+
+    /// The best GEMM implementation for weights packed as `format` on this CPU, chosen once
+    /// (per format) and cached.
+    pub fn best(format: PackedFormat) -> Kernel {
+        static F16: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        static BF16: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        let cell = match format {
+            PackedFormat::F16 => &F16,
+            PackedFormat::Bf16 => &BF16,
+        };
+        *cell.get_or_init(|| {
+            Kernel::available()
+                .into_iter()
+                .rev()
+                .find(|k| k.supports(format))
+                .unwrap_or(Kernel::Portable(Portable))
+        })
+    }
+
+    /// The best quantized-GEMV implementation on this CPU (cached).
+    pub fn best_gemv() -> Kernel {
+        static K: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *K.get_or_init(|| {
+            Kernel::available()
+                .into_iter()
+                .rev()
+                .find(|k| k.has_qgemv())
+                .unwrap_or(Kernel::Portable(Portable))
+        })
+    }
+
+    /// The implementation's name.
+    pub fn name(&self) -> &'static str {
+        kind_name(self.kind())
+    }
+
+    /// Which implementation this is.
+    pub fn kind(&self) -> KernelKind {
+        match self {
+            Kernel::Portable(_) => KernelKind::Portable,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => KernelKind::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx(_) => KernelKind::Amx,
+        }
+    }
+
+    /// Whether this implementation reads packed weights of `format`.
+    pub fn supports(&self, format: PackedFormat) -> bool {
+        match self {
+            Kernel::Portable(_) => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx(_) => format == PackedFormat::Bf16,
+        }
+    }
+
+    /// Whether this implementation has its own quantized GEMV (others fall back to portable).
+    fn has_qgemv(&self) -> bool {
+        match self {
+            Kernel::Portable(_) => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx(_) => false,
+        }
+    }
+
+    /// Rows of A per GEMM tile (the parallel driver's grain is this many rows × one panel).
+    pub fn tile_rows(&self) -> usize {
+        match self {
+            Kernel::Portable(_) => 16,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => arch::x86_64::AVX512_TILE_ROWS,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx(_) => 16,
+        }
+    }
+
+    /// # Safety
+    /// `ctx` validated for this kernel; `row0 + rows <= ctx.m`, `p < ctx.np`; exclusive access to
+    /// the tile's region of C.
+    pub(crate) unsafe fn tile(&self, ctx: &gemm::Ctx, row0: usize, rows: usize, p: usize) {
+        // SAFETY: all obligations forwarded; each token proves its CPU feature.
+        unsafe {
+            match self {
+                Kernel::Portable(_) => portable::gemm_tile(ctx, row0, rows, p),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512(t) => t.gemm_tile(ctx, row0, rows, p),
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Amx(t) => t.gemm_tile(ctx, row0, rows, p),
+            }
+        }
+    }
+
+    /// # Safety
+    /// `ctx` validated; `n0 <= n1 <= ctx.n`; exclusive access to y columns `n0..n1`.
+    pub(crate) unsafe fn gemv_rows(&self, ctx: &quant::QCtx, n0: usize, n1: usize) {
+        // SAFETY: obligations forwarded; each token proves its CPU feature.
+        unsafe {
+            match self {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512(t) => t.gemv_rows(ctx, n0, n1),
+                _ => quant::gemv_rows_portable(ctx, n0, n1),
+            }
+        }
+    }
+
+    /// Runs `g` single-threaded on this implementation. On error nothing is written to `c`.
+    pub fn gemm(self, g: &Gemm<'_>, c: &mut [f32], ldc: usize) -> Result<(), Error> {
+        GemmPlan::new(self, g, c, ldc)?.run_all();
+        Ok(())
+    }
+
+    /// Runs the quantized GEMV `g` single-threaded on this implementation (implementations
+    /// without their own quantized GEMV use the portable one).
+    pub fn qgemv(self, g: &QGemv<'_>, y: &mut [f32], ldy: usize) -> Result<(), Error> {
+        QGemvPlan::new(self, g, y, ldy)?.run_all();
+        Ok(())
+    }
+}
+
+fn kind_name(k: KernelKind) -> &'static str {
+    match k {
+        KernelKind::Portable => "portable",
+        KernelKind::Avx512 => "avx512",
+        KernelKind::Amx => "amx-bf16",
+    }
+}
+
+/// `C (= or +=) A·W (+ bias)` on the best implementation for `g.w`'s format, single-threaded.
+pub fn gemm(g: &Gemm<'_>, c: &mut [f32], ldc: usize) -> Result<(), Error> {
+    Kernel::best(g.w.format()).gemm(g, c, ldc)
+}
+
+/// Decode GEMV on packed FP16 (or BF16) panels: `y[M×N] = x[M×K] · W`, x FP32 row-major
+/// (stride K), M ≤ 16. It is the GEMM on the same packed weight.
+pub fn gemv_packed(
+    x: &[f32],
+    m: usize,
+    w: PackedRef<'_>,
+    y: &mut [f32],
+    ldy: usize,
+) -> Result<(), Error> {
+    if m > GEMV_MAX_ROWS {
+        return Err(Error::TooManyRows {
+            max: GEMV_MAX_ROWS,
+            got: m,
+        });
+    }
+    gemm(
+        &Gemm {
+            a: Lhs::F32(x),
+            m,
+            lda: w.k(),
+            w,
+            bias: None,
+            accumulate: false,
+        },
+        y,
+        ldy,
+    )
+}
+
+/// `y[M×N] = x[M×K] · W^T` with Q4_0 weights (N rows of K/32 blocks), on the best implementation.
+pub fn gemv_q4_0(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[BlockQ4_0],
+    y: &mut [f32],
+    ldy: usize,
+) -> Result<(), Error> {
+    let g = QGemv {
+        x,
+        m,
+        k,
+        w: QWeights::Q4_0(w),
+    };
+    Kernel::best_gemv().qgemv(&g, y, ldy)
+}
+
+/// As [`gemv_q4_0`] with Q4_1 weights.
+pub fn gemv_q4_1(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[BlockQ4_1],
+    y: &mut [f32],
+    ldy: usize,
+) -> Result<(), Error> {
+    let g = QGemv {
+        x,
+        m,
+        k,
+        w: QWeights::Q4_1(w),
+    };
+    Kernel::best_gemv().qgemv(&g, y, ldy)
+}
+
+/// As [`gemv_q4_0`] with Q8_0 weights.
+pub fn gemv_q8_0(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[BlockQ8_0],
+    y: &mut [f32],
+    ldy: usize,
+) -> Result<(), Error> {
+    let g = QGemv {
+        x,
+        m,
+        k,
+        w: QWeights::Q8_0(w),
+    };
+    Kernel::best_gemv().qgemv(&g, y, ldy)
+}

@@ -1,0 +1,402 @@
+//! AVX-512 kernels: GEMM on the packed FP16/BF16 panels and the quantized GEMV.
+//!
+//! GEMM micro-kernel: up to 6 rows × 32 columns (half a panel). One k-pair row of a half panel is
+//! 32 columns × 2 k = 64 elements = four zmm of FP32 after `vcvtph2ps`, lanes ordered
+//! `[c0k0, c0k1, c1k0, c1k1, ...]`; each A row contributes the pair `(a[2q], a[2q+1])` broadcast
+//! as one 64-bit value, so one FMA per zmm accumulates both k of a pair in adjacent lanes; the
+//! two lanes of a column are summed once at the end (`vpermt2ps` even/odd + add). Registers: 24
+//! accumulators, 4 weight vectors and 1 broadcast, 29 of the 32 zmm. K is cut into chunks of 128 k-pairs so
+//! a half-panel chunk (16 KiB) stays in L1 while the row groups of the tile reuse it.
+
+use core::arch::x86_64::*;
+
+use super::Avx512;
+use crate::gemm::{APtr, Ctx};
+use crate::pack::{PackedFormat, PAIR_ELEMS, PANEL_COLS};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QCtx, WPtr, QK};
+
+/// Rows of A per tile.
+pub(crate) const AVX512_TILE_ROWS: usize = 48;
+const MR: usize = 6;
+const KC: usize = 128;
+
+impl Avx512 {
+    /// # Safety
+    /// As [`crate::Kernel::tile`].
+    pub(crate) unsafe fn gemm_tile(self, ctx: &Ctx, row0: usize, rows: usize, p: usize) {
+        // SAFETY: the token proves avx512f+f16c+fma; the rest is forwarded.
+        unsafe {
+            match ctx.format {
+                PackedFormat::F16 => tile::<false>(ctx, row0, rows, p),
+                PackedFormat::Bf16 => tile::<true>(ctx, row0, rows, p),
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`crate::Kernel::gemv_rows`].
+    pub(crate) unsafe fn gemv_rows(self, ctx: &QCtx, n0: usize, n1: usize) {
+        // SAFETY: the token proves the features; the rest is forwarded.
+        unsafe { qgemv_dispatch(ctx, n0, n1) }
+    }
+}
+
+#[target_feature(enable = "avx512f,f16c,fma")]
+unsafe fn tile<const BF16: bool>(ctx: &Ctx, row0: usize, rows: usize, p: usize) {
+    let cols = ctx.panel_cols(p);
+    let panel = ctx.panel_ptr(p);
+    let mut abuf = [0f32; MR * 2 * KC];
+    let mut q0 = 0;
+    loop {
+        let qn = (ctx.kp - q0).min(KC);
+        let last = q0 + qn >= ctx.kp;
+        let first = q0 == 0;
+        for half in 0..2 {
+            let hcols = cols.saturating_sub(32 * half).min(32);
+            if hcols == 0 {
+                continue;
+            }
+            let w = panel.wrapping_add(q0 * PAIR_ELEMS + half * 64);
+            let col0 = p * PANEL_COLS + half * 32;
+            let bias = if first && !ctx.bias.is_null() {
+                ctx.bias.wrapping_add(col0)
+            } else {
+                core::ptr::null()
+            };
+            let load_c = !first || ctx.accumulate;
+            let mut i = row0;
+            while i < row0 + rows {
+                let r = (row0 + rows - i).min(MR);
+                // Pairs whose both k are inside K; the odd last k (if any) is the tail.
+                let odd_tail = last && ctx.k % 2 == 1;
+                let (a, lda, pairs, tail) = match ctx.a {
+                    APtr::F32(a) => (
+                        a.wrapping_add(i * ctx.lda + 2 * q0),
+                        ctx.lda,
+                        qn - odd_tail as usize,
+                        odd_tail,
+                    ),
+                    APtr::F16(a) => {
+                        // Convert the r × (2 qn) block to FP32, zero past K.
+                        let kk0 = 2 * q0;
+                        let kn = (ctx.k - kk0).min(2 * qn);
+                        for rr in 0..r {
+                            let dst = &mut abuf[rr * 2 * KC..(rr + 1) * 2 * KC];
+                            // SAFETY: row i+rr < m, columns kk0..kk0+kn < k: inside A.
+                            let src = unsafe {
+                                core::slice::from_raw_parts(a.add((i + rr) * ctx.lda + kk0), kn)
+                            };
+                            // SAFETY: f16c is enabled for this function.
+                            unsafe { cvt_f16_row(src, &mut dst[..kn]) };
+                            dst[kn..2 * qn].fill(0.0);
+                        }
+                        (abuf.as_ptr(), 2 * KC, qn, false)
+                    }
+                };
+                let c = ctx.c.wrapping_add(i * ctx.ldc + col0);
+                let args = Uk {
+                    a,
+                    lda,
+                    pairs,
+                    tail,
+                    w,
+                    c,
+                    ldc: ctx.ldc,
+                    cols: hcols,
+                    load_c,
+                    bias,
+                };
+                // SAFETY: a covers r rows of `pairs` pairs (+1 element when tail) inside A or
+                // abuf; w covers qn k-pairs of this half panel; c covers r rows × hcols columns
+                // of the caller's tile; bias (if non-null) covers hcols elements.
+                unsafe {
+                    match r {
+                        1 => uk::<1, BF16>(&args),
+                        2 => uk::<2, BF16>(&args),
+                        3 => uk::<3, BF16>(&args),
+                        4 => uk::<4, BF16>(&args),
+                        5 => uk::<5, BF16>(&args),
+                        _ => uk::<6, BF16>(&args),
+                    }
+                }
+                i += r;
+            }
+        }
+        q0 += qn;
+        if q0 >= ctx.kp {
+            break;
+        }
+    }
+}
+
+/// FP16 → FP32 for a short row.
+///
+/// # Safety
+/// F16C must be available; `dst.len() >= src.len()`.
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn cvt_f16_row(src: &[u16], dst: &mut [f32]) {
+    let n = src.len();
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n elements are inside both slices.
+        unsafe {
+            let v = _mm512_cvtph_ps(_mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i));
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i), v);
+        }
+        i += 16;
+    }
+    while i < n {
+        dst[i] = crate::portable::f16_to_f32(src[i]);
+        i += 1;
+    }
+}
+
+struct Uk {
+    a: *const f32,
+    lda: usize,
+    pairs: usize,
+    tail: bool,
+    w: *const u16,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    load_c: bool,
+    bias: *const f32,
+}
+
+/// 16 packed elements (8 columns × 2 k) to FP32.
+#[inline(always)]
+unsafe fn load_w<const BF16: bool>(p: *const u16) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable u16 at p; features enabled by the caller.
+    unsafe {
+        let v = _mm256_loadu_si256(p as *const __m256i);
+        if BF16 {
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+        } else {
+            _mm512_cvtph_ps(v)
+        }
+    }
+}
+
+/// # Safety
+/// See the call site in `tile`: `a` readable for R rows (stride lda) of `2*pairs` (+1 if tail)
+/// f32; `w` readable for `pairs + tail` k-pair rows (stride 128) of 64 u16; `c` writable (and
+/// readable if load_c) for R rows (stride ldc) of `cols` f32; bias null or `cols` readable f32.
+#[target_feature(enable = "avx512f,f16c,fma")]
+unsafe fn uk<const R: usize, const BF16: bool>(u: &Uk) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    // SAFETY: every pointer offset below stays inside the extents in this function's contract.
+    unsafe {
+        for q in 0..u.pairs {
+            let wp = u.w.add(q * PAIR_ELEMS);
+            let w0 = load_w::<BF16>(wp);
+            let w1 = load_w::<BF16>(wp.add(16));
+            let w2 = load_w::<BF16>(wp.add(32));
+            let w3 = load_w::<BF16>(wp.add(48));
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                let pair = core::ptr::read_unaligned(u.a.add(r * u.lda + 2 * q) as *const f64);
+                let av = _mm512_castpd_ps(_mm512_set1_pd(pair));
+                acc_r[0] = _mm512_fmadd_ps(av, w0, acc_r[0]);
+                acc_r[1] = _mm512_fmadd_ps(av, w1, acc_r[1]);
+                acc_r[2] = _mm512_fmadd_ps(av, w2, acc_r[2]);
+                acc_r[3] = _mm512_fmadd_ps(av, w3, acc_r[3]);
+            }
+        }
+        if u.tail {
+            let q = u.pairs;
+            let wp = u.w.add(q * PAIR_ELEMS);
+            let ws = [
+                load_w::<BF16>(wp),
+                load_w::<BF16>(wp.add(16)),
+                load_w::<BF16>(wp.add(32)),
+                load_w::<BF16>(wp.add(48)),
+            ];
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                // Only a[2q] exists; the pair is (a[2q], 0).
+                let a0 = *u.a.add(r * u.lda + 2 * q);
+                let av = _mm512_castsi512_ps(_mm512_set1_epi64(a0.to_bits() as i64));
+                for j in 0..4 {
+                    acc_r[j] = _mm512_fmadd_ps(av, ws[j], acc_r[j]);
+                }
+            }
+        }
+        let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        for (r, acc_r) in acc.iter().enumerate() {
+            for h in 0..2 {
+                let cnt = u.cols.saturating_sub(16 * h).min(16);
+                if cnt == 0 {
+                    continue;
+                }
+                let mask: __mmask16 = ((1u32 << cnt) - 1) as u16;
+                let (x0, x1) = (acc_r[2 * h], acc_r[2 * h + 1]);
+                let mut s = _mm512_add_ps(
+                    _mm512_permutex2var_ps(x0, even, x1),
+                    _mm512_permutex2var_ps(x0, odd, x1),
+                );
+                if !u.bias.is_null() {
+                    s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(mask, u.bias.add(16 * h)));
+                }
+                let dst = u.c.add(r * u.ldc + 16 * h);
+                if u.load_c {
+                    s = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), s);
+                }
+                _mm512_mask_storeu_ps(dst, mask, s);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized GEMV.
+
+/// Decodes one block into two zmm of 16 scaled FP32 values (elements 0..15, 16..31).
+trait Dec {
+    type B;
+    /// # Safety
+    /// `b` points to a readable block; avx512f+f16c+fma enabled by the caller.
+    unsafe fn dec(b: *const Self::B) -> (__m512, __m512);
+}
+
+#[inline(always)]
+unsafe fn scale(d: u16) -> __m512 {
+    // SAFETY: f16c/avx512f enabled by the caller.
+    unsafe { _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(d as i32)))) }
+}
+
+struct D40;
+impl Dec for D40 {
+    type B = BlockQ4_0;
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ4_0) -> (__m512, __m512) {
+        // SAFETY: b readable (caller); 16 bytes of qs inside the block.
+        unsafe {
+            let d = scale((*b).d);
+            let md = _mm512_mul_ps(d, _mm512_set1_ps(-8.0));
+            let q = _mm512_cvtepu8_epi32(_mm_loadu_si128((*b).qs.as_ptr() as *const __m128i));
+            let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
+            let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q));
+            (_mm512_fmadd_ps(lo, d, md), _mm512_fmadd_ps(hi, d, md))
+        }
+    }
+}
+
+struct D41;
+impl Dec for D41 {
+    type B = BlockQ4_1;
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ4_1) -> (__m512, __m512) {
+        // SAFETY: as D40.
+        unsafe {
+            let d = scale((*b).d);
+            let m = scale((*b).m);
+            let q = _mm512_cvtepu8_epi32(_mm_loadu_si128((*b).qs.as_ptr() as *const __m128i));
+            let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
+            let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q));
+            (_mm512_fmadd_ps(lo, d, m), _mm512_fmadd_ps(hi, d, m))
+        }
+    }
+}
+
+struct D80;
+impl Dec for D80 {
+    type B = BlockQ8_0;
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ8_0) -> (__m512, __m512) {
+        // SAFETY: b readable; 32 bytes of qs inside the block.
+        unsafe {
+            let d = scale((*b).d);
+            let p = (*b).qs.as_ptr() as *const __m128i;
+            let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
+            let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(1))));
+            (_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d))
+        }
+    }
+}
+
+/// # Safety
+/// As [`crate::Kernel::gemv_rows`], with the AVX-512 features present.
+unsafe fn qgemv_dispatch(ctx: &QCtx, n0: usize, n1: usize) {
+    macro_rules! by_m {
+        ($d:ty, $w:expr) => {
+            match ctx.m {
+                0 => {}
+                1 => qrows::<1, $d>(ctx, $w, n0, n1),
+                2 => qrows::<2, $d>(ctx, $w, n0, n1),
+                3 => qrows::<3, $d>(ctx, $w, n0, n1),
+                4 => qrows::<4, $d>(ctx, $w, n0, n1),
+                5 => qrows::<5, $d>(ctx, $w, n0, n1),
+                6 => qrows::<6, $d>(ctx, $w, n0, n1),
+                7 => qrows::<7, $d>(ctx, $w, n0, n1),
+                8 => qrows::<8, $d>(ctx, $w, n0, n1),
+                9 => qrows::<9, $d>(ctx, $w, n0, n1),
+                10 => qrows::<10, $d>(ctx, $w, n0, n1),
+                11 => qrows::<11, $d>(ctx, $w, n0, n1),
+                12 => qrows::<12, $d>(ctx, $w, n0, n1),
+                13 => qrows::<13, $d>(ctx, $w, n0, n1),
+                14 => qrows::<14, $d>(ctx, $w, n0, n1),
+                15 => qrows::<15, $d>(ctx, $w, n0, n1),
+                _ => qrows::<16, $d>(ctx, $w, n0, n1),
+            }
+        };
+    }
+    // SAFETY: forwarded; m <= 16 was validated.
+    unsafe {
+        match ctx.w {
+            WPtr::Q4_0(w) => by_m!(D40, w),
+            WPtr::Q4_1(w) => by_m!(D41, w),
+            WPtr::Q8_0(w) => by_m!(D80, w),
+        }
+    }
+}
+
+/// Rows `n0..n1` of W against M rows of x. M ≤ 2: four accumulators per row of x (two blocks in
+/// flight) to hide FMA latency; M ≤ 8: two; otherwise one (register budget).
+///
+/// # Safety
+/// `ctx.m == M`; `w` is ctx's validated block pointer; `n0 <= n1 <= ctx.n`; exclusive access to
+/// y columns `n0..n1`; avx512f+f16c+fma present.
+#[target_feature(enable = "avx512f,f16c,fma")]
+unsafe fn qrows<const M: usize, D: Dec>(ctx: &QCtx, w: *const D::B, n0: usize, n1: usize) {
+    let nb = ctx.k / QK;
+    let (s_hi, s2) = if M <= 2 {
+        (1, 2)
+    } else if M <= 8 {
+        (1, 0)
+    } else {
+        (0, 0)
+    };
+    for n in n0..n1 {
+        let mut acc = [[_mm512_setzero_ps(); 4]; M];
+        // SAFETY: n < N and block indices < nb are inside the validated weight; x offsets
+        // m*k + 32b + 32 <= M*k are inside x.
+        unsafe {
+            let row = w.add(n * nb);
+            let mut b = 0;
+            while b + 2 <= nb {
+                let (l0, h0) = D::dec(row.add(b));
+                let (l1, h1) = D::dec(row.add(b + 1));
+                for (m, a) in acc.iter_mut().enumerate() {
+                    let xp = ctx.x.add(m * ctx.k + b * QK);
+                    a[0] = _mm512_fmadd_ps(l0, _mm512_loadu_ps(xp), a[0]);
+                    a[s_hi] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xp.add(16)), a[s_hi]);
+                    a[s2] = _mm512_fmadd_ps(l1, _mm512_loadu_ps(xp.add(32)), a[s2]);
+                    a[s2 + s_hi] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(xp.add(48)), a[s2 + s_hi]);
+                }
+                b += 2;
+            }
+            if b < nb {
+                let (l0, h0) = D::dec(row.add(b));
+                for (m, a) in acc.iter_mut().enumerate() {
+                    let xp = ctx.x.add(m * ctx.k + b * QK);
+                    a[0] = _mm512_fmadd_ps(l0, _mm512_loadu_ps(xp), a[0]);
+                    a[s_hi] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xp.add(16)), a[s_hi]);
+                }
+            }
+            for (m, a) in acc.iter().enumerate() {
+                let s = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+                *ctx.y.add(m * ctx.ldy + n) = _mm512_reduce_add_ps(s);
+            }
+        }
+    }
+}

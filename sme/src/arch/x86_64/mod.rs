@@ -1,0 +1,52 @@
+//! x86-64 kernels: AVX-512 (F16C + FMA) and AMX-BF16.
+
+mod amx;
+mod avx512;
+
+pub(crate) use avx512::AVX512_TILE_ROWS;
+
+/// Capability token: proves AVX-512F, F16C and FMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Avx512 {
+    _p: (),
+}
+
+impl Avx512 {
+    /// `Some` when the CPU (and OS, through XCR0) supports AVX-512F, F16C and FMA.
+    pub fn try_new() -> Option<Self> {
+        (std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("f16c")
+            && std::arch::is_x86_feature_detected!("fma"))
+        .then_some(Self { _p: () })
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F, F16C and FMA, with AVX-512 state enabled by the OS.
+    pub unsafe fn new_unchecked() -> Self {
+        Self { _p: () }
+    }
+}
+
+/// Capability token: proves AMX-TILE + AMX-BF16 and that the OS granted this process the AMX
+/// tile-data state (Linux `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, requested once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amx {
+    _p: (),
+}
+
+impl Amx {
+    /// `Some` when CPUID reports AMX-TILE and AMX-BF16 (plus AVX-512F, used around the tiles)
+    /// and Linux grants the tile-data permission. The request runs once per process.
+    pub fn try_new() -> Option<Self> {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        (*OK.get_or_init(amx::detect_and_request) && std::arch::is_x86_feature_detected!("avx512f"))
+            .then_some(Self { _p: () })
+    }
+
+    /// # Safety
+    /// The CPU must support AMX-TILE, AMX-BF16 and AVX-512F, and this process must already hold
+    /// the XTILEDATA permission (otherwise the first tile instruction faults).
+    pub unsafe fn new_unchecked() -> Self {
+        Self { _p: () }
+    }
+}

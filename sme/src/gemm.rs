@@ -1,0 +1,235 @@
+//! GEMM over the packed format: the problem description, its validation, the tile grid and the
+//! kernel dispatch.
+
+use crate::pack::{k_pairs, panels, PackedFormat, PackedRef, PAIR_ELEMS, PANEL_COLS};
+use crate::{Error, Kernel};
+
+/// The left operand A (M×K, row-major with leading dimension `lda`).
+#[derive(Debug, Clone, Copy)]
+pub enum Lhs<'a> {
+    /// FP32 activations.
+    F32(&'a [f32]),
+    /// FP16 activations (IEEE binary16 bits).
+    F16(&'a [u16]),
+}
+
+impl Lhs<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Lhs::F32(a) => a.len(),
+            Lhs::F16(a) => a.len(),
+        }
+    }
+}
+
+/// One GEMM: `C[M×N] (= or +=) A[M×K] · W[K×N] (+ bias[N])`, C FP32 row-major.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm<'a> {
+    /// A, row-major.
+    pub a: Lhs<'a>,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Leading dimension of A (`>= K`).
+    pub lda: usize,
+    /// The packed weight; it fixes K and N.
+    pub w: PackedRef<'a>,
+    /// Optional bias of N elements, added once to every output row.
+    pub bias: Option<&'a [f32]>,
+    /// `false`: `C = A·W + bias`; `true`: `C += A·W + bias`.
+    pub accumulate: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum APtr {
+    F32(*const f32),
+    F16(*const u16),
+}
+
+/// A validated GEMM as raw pointers: every extent below has been checked against the slices it
+/// came from, so a kernel may read A rows `0..m` (`k` elements each, stride `lda`), the `np`
+/// panels of `w` (stride `kp * 128`), bias `n` elements, and write C rows `0..m` (`n` elements,
+/// stride `ldc`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx {
+    pub a: APtr,
+    pub lda: usize,
+    pub m: usize,
+    pub k: usize,
+    pub kp: usize,
+    pub n: usize,
+    pub np: usize,
+    pub w: *const u16,
+    pub format: PackedFormat,
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub accumulate: bool,
+    pub bias: *const f32,
+}
+
+impl Ctx {
+    /// Columns of panel `p` that are inside N.
+    pub fn panel_cols(&self, p: usize) -> usize {
+        (self.n - p * PANEL_COLS).min(PANEL_COLS)
+    }
+    /// Start of panel `p`.
+    pub fn panel_ptr(&self, p: usize) -> *const u16 {
+        self.w.wrapping_add(p * self.kp * PAIR_ELEMS)
+    }
+}
+
+pub(crate) fn need(m: usize, ld: usize, cols: usize) -> Result<usize, Error> {
+    if m == 0 || cols == 0 {
+        return Ok(0);
+    }
+    (m - 1)
+        .checked_mul(ld)
+        .and_then(|x| x.checked_add(cols))
+        .ok_or(Error::Overflow)
+}
+
+/// Validates `g` with output `c`/`ldc` for `kernel`; writes nothing.
+pub(crate) fn validate(kernel: Kernel, g: &Gemm<'_>, c: &[f32], ldc: usize) -> Result<Ctx, Error> {
+    let (k, n) = (g.w.k(), g.w.n());
+    if !kernel.supports(g.w.format()) {
+        return Err(Error::FormatMismatch {
+            kernel: kernel.name(),
+            format: g.w.format(),
+        });
+    }
+    if g.m > 0 && g.lda < k {
+        return Err(Error::BadStride {
+            what: "A",
+            ld: g.lda,
+            min: k,
+        });
+    }
+    let need_a = need(g.m, g.lda, k)?;
+    if g.a.len() < need_a {
+        return Err(Error::BufferTooSmall {
+            what: "A",
+            needed: need_a,
+            got: g.a.len(),
+        });
+    }
+    if g.m > 0 && ldc < n {
+        return Err(Error::BadStride {
+            what: "C",
+            ld: ldc,
+            min: n,
+        });
+    }
+    let need_c = need(g.m, ldc, n)?;
+    if c.len() < need_c {
+        return Err(Error::BufferTooSmall {
+            what: "C",
+            needed: need_c,
+            got: c.len(),
+        });
+    }
+    if let Some(b) = g.bias {
+        if b.len() != n {
+            return Err(Error::ShapeMismatch {
+                what: "bias length vs N",
+                expected: n,
+                got: b.len(),
+            });
+        }
+    }
+    Ok(Ctx {
+        a: match g.a {
+            Lhs::F32(a) => APtr::F32(a.as_ptr()),
+            Lhs::F16(a) => APtr::F16(a.as_ptr()),
+        },
+        lda: g.lda,
+        m: g.m,
+        k,
+        kp: k_pairs(k),
+        n,
+        np: panels(n),
+        w: g.w.data().as_ptr(),
+        format: g.w.format(),
+        c: c.as_ptr() as *mut f32,
+        ldc,
+        accumulate: g.accumulate,
+        bias: g.bias.map_or(core::ptr::null(), |b| b.as_ptr()),
+    })
+}
+
+/// A validated GEMM cut into tiles (a block of rows × one 64-column panel), ready to be run by
+/// several threads through [`crate::StealState`]. It holds C mutably borrowed for its lifetime.
+#[derive(Debug)]
+pub struct GemmPlan<'a> {
+    ctx: Ctx,
+    kernel: Kernel,
+    mb: usize,
+    nrb: usize,
+    _c: core::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the plan holds raw pointers derived from shared borrows (A, W, bias: only read) and one
+// exclusive borrow (C) that lives as long as the plan. Workers reach C only through
+// `run_worker`, where the steal state hands each tile index to one worker at most, and distinct
+// tiles write disjoint regions of C; so sharing the plan across threads creates no data race.
+unsafe impl Sync for GemmPlan<'_> {}
+// SAFETY: as above; moving the plan to another thread moves the borrows with it.
+unsafe impl Send for GemmPlan<'_> {}
+
+impl<'a> GemmPlan<'a> {
+    /// Validates `g` for `kernel` and output `c` (row stride `ldc`); nothing is written yet.
+    pub fn new(kernel: Kernel, g: &Gemm<'a>, c: &'a mut [f32], ldc: usize) -> Result<Self, Error> {
+        let ctx = validate(kernel, g, c, ldc)?;
+        let mb = kernel.tile_rows().max(1);
+        Ok(Self {
+            ctx,
+            kernel,
+            mb,
+            nrb: ctx.m.div_ceil(mb),
+            _c: core::marker::PhantomData,
+        })
+    }
+
+    /// Number of tiles: `ceil(M / tile_rows) * ceil(N / 64)`; tile `t` covers panel
+    /// `t / row_blocks` and row block `t % row_blocks` (consecutive tiles share a panel).
+    pub fn tiles(&self) -> usize {
+        self.nrb * self.ctx.np
+    }
+
+    /// The kernel this plan runs.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// # Safety
+    /// `t` must not be run by two threads at once (tiles write disjoint parts of C, one tile is
+    /// one region), and no other access to C may overlap.
+    pub(crate) unsafe fn run_tile(&self, t: usize) {
+        if t >= self.tiles() {
+            return;
+        }
+        let (p, rb) = (t / self.nrb, t % self.nrb);
+        let row0 = rb * self.mb;
+        let rows = (self.ctx.m - row0).min(self.mb);
+        // SAFETY: row0 + rows <= m and p < np, inside the validated extents; exclusivity of the
+        // tile region is the caller's obligation, forwarded.
+        unsafe { self.kernel.tile(&self.ctx, row0, rows, p) }
+    }
+
+    /// Runs every tile on the calling thread.
+    pub fn run_all(&mut self) {
+        for t in 0..self.tiles() {
+            // SAFETY: `&mut self` excludes any concurrent run of this plan; tiles run one by one.
+            unsafe { self.run_tile(t) }
+        }
+    }
+
+    /// Runs this worker's share of the tiles: claims from the front of its own range, then
+    /// steals from the back of the others' ranges until none is left. Call it from each of the
+    /// caller's threads after `state.prepare(plan.tiles())`; C is complete once every worker has
+    /// returned (join the threads). Fails if `worker` is out of range for `state`.
+    pub fn run_worker(&self, state: &crate::StealState, worker: usize) -> Result<(), Error> {
+        state.run_worker(worker, |t| {
+            // SAFETY: the steal state hands out each tile index to exactly one claim.
+            unsafe { self.run_tile(t) }
+        })
+    }
+}

@@ -1,0 +1,71 @@
+//! Shared test helpers: a small PRNG, rounding helpers and the f64 reference.
+#![allow(dead_code)]
+
+use hetero_sme::{Kernel, KernelKind, PackedFormat};
+
+/// xorshift64* PRNG (deterministic per seed).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+pub fn round_bf16(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+pub fn f16_bits(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
+/// Every implementation this CPU supports, with the ones missing here listed as skipped.
+pub fn kernels() -> Vec<Kernel> {
+    let mut v = Vec::new();
+    for kind in [KernelKind::Portable, KernelKind::Avx512, KernelKind::Amx] {
+        match Kernel::new(kind) {
+            Ok(k) => v.push(k),
+            Err(e) => eprintln!("SKIP kernel {kind:?}: {e}"),
+        }
+    }
+    v
+}
+
+/// How a kernel rounds its inputs: AMX rounds A to BF16 as well.
+pub fn a_rounding(k: Kernel) -> fn(f32) -> f32 {
+    if k.kind() == KernelKind::Amx {
+        round_bf16
+    } else {
+        |x| x
+    }
+}
+
+pub fn w_rounding(f: PackedFormat) -> fn(f32) -> f32 {
+    match f {
+        PackedFormat::F16 => round_f16,
+        PackedFormat::Bf16 => round_bf16,
+    }
+}

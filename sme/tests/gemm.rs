@@ -1,0 +1,214 @@
+//! Every GEMM implementation against an f64 reference over edge shapes.
+//!
+//! Tolerance: inputs are rounded exactly as the kernel rounds them (W to FP16/BF16 by packing, A
+//! to FP16 when given as FP16, and to BF16 for AMX); the reference multiplies those rounded values
+//! in f64. What remains is FP32 accumulation, whose error for a K-term sum in any order is at
+//! most (K-1)·u·Σ|a_k w_k| with u = 2^-24, plus one rounding each for the bias and C additions.
+//! We allow 2·(K+4)·u·(Σ|a_k w_k| + |bias| + |C0|), a factor 2 above the worst case.
+
+mod common;
+
+use common::*;
+use hetero_sme::*;
+
+const SIZES: [usize; 12] = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129];
+
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    f16_a: bool,
+    accumulate: bool,
+    bias: bool,
+    pad: usize,
+    format: PackedFormat,
+}
+
+fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
+    let (m, n, k) = (c.m, c.n, c.k);
+    let lda = k + c.pad;
+    let ldc = n + c.pad;
+    let a32 = rng.vec(m * lda);
+    let wsrc = rng.vec(k * n);
+    let bias = rng.vec(n);
+    let c0 = rng.vec(m * ldc);
+    let mut packed = vec![0u16; packed_len(k, n)];
+    let src = WeightSource {
+        data: &wsrc,
+        k,
+        n,
+        ld: n,
+        layout: Layout::RowMajor,
+    };
+    pack_f32(&src, 0..n, c.format, &mut packed).unwrap();
+    let w = PackedRef::new(&packed, k, n, c.format).unwrap();
+    let a16: Vec<u16> = a32.iter().map(|&x| f16_bits(x)).collect();
+    let a_eff: Vec<f32> = if c.f16_a {
+        a32.iter().map(|&x| round_f16(x)).collect()
+    } else {
+        a32.clone()
+    };
+    let ra = a_rounding(kernel);
+    let rw = w_rounding(c.format);
+    // Output: poisoned with NaN (or random C0 when accumulating); padding columns NaN.
+    let mut out = vec![f32::NAN; m * ldc];
+    if c.accumulate {
+        for i in 0..m {
+            out[i * ldc..i * ldc + n].copy_from_slice(&c0[i * ldc..i * ldc + n]);
+        }
+    }
+    let g = Gemm {
+        a: if c.f16_a {
+            Lhs::F16(&a16)
+        } else {
+            Lhs::F32(&a32)
+        },
+        m,
+        lda,
+        w,
+        bias: c.bias.then_some(&bias[..]),
+        accumulate: c.accumulate,
+    };
+    kernel.gemm(&g, &mut out, ldc).unwrap();
+    let u = 2f64.powi(-24);
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            let mut mag = 0f64;
+            for kk in 0..k {
+                let p = ra(a_eff[i * lda + kk]) as f64 * rw(wsrc[kk * n + j]) as f64;
+                s += p;
+                mag += p.abs();
+            }
+            if c.bias {
+                s += bias[j] as f64;
+                mag += (bias[j] as f64).abs();
+            }
+            if c.accumulate {
+                s += c0[i * ldc + j] as f64;
+                mag += (c0[i * ldc + j] as f64).abs();
+            }
+            let tol = 2.0 * (k as f64 + 4.0) * u * mag + 1e-30;
+            let got = out[i * ldc + j] as f64;
+            assert!(
+                (got - s).abs() <= tol,
+                "{} m{m} n{n} k{k} f16a={} acc={} bias={} fmt={:?}: C[{i}][{j}] = {got}, want {s} (tol {tol})",
+                kernel.name(),
+                c.f16_a,
+                c.accumulate,
+                c.bias,
+                c.format
+            );
+        }
+        for j in n..ldc {
+            assert!(out[i * ldc + j].is_nan(), "padding C[{i}][{j}] written");
+        }
+    }
+}
+
+fn formats(kernel: Kernel) -> Vec<PackedFormat> {
+    [PackedFormat::F16, PackedFormat::Bf16]
+        .into_iter()
+        .filter(|&f| kernel.supports(f))
+        .collect()
+}
+
+#[test]
+fn edge_shapes_every_kernel() {
+    for kernel in kernels() {
+        let mut rng = Rng::new(1);
+        let mut count = 0;
+        for (i, &m) in SIZES.iter().enumerate() {
+            for (j, &n) in SIZES.iter().enumerate() {
+                for (l, &k) in SIZES.iter().enumerate() {
+                    // A third of the 12^3 grid, so every value of each dimension meets many
+                    // values of the others.
+                    if (i + 2 * j + l) % 3 != 0 {
+                        continue;
+                    }
+                    for format in formats(kernel) {
+                        let sel = rng.next_u64();
+                        let case = Case {
+                            m,
+                            n,
+                            k,
+                            f16_a: sel & 1 != 0,
+                            accumulate: sel & 2 != 0,
+                            bias: sel & 4 != 0,
+                            pad: if sel & 8 != 0 { 3 } else { 0 },
+                            format,
+                        };
+                        run_case(kernel, &case, &mut rng);
+                        count += 1;
+                    }
+                }
+            }
+        }
+        eprintln!("{}: {count} edge cases", kernel.name());
+    }
+}
+
+#[test]
+fn large_shapes_every_kernel() {
+    let shapes = [
+        (16, 1536, 576),
+        (64, 576, 1536),
+        (129, 129, 1536),
+        (1, 1536, 1536),
+        (576, 65, 576),
+        (17, 576, 129),
+    ];
+    for kernel in kernels() {
+        let mut rng = Rng::new(2);
+        for (idx, &(m, n, k)) in shapes.iter().enumerate() {
+            for format in formats(kernel) {
+                let case = Case {
+                    m,
+                    n,
+                    k,
+                    f16_a: idx % 2 == 0,
+                    accumulate: idx % 3 == 1,
+                    bias: idx % 2 == 1,
+                    pad: 1,
+                    format,
+                };
+                run_case(kernel, &case, &mut rng);
+            }
+        }
+    }
+}
+
+#[test]
+fn k_zero_gives_bias() {
+    for kernel in kernels() {
+        let bias = [1.5f32, -2.0, 3.0];
+        let mut out = [f32::NAN; 6];
+        let g = Gemm {
+            a: Lhs::F32(&[]),
+            m: 2,
+            lda: 0,
+            w: PackedRef::new(&[], 0, 3, PackedFormat::Bf16).unwrap(),
+            bias: Some(&bias),
+            accumulate: false,
+        };
+        if !kernel.supports(PackedFormat::Bf16) {
+            continue;
+        }
+        kernel.gemm(&g, &mut out, 3).unwrap();
+        assert_eq!(out, [1.5, -2.0, 3.0, 1.5, -2.0, 3.0], "{}", kernel.name());
+    }
+}
+
+#[test]
+fn dispatch_is_cached_and_supported() {
+    let a = Kernel::best(PackedFormat::F16);
+    assert_eq!(a, Kernel::best(PackedFormat::F16));
+    assert!(a.supports(PackedFormat::F16));
+    assert!(Kernel::best(PackedFormat::Bf16).supports(PackedFormat::Bf16));
+    eprintln!(
+        "dispatch: f16 -> {}, bf16 -> {}, gemv -> {}",
+        a.name(),
+        Kernel::best(PackedFormat::Bf16).name(),
+        Kernel::best_gemv().name()
+    );
+}
