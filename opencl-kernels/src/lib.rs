@@ -1,1 +1,17 @@
 #![doc = include_str!("../README.md")]
+
+mod device;
+mod error;
+mod format;
+mod kernels;
+mod loader;
+pub mod reference;
+
+pub use device::{
+    cache_key, list, Buffer, Device, DeviceInfo, Program, Selector, CACHE_ENV, DEVICE_ENV,
+    PLATFORM_ENV,
+};
+pub use error::{Error, Result};
+pub use format::{relayout_q4_0, relayout_q4_0_len, WeightFormat, BLOCK};
+pub use kernels::{Flag, Kernels, Launch, RopeMode, RowShape, MAX_WG, OPTIONS, SOURCE};
+pub use loader::{Api, DEFAULT_LIBS, LIB_ENV};

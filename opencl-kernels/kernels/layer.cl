@@ -1,0 +1,372 @@
+// Kernels for one decoder layer. Portable OpenCL C 1.2: no cl_khr_fp16 (FP16 data is read with
+// vload_half*, arithmetic is FP32), no subgroups (reductions go through local memory).
+//
+// Every kernel ends with the completion protocol (signal_done): when `epoch` != 0, each
+// work-group, after all its global writes (barrier with a global fence), increments an arrival
+// counter sig[0]; the group that arrives last resets the counter, fences, and atomically stores
+// `epoch` into the flag word sig[1]. A host thread that reads sig[1] == epoch (acquire) then
+// sees every output of that launch. Kernels never return early, because signal_done has a barrier.
+
+#define MAX_WG 256
+
+inline void signal_done(__global volatile uint* sig, uint epoch) {
+    // Unconditional: with the barrier behind an early return, PoCL 3.1 crashed (SIGSEGV).
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    if (epoch != 0u && get_local_id(0) == 0 && get_local_id(1) == 0) {
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        uint groups = (uint)(get_num_groups(0) * get_num_groups(1));
+        uint prev = atomic_inc(&sig[0]);
+        if (prev == groups - 1u) {
+            sig[0] = 0u;
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            atomic_xchg(&sig[1], epoch);
+        }
+    }
+}
+
+// Sum over the `tpr` work-items of row `r` of a (tpr, rows) work-group; tpr is a power of two.
+inline float row_sum(float v, __local float* red, uint t, uint r, uint tpr) {
+    uint base = r * tpr;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[base + t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = tpr >> 1; s > 0u; s >>= 1) {
+        if (t < s) red[base + t] += red[base + t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[base];
+}
+
+// Sum / max over a 1-D work-group whose size is a power of two.
+inline float group_sum(float v, __local float* red) {
+    uint t = get_local_id(0), n = get_local_size(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = n >> 1; s > 0u; s >>= 1) {
+        if (t < s) red[t] += red[t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+
+inline float group_max(float v, __local float* red) {
+    uint t = get_local_id(0), n = get_local_size(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = n >> 1; s > 0u; s >>= 1) {
+        if (t < s) red[t] = fmax(red[t], red[t + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+
+// ---- 4-bit block helpers ------------------------------------------------------------------
+// A 16-byte quant word q (GGUF order): byte i holds element i in its low nibble and element
+// i + 16 in its high nibble. Accumulates sum(q * x) into *acc and sum(x) into *sx.
+#define Q4_WORD(v, o)                                                                        \
+    {                                                                                        \
+        float4 xl = vload4(0, xb + (o));                                                     \
+        float4 xh = vload4(0, xb + (o) + 16);                                                \
+        float4 ql = convert_float4((uint4)((v) & 0xfu, ((v) >> 8) & 0xfu, ((v) >> 16) & 0xfu, \
+                                           ((v) >> 24) & 0xfu));                             \
+        float4 qh = convert_float4((uint4)(((v) >> 4) & 0xfu, ((v) >> 12) & 0xfu,            \
+                                           ((v) >> 20) & 0xfu, ((v) >> 28) & 0xfu));         \
+        a += dot(ql, xl) + dot(qh, xh);                                                      \
+        s += dot(xl + xh, (float4)(1.0f));                                                   \
+    }
+
+inline float2 q4_dot(uint4 q, __global const float* xb) {
+    float a = 0.0f, s = 0.0f;
+    Q4_WORD(q.s0, 0)
+    Q4_WORD(q.s1, 4)
+    Q4_WORD(q.s2, 8)
+    Q4_WORD(q.s3, 12)
+    return (float2)(a, s);
+}
+
+inline uint4 load_q16_u16(__global const uchar* p) {
+    ushort8 h = vload8(0, (__global const ushort*)p);
+    return (uint4)((uint)h.s0 | ((uint)h.s1 << 16), (uint)h.s2 | ((uint)h.s3 << 16),
+                   (uint)h.s4 | ((uint)h.s5 << 16), (uint)h.s6 | ((uint)h.s7 << 16));
+}
+
+inline float sum16(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    return b.x + b.y + b.z + b.w;
+}
+
+// Block dot products for the three GGUF formats (AoS, exactly GGUF's bytes).
+// Q4_0: 18 bytes = f16 d, 16 bytes of nibbles; value = (q - 8) * d.
+inline float blk_q4_0(__global const uchar* bp, __global const float* xb) {
+    float d = vload_half(0, (__global const half*)bp);
+    float2 r = q4_dot(load_q16_u16(bp + 2), xb);
+    return d * (r.x - 8.0f * r.y);
+}
+// Q4_1: 20 bytes = f16 d, f16 m, 16 bytes of nibbles; value = q * d + m.
+inline float blk_q4_1(__global const uchar* bp, __global const float* xb) {
+    float d = vload_half(0, (__global const half*)bp);
+    float m = vload_half(1, (__global const half*)bp);
+    uint4 q = vload4(0, (__global const uint*)(bp + 4));
+    float2 r = q4_dot(q, xb);
+    return d * r.x + m * r.y;
+}
+// Q8_0: 34 bytes = f16 d, 32 x i8; value = q * d.
+inline float blk_q8_0(__global const uchar* bp, __global const float* xb) {
+    float d = vload_half(0, (__global const half*)bp);
+    float16 a = convert_float16(vload16(0, (__global const char*)(bp + 2)));
+    float16 b = convert_float16(vload16(1, (__global const char*)(bp + 2)));
+    return d * (sum16(a * vload16(0, xb)) + sum16(b * vload16(1, xb)));
+}
+
+// ---- GEMV: y[n] = sum_k W[n][k] x[k] -------------------------------------------------------
+// Work-group (tpr, rows): tpr work-items share one weight row; global (tpr, ceil(N/rows)*rows).
+
+// FP16 weights, K % 8 == 0: one 16-byte load per work-item per step.
+__kernel void gemv_f16(__global const uint4* w, __global const float* x, __global float* y,
+                       uint N, uint K, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row = get_global_id(1);
+    float acc = 0.0f;
+    if (row < N) {
+        uint k8 = K >> 3;
+        __global const uint4* wr = w + (size_t)row * k8;
+        __global const float4* x4 = (__global const float4*)x;
+        for (uint i = t; i < k8; i += tpr) {
+            uint4 q = wr[i];
+            float8 wf = vload_half8(0, (const __private half*)&q);
+            acc += dot(wf.lo, x4[2 * i]) + dot(wf.hi, x4[2 * i + 1]);
+        }
+    }
+    acc = row_sum(acc, red, t, r, tpr);
+    if (t == 0 && row < N) y[row] = acc;
+    signal_done(sig, epoch);
+}
+
+// FP16 weights, any K: element-wise vload_half.
+__kernel void gemv_f16_any(__global const half* w, __global const float* x, __global float* y,
+                           uint N, uint K, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row = get_global_id(1);
+    float acc = 0.0f;
+    if (row < N) {
+        __global const half* wr = w + (size_t)row * K;
+        for (uint i = t; i < K; i += tpr) acc += vload_half(i, wr) * x[i];
+    }
+    acc = row_sum(acc, red, t, r, tpr);
+    if (t == 0 && row < N) y[row] = acc;
+    signal_done(sig, epoch);
+}
+
+#define GEMV_BLOCKS(NAME, BYTES, BLK)                                                          \
+    __kernel void NAME(__global const uchar* w, __global const float* x, __global float* y,    \
+                       uint N, uint K, __global volatile uint* sig, uint epoch) {              \
+        __local float red[MAX_WG];                                                             \
+        uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);                \
+        uint row = get_global_id(1);                                                           \
+        float acc = 0.0f;                                                                      \
+        if (row < N) {                                                                         \
+            uint nb = K >> 5;                                                                  \
+            __global const uchar* wr = w + (size_t)row * nb * BYTES;                           \
+            for (uint b = t; b < nb; b += tpr) acc += BLK(wr + (size_t)b * BYTES, x + b * 32); \
+        }                                                                                      \
+        acc = row_sum(acc, red, t, r, tpr);                                                    \
+        if (t == 0 && row < N) y[row] = acc;                                                   \
+        signal_done(sig, epoch);                                                               \
+    }
+
+GEMV_BLOCKS(gemv_q4_0, 18, blk_q4_0)
+GEMV_BLOCKS(gemv_q4_1, 20, blk_q4_1)
+GEMV_BLOCKS(gemv_q8_0, 34, blk_q8_0)
+
+// Q4_0 re-laid out at load time (structure of arrays): qs[row*nb + b] is the block's 16 quant
+// bytes (one aligned 16-byte load; neighbouring work-items read neighbouring words), d[row*nb+b]
+// its f16 scale.
+__kernel void gemv_q4_0_soa(__global const uint4* qs, __global const half* d,
+                            __global const float* x, __global float* y, uint N, uint K,
+                            __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row = get_global_id(1);
+    float acc = 0.0f;
+    if (row < N) {
+        uint nb = K >> 5;
+        size_t base = (size_t)row * nb;
+        for (uint b = t; b < nb; b += tpr) {
+            float2 s = q4_dot(qs[base + b], x + b * 32);
+            acc += vload_half(base + b, d) * (s.x - 8.0f * s.y);
+        }
+    }
+    acc = row_sum(acc, red, t, r, tpr);
+    if (t == 0 && row < N) y[row] = acc;
+    signal_done(sig, epoch);
+}
+
+// ---- small-M GEMM for prefill: Y[m][n] = sum_k X[m][k] W[n][k] ----------------------------
+// Same work-group shape as GEMV; each weight chunk is loaded once per tile of MT rows of X.
+#define MT 4
+
+__kernel void gemm_f16(__global const half* w, __global const float* x, __global float* y,
+                       uint M, uint N, uint K, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row = get_global_id(1);
+    __global const half* wr = w + (size_t)(row < N ? row : 0) * K;
+    for (uint m0 = 0; m0 < M; m0 += MT) {
+        float acc[MT];
+        for (uint j = 0; j < MT; ++j) acc[j] = 0.0f;
+        if (row < N) {
+            for (uint i = t; i < K; i += tpr) {
+                float wv = vload_half(i, wr);
+                for (uint j = 0; j < MT; ++j)
+                    if (m0 + j < M) acc[j] += wv * x[(size_t)(m0 + j) * K + i];
+            }
+        }
+        for (uint j = 0; j < MT; ++j) {
+            float v = row_sum(acc[j], red, t, r, tpr);
+            if (t == 0 && row < N && m0 + j < M) y[(size_t)(m0 + j) * N + row] = v;
+        }
+    }
+    signal_done(sig, epoch);
+}
+
+__kernel void gemm_q4_0(__global const uchar* w, __global const float* x, __global float* y,
+                        uint M, uint N, uint K, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row = get_global_id(1);
+    uint nb = K >> 5;
+    __global const uchar* wr = w + (size_t)(row < N ? row : 0) * nb * 18;
+    for (uint m0 = 0; m0 < M; m0 += MT) {
+        float acc[MT];
+        for (uint j = 0; j < MT; ++j) acc[j] = 0.0f;
+        if (row < N) {
+            for (uint b = t; b < nb; b += tpr) {
+                __global const uchar* bp = wr + (size_t)b * 18;
+                float d = vload_half(0, (__global const half*)bp);
+                uint4 q = load_q16_u16(bp + 2);
+                for (uint j = 0; j < MT; ++j) {
+                    if (m0 + j < M) {
+                        float2 s = q4_dot(q, x + (size_t)(m0 + j) * K + b * 32);
+                        acc[j] += d * (s.x - 8.0f * s.y);
+                    }
+                }
+            }
+        }
+        for (uint j = 0; j < MT; ++j) {
+            float v = row_sum(acc[j], red, t, r, tpr);
+            if (t == 0 && row < N && m0 + j < M) y[(size_t)(m0 + j) * N + row] = v;
+        }
+    }
+    signal_done(sig, epoch);
+}
+
+// ---- RMSNorm: y[r][i] = x[r][i] / sqrt(mean_i(x[r]^2) + eps) * g[i]; one work-group a row ----
+__kernel void rms_norm(__global const float* x, __global const float* g, __global float* y,
+                       uint rows, uint n, float eps, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint row = get_group_id(0), t = get_local_id(0), ls = get_local_size(0);
+    __global const float* xr = x + (size_t)row * n;
+    float s = 0.0f;
+    for (uint i = t; i < n; i += ls) s += xr[i] * xr[i];
+    s = group_sum(s, red);
+    float inv = rsqrt(s / (float)n + eps);
+    for (uint i = t; i < n; i += ls) y[(size_t)row * n + i] = xr[i] * inv * g[i];
+    signal_done(sig, epoch);
+}
+
+// ---- SwiGLU: out[i] = silu(gate[i]) * up[i] ----------------------------------------------------
+__kernel void swiglu(__global const float* gate, __global const float* up, __global float* out,
+                     uint n, __global volatile uint* sig, uint epoch) {
+    uint i = get_global_id(0);
+    if (i < n) {
+        float g = gate[i];
+        out[i] = g / (1.0f + exp(-g)) * up[i];
+    }
+    signal_done(sig, epoch);
+}
+
+// ---- residual add: out[i] = a[i] + b[i] (out may be a) -----------------------------------------
+__kernel void add(__global const float* a, __global const float* b, __global float* out, uint n,
+                  __global volatile uint* sig, uint epoch) {
+    uint i = get_global_id(0);
+    if (i < n) out[i] = a[i] + b[i];
+    signal_done(sig, epoch);
+}
+
+// ---- RoPE, in place on x[T][H][D] at positions pos0 + t --------------------------------------
+// mode 0 ("normal", llama.cpp's LLAMA rope): rotates pairs (2i, 2i+1).
+// mode 1 ("neox", HF layout): rotates pairs (i, i + D/2).
+// angle = pos * base^(-2i/D), i in [0, D/2).
+__kernel void rope(__global float* x, uint T, uint H, uint D, uint pos0, float base, uint mode,
+                   __global volatile uint* sig, uint epoch) {
+    uint p = get_global_id(0); // pair index over H * D/2
+    uint tok = get_global_id(1);
+    uint half_d = D >> 1;
+    if (p < H * half_d && tok < T) {
+        uint h = p / half_d, i = p % half_d;
+        __global float* xh = x + ((size_t)tok * H + h) * D;
+        uint ia = mode == 0u ? 2u * i : i;
+        uint ib = mode == 0u ? 2u * i + 1u : i + half_d;
+        float inv_freq = pow(base, -2.0f * (float)i / (float)D);
+        float ang = (float)(pos0 + tok) * inv_freq;
+        float c = cos(ang), s = sin(ang);
+        float a = xh[ia], b = xh[ib];
+        xh[ia] = a * c - b * s;
+        xh[ib] = a * s + b * c;
+    }
+    signal_done(sig, epoch);
+}
+
+// ---- decode attention: one query token over a KV cache, grouped-query heads -------------------
+// q[H][D]; kc, vc: [S_max][Hkv][D] (token-major, FP32); out[H][D]; scratch[H][S_max].
+// One work-group per query head; kv head = h / (H / Hkv).
+__kernel void attn_decode(__global const float* q, __global const float* kc,
+                          __global const float* vc, __global float* out,
+                          __global float* scratch, uint H, uint Hkv, uint D, uint S_max, uint L,
+                          float scale, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    __local float qs[MAX_WG];
+    uint h = get_group_id(0), t = get_local_id(0), ls = get_local_size(0);
+    uint kvh = h / (H / Hkv);
+    for (uint d = t; d < D; d += ls) qs[d] = q[h * D + d];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global float* sc = scratch + (size_t)h * S_max;
+    float mx = -INFINITY;
+    for (uint j = t; j < L; j += ls) {
+        __global const float* kp = kc + ((size_t)j * Hkv + kvh) * D;
+        float s = 0.0f;
+        for (uint d = 0; d < D; ++d) s += qs[d] * kp[d];
+        s *= scale;
+        sc[j] = s;
+        mx = fmax(mx, s);
+    }
+    mx = group_max(mx, red);
+    float sum = 0.0f;
+    for (uint j = t; j < L; j += ls) {
+        float e = exp(sc[j] - mx);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = group_sum(sum, red);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    float inv = 1.0f / sum;
+    for (uint d = t; d < D; d += ls) {
+        float o = 0.0f;
+        for (uint j = 0; j < L; ++j) o += sc[j] * vc[((size_t)j * Hkv + kvh) * D + d];
+        out[h * D + d] = o * inv;
+    }
+    signal_done(sig, epoch);
+}
+
+// ---- copy-bandwidth probe (used by the bandwidth example): dst[i] = src[i] --------------------
+__kernel void copy_u4(__global const uint4* src, __global uint4* dst, uint n,
+                      __global volatile uint* sig, uint epoch) {
+    uint i = get_global_id(0);
+    if (i < n) dst[i] = src[i];
+    signal_done(sig, epoch);
+}

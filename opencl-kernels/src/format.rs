@@ -1,0 +1,94 @@
+//! Weight formats: GGUF block layouts and the load-time Q4_0 re-layout.
+
+use crate::error::{Error, Result};
+
+/// Elements per block of the GGUF block formats.
+pub const BLOCK: usize = 32;
+
+/// How a weight matrix `W[N][K]` (row-major, one row per output) is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// IEEE half, `K` values per row.
+    F16,
+    /// GGUF Q4_0: per 32 values, f16 `d` then 16 bytes; byte `i` holds element `i` in its low
+    /// nibble and element `i + 16` in its high nibble; value = (q - 8) * d. 18 bytes.
+    Q4_0,
+    /// GGUF Q4_1: f16 `d`, f16 `m`, 16 bytes of nibbles as Q4_0; value = q * d + m. 20 bytes.
+    Q4_1,
+    /// GGUF Q8_0: f16 `d`, 32 signed bytes; value = q * d. 34 bytes.
+    Q8_0,
+}
+
+impl WeightFormat {
+    /// Bytes of one block (F16: of one element).
+    pub fn block_bytes(self) -> usize {
+        match self {
+            WeightFormat::F16 => 2,
+            WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+            WeightFormat::Q8_0 => 34,
+        }
+    }
+
+    /// Whether the format is made of 32-element blocks.
+    pub fn is_block(self) -> bool {
+        self != WeightFormat::F16
+    }
+
+    /// Bytes of one row of `k` elements; errors if `k` is 0 or, for block formats, not a
+    /// multiple of 32.
+    pub fn row_bytes(self, k: usize) -> Result<usize> {
+        if k == 0 {
+            return Err(Error::BadShape("K must be positive".into()));
+        }
+        if self.is_block() {
+            if k % BLOCK != 0 {
+                return Err(Error::BadShape(format!(
+                    "K = {k} is not a multiple of 32, as {self:?} blocks need"
+                )));
+            }
+            Ok(k / BLOCK * self.block_bytes())
+        } else {
+            Ok(k * 2)
+        }
+    }
+
+    /// Bytes of an `n` x `k` matrix.
+    pub fn matrix_bytes(self, n: usize, k: usize) -> Result<usize> {
+        if n == 0 {
+            return Err(Error::BadShape("N must be positive".into()));
+        }
+        self.row_bytes(k)?
+            .checked_mul(n)
+            .ok_or_else(|| Error::BadShape("matrix size overflows".into()))
+    }
+}
+
+/// Sizes `(quant bytes, scale bytes)` of the re-laid-out Q4_0 matrix ([`relayout_q4_0`]).
+pub fn relayout_q4_0_len(n: usize, k: usize) -> Result<(usize, usize)> {
+    WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let blocks = n * (k / BLOCK);
+    Ok((blocks * 16, blocks * 2))
+}
+
+/// Splits GGUF Q4_0 blocks into a structure of arrays: `qs` gets each block's 16 quant bytes
+/// (so a GPU work-item reads one aligned 16-byte word and neighbours read neighbouring words),
+/// `d` gets each block's f16 scale bytes, both in the original block order. Done once at load.
+pub fn relayout_q4_0(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]) -> Result<()> {
+    let need = WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let (nq, nd) = relayout_q4_0_len(n, k)?;
+    for (what, needed, got) in [
+        ("src", need, src.len()),
+        ("qs", nq, qs.len()),
+        ("d", nd, d.len()),
+    ] {
+        if got < needed {
+            return Err(Error::BufferTooSmall { what, needed, got });
+        }
+    }
+    for (b, blk) in src[..need].chunks_exact(18).enumerate() {
+        d[2 * b..2 * b + 2].copy_from_slice(&blk[..2]);
+        qs[16 * b..16 * b + 16].copy_from_slice(&blk[2..]);
+    }
+    Ok(())
+}

@@ -1,0 +1,750 @@
+//! The layer's kernels, prepared once per operation ([`Launch`]) and enqueued without
+//! allocating.
+
+use crate::device::{check, Buffer, Device, Program};
+use crate::error::{Error, Result};
+use crate::format::{relayout_q4_0_len, WeightFormat};
+use crate::loader::clf;
+use opencl_sys::*;
+use std::marker::PhantomData;
+use std::num::NonZeroU32;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The OpenCL C source of every kernel (embedded).
+pub const SOURCE: &str = include_str!("../kernels/layer.cl");
+
+/// Build options used for [`SOURCE`].
+pub const OPTIONS: &str = "-cl-std=CL1.2";
+
+/// The largest work-group the kernels use (their local arrays are this big).
+pub const MAX_WG: usize = 256;
+
+/// RoPE pairing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Pairs `(2i, 2i+1)`: llama.cpp's `LLAMA_ROPE_TYPE_NORM`, which GGUF Llama-architecture
+    /// models (SmolLM2 included) need, since the converter permuted Q/K weights for it.
+    Normal,
+    /// Pairs `(i, i + D/2)`: the Hugging Face / GPT-NeoX layout.
+    Neox,
+}
+
+/// The compiled kernels of one device. Create once; make [`Launch`]es from it.
+pub struct Kernels {
+    device: Arc<Device>,
+    program: Program,
+    dummy_sig: Buffer,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernels")
+            .field("device", &self.device.info().name)
+            .finish()
+    }
+}
+
+fn pow2_floor(v: usize) -> usize {
+    if v <= 1 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - v.leading_zeros())
+    }
+}
+
+fn need(what: &'static str, b: &Buffer, needed: usize) -> Result<()> {
+    if b.len() < needed {
+        Err(Error::BufferTooSmall {
+            what,
+            needed,
+            got: b.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn to_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::BadShape(format!("{what} = {v} exceeds u32")))
+}
+
+/// Work-group shape for a row-parallel kernel: `tpr` work-items (a power of two) share a row,
+/// `rows` rows per group, `tpr * rows <= min(MAX_WG, device max)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowShape {
+    /// Work-items per row.
+    pub tpr: usize,
+    /// Rows per work-group.
+    pub rows: usize,
+}
+
+impl RowShape {
+    /// The default for a row of `units` independent loads (16-byte words or blocks).
+    pub fn for_units(units: usize, max_tpr: usize) -> RowShape {
+        let tpr = pow2_floor(units.div_ceil(2)).clamp(1, max_tpr);
+        RowShape {
+            tpr,
+            rows: (MAX_WG / tpr).max(1),
+        }
+    }
+}
+
+impl Kernels {
+    /// Builds (or loads from the binary cache) the kernel program for `device`.
+    pub fn new(device: &Arc<Device>) -> Result<Kernels> {
+        let program = device.build(SOURCE, OPTIONS)?;
+        let dummy_sig = device.upload(&[0u32; 4])?;
+        Ok(Kernels {
+            device: device.clone(),
+            program,
+            dummy_sig,
+        })
+    }
+
+    /// Whether the program came from the on-disk cache.
+    pub fn from_cache(&self) -> bool {
+        self.program.from_cache()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    fn max_wg(&self) -> usize {
+        self.device.info().max_work_group_size.clamp(1, MAX_WG)
+    }
+
+    fn launch<'a>(
+        &'a self,
+        name: &'static str,
+        dims: u32,
+        global: [usize; 2],
+        local: [usize; 2],
+    ) -> Result<Launch<'a>> {
+        let mut err = 0;
+        let cname = format!("{name}\0");
+        // SAFETY: valid program; NUL-terminated kernel name.
+        let kernel = unsafe {
+            clf!(self.device.api, clCreateKernel)(
+                self.program.program,
+                cname.as_ptr().cast(),
+                &mut err,
+            )
+        };
+        check("clCreateKernel", err)?;
+        Ok(Launch {
+            kernels: self,
+            kernel,
+            dims,
+            global,
+            local,
+            nargs: 0,
+            epoch: 0,
+            position_arg: None,
+            len_arg: None,
+            _bufs: PhantomData,
+        })
+    }
+
+    fn fit(&self, s: RowShape) -> RowShape {
+        let max = self.max_wg();
+        let tpr = pow2_floor(s.tpr.min(max));
+        let rows = pow2_floor((max / tpr).min(s.rows).max(1));
+        RowShape { tpr, rows }
+    }
+
+    /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
+    /// file), `x` of `k` f32, `y` of `n` f32. Block formats need `k % 32 == 0`. FP16 with
+    /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
+    pub fn gemv<'a>(
+        &'a self,
+        format: WeightFormat,
+        w: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+    ) -> Result<Launch<'a>> {
+        self.gemv_with(format, w, x, y, n, k, None)
+    }
+
+    /// [`Kernels::gemv`] with an explicit work-group shape (for tuning; `None` = default).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_with<'a>(
+        &'a self,
+        format: WeightFormat,
+        w: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch<'a>> {
+        need("w", w, format.matrix_bytes(n, k)?)?;
+        need("x", x, k * 4)?;
+        need("y", y, n * 4)?;
+        let (name, units) = match format {
+            WeightFormat::F16 if k % 8 == 0 => ("gemv_f16", k / 8),
+            WeightFormat::F16 => ("gemv_f16_any", k),
+            WeightFormat::Q4_0 => ("gemv_q4_0", k / 32),
+            WeightFormat::Q4_1 => ("gemv_q4_1", k / 32),
+            WeightFormat::Q8_0 => ("gemv_q8_0", k / 32),
+        };
+        let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 128)));
+        let mut l = self.launch(
+            name,
+            2,
+            [s.tpr, n.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(w)?.mem(x)?.mem(y)?;
+        l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// GEMV over Q4_0 weights re-laid out by [`crate::relayout_q4_0`] (`qs`: 16 bytes per block,
+    /// `d`: 2 bytes per block).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_q4_0_soa<'a>(
+        &'a self,
+        qs: &'a Buffer,
+        d: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch<'a>> {
+        let (nq, nd) = relayout_q4_0_len(n, k)?;
+        need("qs", qs, nq)?;
+        need("d", d, nd)?;
+        need("x", x, k * 4)?;
+        need("y", y, n * 4)?;
+        let s = self.fit(shape.unwrap_or(RowShape::for_units(k / 32, 128)));
+        let mut l = self.launch(
+            "gemv_q4_0_soa",
+            2,
+            [s.tpr, n.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
+        l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// Small-M GEMM for prefill: `Y[m][n] = sum_k X[m][k] * W[n][k]`, `X` is `m x k` f32,
+    /// `Y` is `m x n` f32; `format` is [`WeightFormat::F16`] or [`WeightFormat::Q4_0`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm<'a>(
+        &'a self,
+        format: WeightFormat,
+        w: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<Launch<'a>> {
+        if m == 0 {
+            return Err(Error::BadShape("M must be positive".into()));
+        }
+        need("w", w, format.matrix_bytes(n, k)?)?;
+        need("x", x, m * k * 4)?;
+        need("y", y, m * n * 4)?;
+        let (name, units) = match format {
+            WeightFormat::F16 => ("gemm_f16", k),
+            WeightFormat::Q4_0 => ("gemm_q4_0", k / 32),
+            _ => {
+                return Err(Error::NotApplicable(
+                    "GEMM is implemented for F16 and Q4_0 weights",
+                ))
+            }
+        };
+        let s = self.fit(RowShape::for_units(units, 64));
+        let mut l = self.launch(
+            name,
+            2,
+            [s.tpr, n.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(w)?.mem(x)?.mem(y)?;
+        l.scalar(to_u32(m, "M")?)?
+            .scalar(to_u32(n, "N")?)?
+            .scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// RMSNorm over `rows` rows of `n`: `y = x / sqrt(mean(x^2) + eps) * g` (`g` has `n`).
+    pub fn rms_norm<'a>(
+        &'a self,
+        x: &'a Buffer,
+        g: &'a Buffer,
+        y: &'a Buffer,
+        rows: usize,
+        n: usize,
+        eps: f32,
+    ) -> Result<Launch<'a>> {
+        if rows == 0 || n == 0 {
+            return Err(Error::BadShape("rows and n must be positive".into()));
+        }
+        need("x", x, rows * n * 4)?;
+        need("g", g, n * 4)?;
+        need("y", y, rows * n * 4)?;
+        let ls = pow2_floor(self.max_wg()).min(pow2_floor(n.next_power_of_two()));
+        let mut l = self.launch("rms_norm", 1, [ls * rows, 1], [ls, 1])?;
+        l.mem(x)?.mem(g)?.mem(y)?;
+        l.scalar(to_u32(rows, "rows")?)?
+            .scalar(to_u32(n, "n")?)?
+            .scalar(eps)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    fn elementwise<'a>(
+        &'a self,
+        name: &'static str,
+        a: &'a Buffer,
+        b: &'a Buffer,
+        out: &'a Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        if n == 0 {
+            return Err(Error::BadShape("n must be positive".into()));
+        }
+        need("a", a, n * 4)?;
+        need("b", b, n * 4)?;
+        need("out", out, n * 4)?;
+        let ls = 64.min(self.max_wg());
+        let mut l = self.launch(name, 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
+        l.mem(a)?.mem(b)?.mem(out)?;
+        l.scalar(to_u32(n, "n")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` over `n` f32.
+    pub fn swiglu<'a>(
+        &'a self,
+        gate: &'a Buffer,
+        up: &'a Buffer,
+        out: &'a Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        self.elementwise("swiglu", gate, up, out, n)
+    }
+
+    /// Residual add: `out[i] = a[i] + b[i]` over `n` f32 (`out` may be `a`).
+    pub fn add<'a>(
+        &'a self,
+        a: &'a Buffer,
+        b: &'a Buffer,
+        out: &'a Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        self.elementwise("add", a, b, out, n)
+    }
+
+    /// RoPE in place on `x[t][heads][head_dim]` for `t` tokens at positions `pos0 + t`;
+    /// angle = pos * base^(-2i/head_dim). Change `pos0` per step with [`Launch::set_position`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope<'a>(
+        &'a self,
+        x: &'a Buffer,
+        tokens: usize,
+        heads: usize,
+        head_dim: usize,
+        pos0: u32,
+        base: f32,
+        mode: RopeMode,
+    ) -> Result<Launch<'a>> {
+        if tokens == 0 || heads == 0 || head_dim == 0 || head_dim % 2 != 0 {
+            return Err(Error::BadShape(format!(
+                "rope needs tokens, heads > 0 and an even head_dim (got {tokens}, {heads}, {head_dim})"
+            )));
+        }
+        need("x", x, tokens * heads * head_dim * 4)?;
+        let pairs = heads * head_dim / 2;
+        let ls = 64.min(self.max_wg());
+        let mut l = self.launch("rope", 2, [pairs.div_ceil(ls) * ls, tokens], [ls, 1])?;
+        l.mem(x)?;
+        l.scalar(to_u32(tokens, "tokens")?)?
+            .scalar(to_u32(heads, "heads")?)?
+            .scalar(to_u32(head_dim, "head_dim")?)?;
+        l.position_arg = Some(l.nargs);
+        l.scalar(pos0)?.scalar(base)?.scalar(match mode {
+            RopeMode::Normal => 0u32,
+            RopeMode::Neox => 1u32,
+        })?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// Floats of scratch [`Kernels::attention`] needs.
+    pub fn attention_scratch_len(heads: usize, max_seq: usize) -> usize {
+        heads * max_seq
+    }
+
+    /// Decode attention for one query: `q[heads][head_dim]` against the first `len` tokens of
+    /// the caches `k`, `v` laid out `[max_seq][kv_heads][head_dim]` (f32), softmax scaled by
+    /// `1/sqrt(head_dim)`, into `out[heads][head_dim]`. Query head `h` reads kv head
+    /// `h / (heads / kv_heads)`. `scratch` holds [`Kernels::attention_scratch_len`] floats.
+    /// Change `len` per step with [`Launch::set_len`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention<'a>(
+        &'a self,
+        q: &'a Buffer,
+        k: &'a Buffer,
+        v: &'a Buffer,
+        out: &'a Buffer,
+        scratch: &'a Buffer,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        max_seq: usize,
+        len: usize,
+    ) -> Result<Launch<'a>> {
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(Error::BadShape(format!(
+                "heads ({heads}) must be a positive multiple of kv_heads ({kv_heads})"
+            )));
+        }
+        if head_dim == 0 || head_dim > MAX_WG {
+            return Err(Error::BadShape(format!(
+                "head_dim = {head_dim} must be in 1..={MAX_WG}"
+            )));
+        }
+        if len == 0 || len > max_seq {
+            return Err(Error::BadShape(format!(
+                "len = {len} must be in 1..=max_seq ({max_seq})"
+            )));
+        }
+        need("q", q, heads * head_dim * 4)?;
+        need("k", k, max_seq * kv_heads * head_dim * 4)?;
+        need("v", v, max_seq * kv_heads * head_dim * 4)?;
+        need("out", out, heads * head_dim * 4)?;
+        need(
+            "scratch",
+            scratch,
+            Self::attention_scratch_len(heads, max_seq) * 4,
+        )?;
+        let ls = 64.min(pow2_floor(self.max_wg()));
+        let mut l = self.launch("attn_decode", 1, [heads * ls, 1], [ls, 1])?;
+        l.mem(q)?.mem(k)?.mem(v)?.mem(out)?.mem(scratch)?;
+        l.scalar(to_u32(heads, "heads")?)?
+            .scalar(to_u32(kv_heads, "kv_heads")?)?
+            .scalar(to_u32(head_dim, "head_dim")?)?
+            .scalar(to_u32(max_seq, "max_seq")?)?;
+        l.len_arg = Some((l.nargs, max_seq));
+        l.scalar(to_u32(len, "len")?)?
+            .scalar(1.0f32 / (head_dim as f32).sqrt())?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// A plain 16-byte-word copy kernel `dst = src` over `bytes` (a multiple of 16), for
+    /// measuring what a kernel can stream.
+    pub fn copy_kernel<'a>(
+        &'a self,
+        src: &'a Buffer,
+        dst: &'a Buffer,
+        bytes: usize,
+    ) -> Result<Launch<'a>> {
+        if bytes == 0 || bytes % 16 != 0 {
+            return Err(Error::BadShape(
+                "copy size must be a positive multiple of 16".into(),
+            ));
+        }
+        need("src", src, bytes)?;
+        need("dst", dst, bytes)?;
+        let n = bytes / 16;
+        let ls = 256.min(self.max_wg());
+        let mut l = self.launch("copy_u4", 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
+        l.mem(src)?.mem(dst)?;
+        l.scalar(to_u32(n, "n")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+}
+
+/// One prepared kernel launch: its kernel object, arguments and NDRange are fixed at creation,
+/// so [`Launch::enqueue`] makes one `clEnqueueNDRangeKernel` call and allocates nothing.
+/// It borrows its buffers, so none can be freed while it exists.
+pub struct Launch<'a> {
+    kernels: &'a Kernels,
+    kernel: cl_kernel,
+    dims: u32,
+    global: [usize; 2],
+    local: [usize; 2],
+    nargs: u32,
+    epoch: u32,
+    position_arg: Option<u32>,
+    len_arg: Option<(u32, usize)>,
+    _bufs: PhantomData<&'a Buffer>,
+}
+
+impl std::fmt::Debug for Launch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("global", &self.global)
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.kernels.device.api.clReleaseKernel {
+            // SAFETY: the kernel was created for this Launch and is released once.
+            unsafe { f(self.kernel) };
+        }
+    }
+}
+
+impl<'a> Launch<'a> {
+    fn arg_raw(&mut self, idx: u32, size: usize, p: *const libc::c_void) -> Result<()> {
+        // SAFETY: `p` points to `size` readable bytes holding a value of the argument's type
+        // (callers pass a cl_mem or a scalar matching the kernel's signature); `&mut self`
+        // gives exclusive use of the kernel object, as clSetKernelArg requires.
+        check("clSetKernelArg", unsafe {
+            clf!(self.kernels.device.api, clSetKernelArg)(self.kernel, idx, size, p)
+        })
+    }
+
+    fn mem(&mut self, b: &'a Buffer) -> Result<&mut Self> {
+        let idx = self.nargs;
+        self.arg_raw(
+            idx,
+            std::mem::size_of::<cl_mem>(),
+            (&b.mem as *const cl_mem).cast(),
+        )?;
+        self.nargs += 1;
+        Ok(self)
+    }
+
+    fn scalar<T: Copy>(&mut self, v: T) -> Result<&mut Self> {
+        let idx = self.nargs;
+        self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())?;
+        self.nargs += 1;
+        Ok(self)
+    }
+
+    /// Binds the default (unused) signal buffer and epoch 0, the last two arguments.
+    fn finish_args(&mut self) -> Result<()> {
+        let sig = &self.kernels.dummy_sig;
+        let idx = self.nargs;
+        self.arg_raw(
+            idx,
+            std::mem::size_of::<cl_mem>(),
+            (&sig.mem as *const cl_mem).cast(),
+        )?;
+        self.arg_raw(idx + 1, 4, (&0u32 as *const u32).cast())?;
+        Ok(())
+    }
+
+    /// The global NDRange.
+    pub fn global(&self) -> [usize; 2] {
+        self.global
+    }
+
+    /// The work-group size.
+    pub fn local(&self) -> [usize; 2] {
+        self.local
+    }
+
+    /// Binds a completion flag: from now on [`Launch::enqueue_signaled`] makes the launch's
+    /// last work-group store the epoch into it.
+    pub fn bind_flag(&mut self, flag: &'a Flag) -> Result<()> {
+        let idx = self.nargs;
+        self.arg_raw(
+            idx,
+            std::mem::size_of::<cl_mem>(),
+            (&flag.buf.mem as *const cl_mem).cast(),
+        )
+    }
+
+    fn set_epoch(&mut self, e: u32) -> Result<()> {
+        if self.epoch != e {
+            let idx = self.nargs + 1;
+            self.arg_raw(idx, 4, (&e as *const u32).cast())?;
+            self.epoch = e;
+        }
+        Ok(())
+    }
+
+    /// Changes the RoPE start position (RoPE launches only).
+    pub fn set_position(&mut self, pos0: u32) -> Result<()> {
+        let idx = self.position_arg.ok_or(Error::NotApplicable(
+            "set_position applies to RoPE launches",
+        ))?;
+        self.arg_raw(idx, 4, (&pos0 as *const u32).cast())
+    }
+
+    /// Changes the number of cached tokens attended to (attention launches only).
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        let (idx, max) = self.len_arg.ok_or(Error::NotApplicable(
+            "set_len applies to attention launches",
+        ))?;
+        if len == 0 || len > max {
+            return Err(Error::BadShape(format!(
+                "len = {len} must be in 1..=max_seq ({max})"
+            )));
+        }
+        let v = len as u32;
+        self.arg_raw(idx, 4, (&v as *const u32).cast())
+    }
+
+    fn nd(&self) -> Result<()> {
+        let dev = &self.kernels.device;
+        // SAFETY: the kernel's arguments are all set (creation sets every one) to buffers this
+        // Launch borrows; global is a multiple of local in each dimension.
+        check("clEnqueueNDRangeKernel", unsafe {
+            clf!(dev.api, clEnqueueNDRangeKernel)(
+                dev.queue,
+                self.kernel,
+                self.dims,
+                ptr::null(),
+                self.global.as_ptr(),
+                self.local.as_ptr(),
+                0,
+                ptr::null(),
+                ptr::null_mut(),
+            )
+        })
+    }
+
+    /// Enqueues the kernel on the device's in-order queue (no flag written).
+    pub fn enqueue(&mut self) -> Result<()> {
+        self.set_epoch(0)?;
+        self.nd()
+    }
+
+    /// Enqueues the kernel so that its last work-group stores `epoch` into the bound flag
+    /// (see [`Flag`]); call [`Device::flush`] to make sure it starts.
+    pub fn enqueue_signaled(&mut self, epoch: NonZeroU32) -> Result<()> {
+        self.set_epoch(epoch.get())?;
+        self.nd()
+    }
+}
+
+/// A completion flag in host memory that kernels write: words `[counter, flag]`.
+///
+/// Protocol: each work-group of a signalled launch writes its outputs, passes a barrier with a
+/// global fence, then one work-item fences and atomically increments `counter`; the group that
+/// sees `counter == groups - 1` resets it to 0, fences, and atomically stores the launch's
+/// epoch into `flag`. A host thread that loads `flag` with Acquire and reads the epoch may read
+/// the launch's outputs (zero-copy buffers) without `clFinish`. The epoch is a 32-bit number
+/// that the caller increments per launch (0 means "no signal").
+///
+/// It needs a device that writes host memory in place (`CL_DEVICE_HOST_UNIFIED_MEMORY`: CPU
+/// devices, integrated GPUs); [`Flag::new`] refuses others with [`Error::NotApplicable`].
+pub struct Flag {
+    buf: Buffer,
+    word: *const AtomicU32,
+    _owned: Option<OwnedHost>,
+}
+
+// SAFETY: the flag word is accessed only atomically; the buffer is a thread-safe CL object.
+unsafe impl Send for Flag {}
+// SAFETY: see Send.
+unsafe impl Sync for Flag {}
+
+struct OwnedHost {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Drop for OwnedHost {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout in Flag::new, freed once after the Buffer that
+        // wraps it (field order in Flag: buf drops first).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+impl Flag {
+    /// Allocates a zeroed, suitably aligned flag block in host memory and wraps it.
+    pub fn new(device: &Arc<Device>) -> Result<Flag> {
+        let align = device.info().base_addr_align.max(64);
+        let size = align.max(64);
+        let layout = std::alloc::Layout::from_size_align(size, align)
+            .map_err(|_| Error::BadShape("bad flag alignment".into()))?;
+        // SAFETY: layout has nonzero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::BadShape("flag allocation failed".into()));
+        }
+        let owned = OwnedHost { ptr, layout };
+        // SAFETY: ptr..ptr+size is our allocation, kept alive in `_owned` after the buffer.
+        let mut f = unsafe { Flag::from_raw(device, ptr, size)? };
+        f._owned = Some(owned);
+        Ok(f)
+    }
+
+    /// Wraps caller-owned host memory (e.g. a uma slot's flag words) as a flag.
+    ///
+    /// # Safety
+    /// `ptr` must point to at least `len >= 8` bytes, zeroed, valid for reads and writes, aligned
+    /// to the device's base address alignment, and outlive the returned flag; the host touches
+    /// the words only through [`Flag::word`] / [`Flag::load`].
+    pub unsafe fn from_raw(device: &Arc<Device>, ptr: *mut u8, len: usize) -> Result<Flag> {
+        if !device.info().host_unified_memory {
+            return Err(Error::NotApplicable(
+                "completion flags need a device with host-unified memory",
+            ));
+        }
+        if len < 8 {
+            return Err(Error::BufferTooSmall {
+                what: "flag",
+                needed: 8,
+                got: len,
+            });
+        }
+        // SAFETY: forwarded from this function's contract.
+        let buf = unsafe { device.wrap_host(ptr, len)? };
+        Ok(Flag {
+            buf,
+            // SAFETY: ptr + 4 is inside the len >= 8 bytes and 4-aligned (ptr is aligned).
+            word: unsafe { ptr.add(4) }.cast(),
+            _owned: None,
+        })
+    }
+
+    /// The 32-bit flag word (what `hetero-sync` waits on).
+    pub fn word(&self) -> &AtomicU32 {
+        // SAFETY: `word` points into memory that lives as long as self, 4-aligned, accessed
+        // only atomically by the host.
+        unsafe { &*self.word }
+    }
+
+    /// Loads the flag with Acquire ordering.
+    pub fn load(&self) -> u32 {
+        self.word().load(Ordering::Acquire)
+    }
+
+    /// Spins (then yields) until the flag equals `epoch` or `timeout` passes.
+    pub fn wait(&self, epoch: NonZeroU32, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if self.load() == epoch.get() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout);
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! Every kernel against the CPU reference on the OpenCL device (PoCL in CI), plus the bad-input
+//! cases. Tests that need OpenCL go through `hetero_tests::require("opencl", ..)`: skipped with a
+//! message when absent, a failure when HETERO_REQUIRE names `opencl`.
+//!
+//! Error bounds are normalized MSE, NMSE = sum((a-b)^2) / sum(b^2) with b the f64 reference,
+//! as llama.cpp's test-backend-ops. Each threshold is stated where it is used, with its reason.
+
+use half::f16;
+use hetero_opencl_kernels::{self as ocl, reference, Buffer, Device, Error, Kernels, WeightFormat};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::num::NonZeroU32;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+fn kernels() -> Option<&'static Kernels> {
+    static K: OnceLock<Result<Kernels, String>> = OnceLock::new();
+    let r = K.get_or_init(|| {
+        let dev = Device::from_env().map_err(|e| e.to_string())?;
+        eprintln!(
+            "OpenCL device: {} / {} (driver {})",
+            dev.info().platform_name,
+            dev.info().name,
+            dev.info().driver_version
+        );
+        // A build failure of our own kernels is a bug, not an absent backend.
+        Ok(Kernels::new(&dev).unwrap_or_else(|e| panic!("kernel build failed: {e}")))
+    });
+    hetero_tests::require("opencl", r.as_ref())
+}
+
+fn rng(tag: u64) -> StdRng {
+    let seed = std::env::var("HETERO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("seed {seed} (tag {tag}); rerun with HETERO_SEED={seed}");
+    StdRng::seed_from_u64(seed ^ tag)
+}
+
+fn randn(r: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| r.gen_range(-1.0f32..1.0)).collect()
+}
+
+fn f16_bytes(v: f32) -> [u8; 2] {
+    f16::from_f32(v).to_le_bytes()
+}
+
+/// Random weights in `format`: random quant bytes, scales in a realistic range.
+fn rand_weights(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> Vec<u8> {
+    let bytes = format.matrix_bytes(n, k).unwrap();
+    let mut w = vec![0u8; bytes];
+    match format {
+        WeightFormat::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f16_bytes(r.gen_range(-1.0..1.0)));
+            }
+        }
+        _ => {
+            let bb = format.block_bytes();
+            for blk in w.chunks_exact_mut(bb) {
+                r.fill(&mut blk[..]);
+                blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
+                if format == WeightFormat::Q4_1 {
+                    blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
+                }
+            }
+        }
+    }
+    w
+}
+
+fn poisoned(k: &Kernels, n: usize) -> Buffer {
+    k.device().upload(&vec![f32::NAN; n]).unwrap()
+}
+
+fn read(b: &Buffer, n: usize) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    b.read(&mut v).unwrap();
+    v
+}
+
+fn check(what: &str, got: &[f32], want: &[f32], bound: f64) {
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: unwritten (NaN) or non-finite output"
+    );
+    let e = reference::nmse(got, want);
+    assert!(e <= bound, "{what}: NMSE {e:e} > {bound:e}");
+}
+
+#[test]
+fn smoke_add_runs_on_device() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let n = 1000;
+    let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let b: Vec<f32> = (0..n).map(|i| 0.5 * i as f32).collect();
+    let (ba, bb, bo) = (d.upload(&a).unwrap(), d.upload(&b).unwrap(), poisoned(k, n));
+    k.add(&ba, &bb, &bo, n).unwrap().enqueue().unwrap();
+    // Exact: one f32 add per element on both sides.
+    assert_eq!(read(&bo, n), reference::add(&a, &b));
+}
+
+// GEMV/GEMM bound 1e-8: f32 accumulation of K <= 4096 products has a typical relative error of
+// about sqrt(K) * 2^-24 ~ 4e-6, an NMSE near 1e-11; the Q4 kernels' (sum qx - 8 sum x) form can
+// cancel a few bits more. 1e-8 leaves three orders of margin and still catches any wrong
+// element (one wrong output of N >= 16 gives NMSE > 1e-3).
+const MATMUL_NMSE: f64 = 1e-8;
+
+#[test]
+fn gemv_all_formats_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(1);
+    for format in [
+        WeightFormat::F16,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+    ] {
+        for &(n, kk) in &[(1, 32), (37, 64), (257, 96), (100, 576), (67, 4096)] {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, kk);
+            let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
+            let (bw, bx, by) = (d.upload(&w).unwrap(), d.upload(&x).unwrap(), poisoned(k, n));
+            k.gemv(format, &bw, &bx, &by, n, kk)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            check(
+                &format!("gemv {format:?} {n}x{kk}"),
+                &read(&by, n),
+                &want,
+                MATMUL_NMSE,
+            );
+        }
+    }
+    // FP16 with K not a multiple of 8: the element-wise kernel.
+    for &(n, kk) in &[(5, 3), (33, 1003)] {
+        let w = rand_weights(&mut r, WeightFormat::F16, n, kk);
+        let x = randn(&mut r, kk);
+        let want = reference::gemm(WeightFormat::F16, &w, &x, 1, n, kk).unwrap();
+        let (bw, bx, by) = (d.upload(&w).unwrap(), d.upload(&x).unwrap(), poisoned(k, n));
+        k.gemv(WeightFormat::F16, &bw, &bx, &by, n, kk)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+        check(
+            &format!("gemv_f16_any {n}x{kk}"),
+            &read(&by, n),
+            &want,
+            MATMUL_NMSE,
+        );
+    }
+}
+
+#[test]
+fn gemv_explicit_shapes_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(2);
+    let (n, kk) = (45, 512);
+    for format in [WeightFormat::F16, WeightFormat::Q4_0] {
+        let w = rand_weights(&mut r, format, n, kk);
+        let x = randn(&mut r, kk);
+        let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
+        let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
+        for (tpr, rows) in [(1, 1), (4, 8), (32, 2), (128, 2)] {
+            let by = poisoned(k, n);
+            let shape = ocl::RowShape { tpr, rows };
+            k.gemv_with(format, &bw, &bx, &by, n, kk, Some(shape))
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            check(
+                &format!("gemv {format:?} shape {tpr}x{rows}"),
+                &read(&by, n),
+                &want,
+                MATMUL_NMSE,
+            );
+        }
+    }
+}
+
+#[test]
+fn gemv_q4_0_relayout_matches_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(3);
+    for &(n, kk) in &[(1, 32), (77, 160), (130, 2048)] {
+        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
+        let (nq, nd) = ocl::relayout_q4_0_len(n, kk).unwrap();
+        let (mut qs, mut ds) = (vec![0u8; nq], vec![0u8; nd]);
+        ocl::relayout_q4_0(&w, n, kk, &mut qs, &mut ds).unwrap();
+        let x = randn(&mut r, kk);
+        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let (bq, bd, bx, by) = (
+            d.upload(&qs).unwrap(),
+            d.upload(&ds).unwrap(),
+            d.upload(&x).unwrap(),
+            poisoned(k, n),
+        );
+        k.gemv_q4_0_soa(&bq, &bd, &bx, &by, n, kk, None)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+        check(
+            &format!("gemv_q4_0_soa {n}x{kk}"),
+            &read(&by, n),
+            &want,
+            MATMUL_NMSE,
+        );
+    }
+}
+
+#[test]
+fn gemm_small_m_matches_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(4);
+    for format in [WeightFormat::F16, WeightFormat::Q4_0] {
+        for &(m, n, kk) in &[(1, 19, 64), (3, 70, 96), (5, 33, 576), (9, 129, 256)] {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, m * kk);
+            let want = reference::gemm(format, &w, &x, m, n, kk).unwrap();
+            let (bw, bx, by) = (
+                d.upload(&w).unwrap(),
+                d.upload(&x).unwrap(),
+                poisoned(k, m * n),
+            );
+            k.gemm(format, &bw, &bx, &by, m, n, kk)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            check(
+                &format!("gemm {format:?} {m}x{n}x{kk}"),
+                &read(&by, m * n),
+                &want,
+                MATMUL_NMSE,
+            );
+        }
+    }
+}
+
+#[test]
+fn rms_norm_swiglu_add_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(5);
+    for &(rows, n) in &[(1, 1), (3, 100), (2, 576), (1, 1537)] {
+        let x = randn(&mut r, rows * n);
+        let g = randn(&mut r, n);
+        let want = reference::rms_norm(&x, &g, rows, n, 1e-5);
+        let (bx, bg, by) = (
+            d.upload(&x).unwrap(),
+            d.upload(&g).unwrap(),
+            poisoned(k, rows * n),
+        );
+        k.rms_norm(&bx, &bg, &by, rows, n, 1e-5)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+        // rsqrt and the f32 sum of n <= 1537 squares: relative error ~1e-6 at worst, NMSE < 1e-11.
+        check(
+            &format!("rms_norm {rows}x{n}"),
+            &read(&by, rows * n),
+            &want,
+            1e-10,
+        );
+    }
+    for &n in &[1, 63, 1000, 1537] {
+        let a = randn(&mut r, n).iter().map(|v| v * 8.0).collect::<Vec<_>>();
+        let b = randn(&mut r, n);
+        let (ba, bb) = (d.upload(&a).unwrap(), d.upload(&b).unwrap());
+        let bo = poisoned(k, n);
+        k.swiglu(&ba, &bb, &bo, n).unwrap().enqueue().unwrap();
+        // exp (3 ulp) and one division (2.5 ulp): relative error < 1e-6, NMSE < 1e-12.
+        check(
+            &format!("swiglu {n}"),
+            &read(&bo, n),
+            &reference::swiglu(&a, &b),
+            1e-10,
+        );
+        let bo = poisoned(k, n);
+        k.add(&ba, &bb, &bo, n).unwrap().enqueue().unwrap();
+        assert_eq!(read(&bo, n), reference::add(&a, &b), "add {n}");
+        // In place: out = a.
+        k.add(&ba, &bb, &ba, n).unwrap().enqueue().unwrap();
+        assert_eq!(read(&ba, n), reference::add(&a, &b), "add in place {n}");
+    }
+}
+
+#[test]
+fn rope_both_modes_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(6);
+    for mode in [ocl::RopeMode::Normal, ocl::RopeMode::Neox] {
+        for &(t, h, hd, pos0) in &[(1, 9, 64, 0u32), (3, 5, 64, 777), (2, 3, 6, 31)] {
+            let x = randn(&mut r, t * h * hd);
+            let mut want = x.clone();
+            reference::rope(&mut want, t, h, hd, pos0, 10000.0, mode);
+            let bx = d.upload(&x).unwrap();
+            let mut l = k.rope(&bx, t, h, hd, 0, 10000.0, mode).unwrap();
+            l.set_position(pos0).unwrap();
+            l.enqueue().unwrap();
+            // The f32 angle pos * inv_freq carries ~pos * 2^-24 rad of error (~5e-5 at pos 780)
+            // plus pow/sin/cos ulps: NMSE ~1e-9; bound 1e-7.
+            check(
+                &format!("rope {mode:?} {t}x{h}x{hd}@{pos0}"),
+                &read(&bx, t * h * hd),
+                &want,
+                1e-7,
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_gqa_matches_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(7);
+    for &(h, kvh, hd, max_seq, len) in &[
+        (9, 3, 64, 100, 1),
+        (9, 3, 64, 100, 77),
+        (4, 4, 32, 300, 300),
+        (6, 1, 17, 50, 33),
+    ] {
+        let q = randn(&mut r, h * hd);
+        let kc = randn(&mut r, max_seq * kvh * hd);
+        let vc = randn(&mut r, max_seq * kvh * hd);
+        let want = reference::attention(&q, &kc, &vc, h, kvh, hd, len);
+        let (bq, bk, bv) = (
+            d.upload(&q).unwrap(),
+            d.upload(&kc).unwrap(),
+            d.upload(&vc).unwrap(),
+        );
+        let bs = poisoned(k, Kernels::attention_scratch_len(h, max_seq));
+        let bo = poisoned(k, h * hd);
+        let mut l = k
+            .attention(&bq, &bk, &bv, &bo, &bs, h, kvh, hd, max_seq, max_seq)
+            .unwrap();
+        l.set_len(len).unwrap();
+        l.enqueue().unwrap();
+        // f32 dot products of <= 64 terms, exp, and sums of <= 300 terms: NMSE ~1e-12; bound 1e-9.
+        check(
+            &format!("attention {h}/{kvh}x{hd} len {len}"),
+            &read(&bo, h * hd),
+            &want,
+            1e-9,
+        );
+    }
+}
+
+/// Zero-copy host buffers plus the completion flag: the host waits on the flag word, not on
+/// clFinish, then reads the output in place.
+#[test]
+fn zero_copy_and_completion_flag() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    if !d.info().host_unified_memory {
+        eprintln!("SKIP flag test: device is not host-unified");
+        return;
+    }
+    let mut r = rng(8);
+    let (n, kk) = (300, 256);
+    let align = d.info().base_addr_align.max(4096);
+    let layout = std::alloc::Layout::from_size_align(4 * (n + kk), align).unwrap();
+    // SAFETY: nonzero-size layout; freed at the end of the test after the buffers are dropped.
+    let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!mem.is_null());
+    // SAFETY: `mem` holds n + kk f32s, aligned.
+    let (xs, ys) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(mem.cast::<f32>(), kk),
+            std::slice::from_raw_parts_mut(mem.cast::<f32>().add(kk), n),
+        )
+    };
+    xs.copy_from_slice(&randn(&mut r, kk));
+    ys.fill(f32::NAN);
+    let w = rand_weights(&mut r, WeightFormat::Q4_1, n, kk);
+    let want = reference::gemm(WeightFormat::Q4_1, &w, xs, 1, n, kk).unwrap();
+    {
+        let bw = d.upload(&w).unwrap();
+        // SAFETY: the regions live until dealloc below, after these buffers drop; the host
+        // reads ys only after the flag says the launch is done.
+        let bx = unsafe { d.wrap_host(mem, kk * 4) }.unwrap();
+        // SAFETY: kk * 4 = 1024 keeps the 4096 alignment for y at this base-address alignment
+        // only if base_addr_align <= 1024; otherwise check that the error is reported.
+        let by = unsafe { d.wrap_host(mem.add(kk * 4), n * 4) };
+        let by = match by {
+            Ok(b) => b,
+            Err(Error::Misaligned { .. }) => return,
+            Err(e) => panic!("{e}"),
+        };
+        let flag = ocl::Flag::new(d).unwrap();
+        let mut l = k.gemv(WeightFormat::Q4_1, &bw, &bx, &by, n, kk).unwrap();
+        l.bind_flag(&flag).unwrap();
+        let yp = ys.as_mut_ptr();
+        for epoch in 1..=3u32 {
+            for i in 0..n {
+                // SAFETY: no launch is in flight (the previous one signalled completion).
+                unsafe { std::ptr::write_volatile(yp.add(i), f32::NAN) };
+            }
+            let e = NonZeroU32::new(epoch).unwrap();
+            l.enqueue_signaled(e).unwrap();
+            d.flush().unwrap();
+            flag.wait(e, Duration::from_secs(60)).unwrap();
+            // Acquire on the flag pairs with the kernel's fence + atomic store.
+            let got: Vec<f32> = (0..n)
+                // SAFETY: the launch is complete (flag), so no device write races this read.
+                .map(|i| unsafe { std::ptr::read_volatile(yp.add(i)) })
+                .collect();
+            check(
+                &format!("flagged gemv epoch {epoch}"),
+                &got,
+                &want,
+                MATMUL_NMSE,
+            );
+        }
+        d.finish().unwrap();
+    }
+    // SAFETY: allocated above with this layout; all buffers using it are dropped.
+    unsafe { std::alloc::dealloc(mem, layout) };
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let b = d.alloc(64).unwrap();
+    let big = d.alloc(1 << 16).unwrap();
+    // K not a multiple of 32 for a block format.
+    for f in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+        let e = k.gemv(f, &big, &big, &big, 4, 48).unwrap_err();
+        assert!(
+            matches!(e, Error::BadShape(ref s) if s.contains("multiple of 32")),
+            "{e}"
+        );
+    }
+    // Buffer too small names the argument.
+    let e = k
+        .gemv(WeightFormat::F16, &big, &b, &big, 4, 64)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::BufferTooSmall {
+                what: "x",
+                needed: 256,
+                got: 64
+            }
+        ),
+        "{e}"
+    );
+    let e = k
+        .gemv(WeightFormat::F16, &b, &big, &big, 4, 64)
+        .unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { what: "w", .. }), "{e}");
+    // Not applicable calls.
+    let mut l = k.add(&b, &b, &b, 16).unwrap();
+    assert!(matches!(l.set_position(3), Err(Error::NotApplicable(_))));
+    assert!(matches!(l.set_len(3), Err(Error::NotApplicable(_))));
+    // Misaligned host pointer.
+    let align = d.info().base_addr_align;
+    if align > 1 {
+        let mut v = vec![0u64; 1024];
+        let p = (v.as_mut_ptr() as *mut u8).wrapping_add(1);
+        // SAFETY: the call must fail on alignment before touching the memory; if it did not,
+        // the buffer would be dropped at once while `v` is still alive.
+        let e = unsafe { d.wrap_host(p, 64) }.unwrap_err();
+        assert!(
+            matches!(e, Error::Misaligned { required, .. } if required == align),
+            "{e}"
+        );
+    }
+    // Build failure carries the compiler's log.
+    let e = d
+        .build(
+            "__kernel void broken(__global float* x) { x[0] = undefined_name; }",
+            "",
+        )
+        .unwrap_err();
+    match e {
+        Error::Build { log, .. } => assert!(log.contains("undefined_name"), "log: {log}"),
+        other => panic!("expected Build, got {other}"),
+    }
+}
+
+#[test]
+fn selection_errors_and_listing() {
+    let Some(_) = kernels() else { return };
+    let api = Arc::new(ocl::Api::load().unwrap());
+    let l = ocl::list(&api).unwrap();
+    assert!(!l.is_empty());
+    let e = Device::open(
+        api.clone(),
+        Some(&ocl::Selector::Name("no such platform".into())),
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::NoPlatform(_)), "{e}");
+    let e = Device::open(api.clone(), None, Some(&ocl::Selector::Index(999))).unwrap_err();
+    assert!(matches!(e, Error::NoDevice(_)), "{e}");
+    // Selection by name and index finds the first platform/device.
+    let dev = Device::open(
+        api,
+        Some(&ocl::Selector::Index(0)),
+        Some(&ocl::Selector::Name(l[0].1[0].clone())),
+    )
+    .unwrap();
+    assert_eq!(dev.info().name, l[0].1[0]);
+}
+
+#[test]
+fn program_binary_cache_round_trip() {
+    let Some(_) = kernels() else { return };
+    let mut dev = Device::from_env().unwrap();
+    let dir = std::env::temp_dir().join(format!("hetero-ocl-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dev.set_cache_dir(Some(dir.clone())).unwrap();
+    let src = "__kernel void k(__global float* x) { x[get_global_id(0)] = 2.0f; }";
+    let p1 = dev.build(src, "").unwrap();
+    assert!(!p1.from_cache());
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "one cached binary"
+    );
+    let p2 = dev.build(src, "").unwrap();
+    assert!(p2.from_cache(), "second build must come from the cache");
+    // Other options: another key.
+    let p3 = dev.build(src, "-cl-fast-relaxed-math").unwrap();
+    assert!(!p3.from_cache());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Needs no OpenCL: an explicit path that does not exist, and a library without OpenCL symbols.
+#[test]
+fn loader_errors_without_opencl() {
+    match ocl::Api::load_from("/nonexistent/libOpenCL-bogus.so") {
+        Err(Error::LibraryNotFound { tried }) => {
+            assert_eq!(tried.len(), 1);
+            assert!(tried[0].0.contains("bogus"));
+        }
+        other => panic!("expected LibraryNotFound, got {other:?}"),
+    }
+    match ocl::Api::load_from("libc.so.6") {
+        Err(Error::MissingSymbol(s)) => assert!(s.starts_with("cl")),
+        other => panic!("expected MissingSymbol, got {other:?}"),
+    }
+}
+
+#[test]
+fn relayout_and_format_sizes() {
+    assert_eq!(WeightFormat::Q4_0.row_bytes(64).unwrap(), 36);
+    assert_eq!(WeightFormat::Q4_1.row_bytes(64).unwrap(), 40);
+    assert_eq!(WeightFormat::Q8_0.row_bytes(64).unwrap(), 68);
+    assert_eq!(WeightFormat::F16.row_bytes(7).unwrap(), 14);
+    assert!(WeightFormat::Q8_0.row_bytes(33).is_err());
+    let src: Vec<u8> = (0..36).map(|i| i as u8).collect();
+    let (mut q, mut dd) = (vec![0; 32], vec![0; 4]);
+    ocl::relayout_q4_0(&src, 1, 64, &mut q, &mut dd).unwrap();
+    assert_eq!(dd, [0, 1, 18, 19]);
+    assert_eq!(&q[..16], &src[2..18]);
+    assert_eq!(&q[16..], &src[20..36]);
+    let mut small = vec![0; 31];
+    assert!(matches!(
+        ocl::relayout_q4_0(&src, 1, 64, &mut small, &mut dd),
+        Err(Error::BufferTooSmall { what: "qs", .. })
+    ));
+}
