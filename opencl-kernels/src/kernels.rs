@@ -79,6 +79,9 @@ pub struct RowShape {
     pub tpr: usize,
     /// Rows per work-group.
     pub rows: usize,
+    /// Rows per work-item (1, or 2 for [`Kernels::gemv_q4_0_soa`], which then reuses each
+    /// activation load for two rows).
+    pub per_item: usize,
 }
 
 impl RowShape {
@@ -88,6 +91,7 @@ impl RowShape {
         RowShape {
             tpr,
             rows: (MAX_WG / tpr).max(1),
+            per_item: 1,
         }
     }
 }
@@ -154,7 +158,11 @@ impl Kernels {
         let max = self.max_wg();
         let tpr = pow2_floor(s.tpr.min(max));
         let rows = pow2_floor((max / tpr).min(s.rows).max(1));
-        RowShape { tpr, rows }
+        RowShape {
+            tpr,
+            rows,
+            per_item: s.per_item,
+        }
     }
 
     /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
@@ -195,6 +203,11 @@ impl Kernels {
             WeightFormat::Q8_0 => ("gemv_q8_0", k / 32),
         };
         let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 128)));
+        if s.per_item != 1 {
+            return Err(Error::NotApplicable(
+                "per_item > 1 is implemented for gemv_q4_0_soa only",
+            ));
+        }
         let mut l = self.launch(
             name,
             2,
@@ -226,10 +239,15 @@ impl Kernels {
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
         let s = self.fit(shape.unwrap_or(RowShape::for_units(k / 32, 128)));
+        let (name, items) = match s.per_item {
+            1 => ("gemv_q4_0_soa", n),
+            2 => ("gemv_q4_0_soa_r2", n.div_ceil(2)),
+            _ => return Err(Error::NotApplicable("per_item must be 1 or 2")),
+        };
         let mut l = self.launch(
-            "gemv_q4_0_soa",
+            name,
             2,
-            [s.tpr, n.div_ceil(s.rows) * s.rows],
+            [s.tpr, items.div_ceil(s.rows) * s.rows],
             [s.tpr, s.rows],
         )?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;

@@ -172,7 +172,11 @@ fn gemv_explicit_shapes_match_reference() {
         let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
         for (tpr, rows) in [(1, 1), (4, 8), (32, 2), (128, 2)] {
             let by = poisoned(k, n);
-            let shape = ocl::RowShape { tpr, rows };
+            let shape = ocl::RowShape {
+                tpr,
+                rows,
+                per_item: 1,
+            };
             k.gemv_with(format, &bw, &bx, &by, n, kk, Some(shape))
                 .unwrap()
                 .enqueue()
