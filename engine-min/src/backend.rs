@@ -8,7 +8,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::gguf::GgmlType;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use crate::pool::{Pool, SharedMut};
+use crate::qkernel::{PackedWeight, QuantActs, PAIR};
 use crate::quant;
 
 /// A quantized weight matrix: `n` rows of `k` elements of type `ty`, rows contiguous.
@@ -51,6 +55,17 @@ impl std::error::Error for BackendError {}
 pub trait Backend: Send + Sync {
     /// Short name shown in the time shares (e.g. `cpu`).
     fn name(&self) -> &str;
+    /// Called once per weight before any `matmul` on it (start-up: repacking, uploads, graph
+    /// preparation). The default does nothing.
+    fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
+        let _ = w;
+        Ok(())
+    }
+    /// Sizes scratch for up to `max_tokens` rows of up to `max_k` columns so `matmul` does not
+    /// allocate. The default does nothing.
+    fn reserve(&mut self, max_tokens: usize, max_k: usize) {
+        let _ = (max_tokens, max_k);
+    }
     /// `out[m x n] = x[m x k] * W^T` (row-major `x` and `out`).
     fn matmul(
         &self,
@@ -75,9 +90,14 @@ const ROWS_PER_TASK: usize = 32;
 pub enum CpuKernel {
     /// Plain Rust, any CPU.
     Portable,
-    /// x86-64 AVX-512F (and FMA) 4x4 f32 dot block.
+    /// x86-64 AVX-512F 4x4 f32 dot block.
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// x86-64 AVX-512 VNNI on weights repacked at `prepare` (Q4_0, Q4_1, Q8_0 with rows a
+    /// multiple of 64) and activations quantized to 8 bits per 32-element block; other weights
+    /// take the AVX-512 f32 path.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
 }
 
 impl CpuKernel {
@@ -87,6 +107,10 @@ impl CpuKernel {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx512f") {
             v.push(CpuKernel::Avx512);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::qkernel::vnni::available() {
+            v.push(CpuKernel::Avx512Vnni);
         }
         v
     }
@@ -102,6 +126,9 @@ impl CpuKernel {
 pub struct CpuBackend {
     pool: Arc<Pool>,
     kernel: CpuKernel,
+    /// Repacked weights, keyed by the address and length of their original bytes.
+    packed: HashMap<(usize, usize), PackedWeight>,
+    acts: Mutex<QuantActs>,
 }
 
 impl CpuBackend {
@@ -113,7 +140,17 @@ impl CpuBackend {
         } else {
             CpuKernel::Portable
         };
-        Self { pool, kernel }
+        Self {
+            pool,
+            kernel,
+            packed: HashMap::new(),
+            acts: Mutex::new(QuantActs::default()),
+        }
+    }
+
+    /// Number of weights repacked for the quantized kernel.
+    pub fn packed_count(&self) -> usize {
+        self.packed.len()
     }
 
     /// The kernel in use.
@@ -125,6 +162,28 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn name(&self) -> &str {
         "cpu"
+    }
+
+    fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
+        #[cfg(target_arch = "x86_64")]
+        if self.kernel == CpuKernel::Avx512Vnni {
+            let key = (w.data.as_ptr() as usize, w.data.len());
+            if let std::collections::hash_map::Entry::Vacant(e) = self.packed.entry(key) {
+                if let Some(p) = PackedWeight::pack(w.ty, w.n, w.k, w.data) {
+                    e.insert(p);
+                    self.reserve(1, w.k);
+                }
+            }
+        }
+        let _ = w;
+        Ok(())
+    }
+
+    fn reserve(&mut self, m: usize, k: usize) {
+        let a = self.acts.get_mut().unwrap_or_else(|e| e.into_inner());
+        if !a.fits(m, k) {
+            *a = QuantActs::with_capacity(m, k);
+        }
     }
 
     fn matmul(
@@ -147,6 +206,12 @@ impl Backend for CpuBackend {
         }
         if out.len() != m * n {
             return Err(BackendError::Shape("out"));
+        }
+        if let Some(p) = self.packed.get(&(w.data.as_ptr() as usize, w.data.len())) {
+            if p.n == n && p.k == k {
+                self.matmul_packed(p, x, m, out);
+                return Ok(());
+            }
         }
         let kernel = if k % 16 == 0 {
             self.kernel
@@ -187,6 +252,108 @@ impl Backend for CpuBackend {
     }
 }
 
+impl CpuBackend {
+    fn matmul_packed(&self, w: &PackedWeight, x: &[f32], m: usize, out: &mut [f32]) {
+        let (n, k) = (w.n, w.k);
+        let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
+        if !acts.fits(m, k) {
+            *acts = QuantActs::with_capacity(m, k);
+        }
+        acts.k = k;
+        acts.m = m;
+        {
+            let ds = crate::qkernel::dstride(k);
+            let a = &mut *acts;
+            let (q, d, s, e) = (
+                SharedMut::new(&mut a.q[..]),
+                SharedMut::new(&mut a.d[..]),
+                SharedMut::new(&mut a.s[..]),
+                SharedMut::new(&mut a.dexp[..]),
+            );
+            let quant_task = |t: usize, _thread: usize| {
+                // SAFETY: each task quantizes its own token `t`, so the ranges are disjoint.
+                unsafe {
+                    crate::qkernel::quantize_token(
+                        &x[t * k..(t + 1) * k],
+                        q.slice(t * k, k),
+                        d.slice(t * ds, ds),
+                        s.slice(t * ds, ds),
+                        e.slice(t * (k / PAIR) * 16, k / PAIR * 16),
+                    )
+                };
+            };
+            if m >= 8 {
+                self.pool.run(m, &quant_task);
+            } else {
+                (0..m).for_each(|t| quant_task(t, 0));
+            }
+        }
+        let acts: &QuantActs = &acts;
+        let kernel = self.kernel;
+        let outs = SharedMut::new(out);
+        let n_tasks = n.div_ceil(ROWS_PER_TASK);
+        let task = |t: usize, _thread: usize| {
+            let r_end = ((t + 1) * ROWS_PER_TASK).min(n);
+            let mut r0 = t * ROWS_PER_TASK;
+            while r0 < r_end {
+                let nr = (r_end - r0).min(NR);
+                let mut t0 = 0;
+                while t0 < m {
+                    let mr = (m - t0).min(MR);
+                    let mut acc = [[0f32; NR]; MR];
+                    qdot(kernel, w, r0, nr, acts, t0, mr, &mut acc);
+                    for (ti, row) in acc.iter().enumerate().take(mr) {
+                        // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
+                        // row, so no two live slices overlap.
+                        let o = unsafe { outs.slice((t0 + ti) * n + r0, nr) };
+                        o.copy_from_slice(&row[..nr]);
+                    }
+                    t0 += mr;
+                }
+                r0 += nr;
+            }
+        };
+        self.pool.run(n_tasks, &task);
+    }
+}
+
+/// The quantized dot block with `kernel` (the portable integer loop for non-VNNI kernels).
+#[allow(clippy::too_many_arguments)]
+pub fn qdot(
+    kernel: CpuKernel,
+    w: &PackedWeight,
+    r0: usize,
+    nr: usize,
+    a: &QuantActs,
+    t0: usize,
+    mr: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    assert!(
+        (1..=NR).contains(&nr)
+            && r0 + nr <= w.n
+            && (1..=MR).contains(&mr)
+            && t0 + mr <= a.m
+            && a.k == w.k
+    );
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Avx512Vnni` is only selectable when `vnni::available()` (see
+        // `CpuKernel::available` and `CpuBackend::new`); the assert above checks the index
+        // preconditions, and `PackedWeight`/`QuantActs` keep their buffer lengths consistent.
+        CpuKernel::Avx512Vnni => unsafe {
+            use crate::qkernel::vnni::dot;
+            match mr {
+                1 => dot::<1>(w, r0, nr, a, t0, acc),
+                2 => dot::<2>(w, r0, nr, a, t0, acc),
+                3 => dot::<3>(w, r0, nr, a, t0, acc),
+                _ => dot::<4>(w, r0, nr, a, t0, acc),
+            }
+        },
+        _ => crate::qkernel::dot_portable(w, r0, nr, a, t0, mr, acc),
+    }
+}
+
 /// `acc[t][r] = dot(x[t], w[r])` for `t < mr`, `r < nr` (rows of length `k`).
 pub fn dot_block(
     kernel: CpuKernel,
@@ -200,7 +367,7 @@ pub fn dot_block(
     match kernel {
         CpuKernel::Portable => dot_block_portable(w, nr, x, mr, k, acc),
         #[cfg(target_arch = "x86_64")]
-        CpuKernel::Avx512 => {
+        CpuKernel::Avx512 | CpuKernel::Avx512Vnni => {
             assert!(
                 k.is_multiple_of(16)
                     && w.len() >= nr * k
@@ -208,7 +375,7 @@ pub fn dot_block(
                     && nr >= 1
                     && mr >= 1
             );
-            // SAFETY: `CpuKernel::Avx512` is only chosen when the CPU reports AVX-512F
+            // SAFETY: `Avx512` and `Avx512Vnni` are only chosen when the CPU reports AVX-512F
             // (`CpuKernel::available`), which is the target feature the function enables; the
             // assert above establishes the slice-length preconditions it reads within.
             unsafe { avx512::dot_block(w, nr, x, mr, k, acc) }

@@ -105,14 +105,26 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine for `model` running matmuls on `backend` and host ops on `pool`.
+    /// An engine for `model` running matmuls on `backend` and host ops on `pool`; every weight
+    /// goes through `backend.prepare` here.
     pub fn new(
         model: Arc<Model>,
-        backend: Box<dyn Backend>,
+        mut backend: Box<dyn Backend>,
         pool: Arc<Pool>,
         opts: EngineOptions,
-    ) -> Self {
+    ) -> Result<Self, EngineError> {
         let c = &model.config;
+        let name = backend.name().to_owned();
+        let prep = |b: &mut Box<dyn Backend>, w: &WeightRef| {
+            b.prepare(&model.view(w))
+                .map_err(|e| EngineError::Backend(name.clone(), e))
+        };
+        for l in &model.layers {
+            for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
+                prep(&mut backend, w)?;
+            }
+        }
+        prep(&mut backend, &model.output)?;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let mb = opts.max_batch.max(1);
         let kv = c.kv_dim();
@@ -127,8 +139,8 @@ impl Engine {
                 rope_sin[p * half + i] = a.sin() as f32;
             }
         }
-        let name = backend.name().to_owned();
-        Self {
+        backend.reserve(mb, c.d_model.max(c.d_ff));
+        Ok(Self {
             k_cache: vec![0.0; c.n_layer * ctx * kv],
             v_cache: vec![0.0; c.n_layer * ctx * kv],
             rope_cos,
@@ -153,7 +165,7 @@ impl Engine {
             ctx,
             max_batch: mb,
             pos: 0,
-        }
+        })
     }
 
     /// The model.

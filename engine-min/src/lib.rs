@@ -5,6 +5,7 @@ pub mod engine;
 pub mod gguf;
 pub mod model;
 pub mod pool;
+pub mod qkernel;
 pub mod quant;
 pub mod reference;
 pub mod sample;

@@ -147,7 +147,8 @@ fn run(mut args: Args) -> Result<(), Fail> {
             context: ctx,
             max_batch: 128,
         },
-    );
+    )
+    .map_err(|e| Fail(e.to_string(), 1))?;
     let load = t_load.elapsed();
     let tok = &model.tokenizer;
     let text = if chat {

@@ -1,8 +1,10 @@
 //! A small persistent thread pool: `run(n_tasks, f)` calls `f(task, thread)` for every task
 //! index, tasks claimed dynamically (one atomic counter), the caller's thread taking part.
 //!
-//! Workers spin a bounded time for the next job, then sleep on a condition variable, so an
-//! idle engine costs no CPU while back-to-back matmuls of a decode step do not pay a wake-up.
+//! Built for a shared, oversubscribed machine: a worker *joins* a job only while it is open,
+//! and the caller closes the job once every task is claimed, so the caller never waits for a
+//! worker that was descheduled before it joined (it only waits for workers that are running a
+//! task). Workers spin briefly for the next job, then sleep on a condition variable.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -12,23 +14,26 @@ use std::thread::JoinHandle;
 
 type Job = *const (dyn Fn(usize, usize) + Sync + 'static);
 
+/// `state` layout: epoch in bits 32.., `CLOSED` flag, active-worker count in the low bits.
+const CLOSED: u64 = 1 << 31;
+const ACTIVE: u64 = CLOSED - 1;
+
 struct Shared {
-    /// Bumped (Release) after `job` and `n_tasks` are written; workers Acquire it.
-    epoch: AtomicU64,
+    /// Job epoch, closed flag and number of workers inside the job (see the constants).
+    state: AtomicU64,
     job: UnsafeCell<Option<Job>>,
     n_tasks: AtomicUsize,
     next: AtomicUsize,
-    /// Workers still inside the current job; the caller waits (Acquire) for 0.
-    pending: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
 }
 
-// SAFETY: `job` is written only by `Pool::run` while no worker reads it (all workers have
-// decremented `pending` for the previous job, and the next read happens after the Release bump
-// of `epoch`), and the pointee is `Sync`. Every other field is itself `Sync`.
+// SAFETY: `job` is written only by `Pool::run` while the previous job is closed with no active
+// worker (so nobody reads it), and read only by workers that joined the current job (a
+// successful Acquire CAS on `state` after run's Release store). The pointee is `Sync`. All
+// other fields are `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -37,19 +42,20 @@ unsafe impl Send for Shared {}
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Serializes `run` callers (the protocol has one job at a time).
+    run_lock: Mutex<()>,
 }
 
-const SPINS: u32 = 20_000;
+const SPINS: u32 = 4_000;
 
 impl Pool {
     /// A pool running jobs on `threads` threads in all (the caller plus `threads - 1` workers).
     pub fn new(threads: usize) -> Self {
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            state: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(None),
             n_tasks: AtomicUsize::new(0),
             next: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -61,7 +67,11 @@ impl Pool {
                 std::thread::spawn(move || worker(&s, id))
             })
             .collect();
-        Self { shared, workers }
+        Self {
+            shared,
+            workers,
+            run_lock: Mutex::new(()),
+        }
     }
 
     /// Number of threads that run jobs (workers plus the caller).
@@ -71,7 +81,7 @@ impl Pool {
 
     /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool;
     /// `thread` is in `0..self.threads()` and no two concurrent calls share it. Returns when
-    /// all tasks are done. Panics (after all workers are done) if a task panicked.
+    /// all tasks are done. Panics (after all workers are out) if a task panicked.
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         if self.workers.is_empty() || n_tasks <= 1 {
             for t in 0..n_tasks {
@@ -79,30 +89,33 @@ impl Pool {
             }
             return;
         }
+        let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         // SAFETY: erasing the lifetime is sound because this function does not return before
-        // every worker has finished with the job (`pending` reaches 0 below), so the pointer
-        // is never used after `f` goes out of scope.
+        // the job is closed and no worker is active in it, so the pointer is never used after
+        // `f` goes out of scope.
         let job: Job =
             unsafe { std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), Job>(f) };
-        // SAFETY: no worker reads `job` now: all finished the previous job (we waited for
-        // `pending == 0`) and none reads it before observing the epoch bump below.
+        // SAFETY: the previous job is closed with no active worker (we waited for that), and a
+        // worker reads `job` only after joining the new epoch published below.
         unsafe { *s.job.get() = Some(job) };
         s.n_tasks.store(n_tasks, Ordering::Relaxed);
         s.next.store(0, Ordering::Relaxed);
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
-        // Release: publishes job, n_tasks, next and pending to workers that Acquire the epoch.
-        s.epoch.fetch_add(1, Ordering::Release);
+        let epoch = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xFFFF_FFFF;
+        // Release: publishes job, n_tasks and next to workers whose join CAS Acquires it.
+        s.state.store(epoch << 32, Ordering::Release);
         {
-            // Taking the lock orders this notify after any worker's check of the epoch under
-            // the lock, so no worker misses the wake-up.
+            // Taking the lock orders this notify after any worker's check of the state under
+            // the lock, so no sleeping worker misses the new job.
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.cv.notify_all();
         }
         claim(s, f, 0);
+        // Every task is claimed: close the job so no late worker joins it.
+        s.state.fetch_or(CLOSED, Ordering::AcqRel);
         let mut spins = 0u32;
-        // Acquire: the workers' writes (task outputs) happen-before our return.
-        while s.pending.load(Ordering::Acquire) != 0 {
+        // Acquire: the active workers' task outputs happen-before our return.
+        while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
             spins += 1;
             if spins < SPINS {
                 std::hint::spin_loop();
@@ -131,39 +144,58 @@ fn worker(s: &Shared, id: usize) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
-        loop {
+        // Wait for an open job of a new epoch.
+        let cur = loop {
             if s.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            // Acquire pairs with the Release bump in `run`.
-            if s.epoch.load(Ordering::Acquire) != seen {
-                break;
+            let st = s.state.load(Ordering::Relaxed);
+            if st >> 32 != seen && st & CLOSED == 0 {
+                break st;
             }
             spins += 1;
             if spins < SPINS {
                 std::hint::spin_loop();
             } else {
                 let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-                // Re-check under the lock (the notifier holds it after bumping the epoch).
-                if s.epoch.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+                let st = s.state.load(Ordering::Relaxed);
+                // Re-check under the lock (the notifier takes it after publishing a job).
+                if (st >> 32 == seen || st & CLOSED != 0) && !s.shutdown.load(Ordering::Acquire) {
                     drop(s.cv.wait(g).unwrap_or_else(|e| e.into_inner()));
                 }
             }
+        };
+        seen = cur >> 32;
+        // Join: only while this epoch is still open. Acquire pairs with run's Release store.
+        let mut st = cur;
+        let joined = loop {
+            if st >> 32 != seen || st & CLOSED != 0 {
+                break false;
+            }
+            match s
+                .state
+                .compare_exchange_weak(st, st + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break true,
+                Err(now) => st = now,
+            }
+        };
+        if !joined {
+            continue;
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        // SAFETY: `run` wrote `job` before the epoch bump we acquired and does not write it
-        // again until we decrement `pending`; the pointee outlives that (see `run`).
+        // SAFETY: we joined the open epoch whose job `run` wrote before its Release store;
+        // `run` neither rewrites `job` nor returns until we leave (active count back to 0).
         let job = unsafe { *s.job.get() };
         if let Some(job) = job {
             // SAFETY: the pointer came from a live `&dyn Fn` that `run` keeps borrowed until
-            // `pending` reaches 0, which happens only after this call returns.
+            // no worker is active, which happens only after we leave below.
             let f = unsafe { &*job };
             if catch_unwind(AssertUnwindSafe(|| claim(s, f, id))).is_err() {
                 s.panicked.store(true, Ordering::Relaxed);
             }
         }
-        // Release: our task outputs happen-before the caller's Acquire of `pending == 0`.
-        s.pending.fetch_sub(1, Ordering::Release);
+        // Leave. Release: our task outputs happen-before run's Acquire of "no active worker".
+        s.state.fetch_sub(1, Ordering::Release);
     }
 }
 

@@ -184,3 +184,107 @@ fn sampler_greedy_and_seeded() {
     assert!((1700..2300).contains(&counts[1]), "{counts:?}");
     assert!((1500..2100).contains(&counts[3]), "{counts:?}");
 }
+
+/// The quantized path: weights repacked, activations rounded to 8 bits per block. Checked
+/// against the exact f64 product with the rigorous rounding bound, and every quantized kernel
+/// against the portable integer loop.
+#[test]
+fn quantized_kernels_match() {
+    use engine_min::backend::qdot;
+    use engine_min::qkernel::{PackedWeight, QuantActs};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let pool = Arc::new(Pool::new(2));
+    let kernels: Vec<CpuKernel> = CpuKernel::available();
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for &(n, k) in &[(1, 64), (3, 128), (4, 576), (5, 64), (33, 1536), (70, 576)] {
+            let data = random_weight(&mut rng, ty, n, k);
+            let wf = dequantize_bytes(ty, n * k, &data);
+            let packed = PackedWeight::pack(ty, n, k, &data).expect("packs");
+            // Packing is lossless: d * u + m reproduces every weight.
+            for r in 0..n {
+                for i in 0..k {
+                    let b = i / 32;
+                    let v = packed.d[r * packed.dstride + b] * f32::from(packed.u_at(r, i))
+                        + packed.m[r * packed.dstride + b];
+                    let want = wf[r * k + i];
+                    assert!(
+                        (v - want).abs() <= 1e-6 * want.abs().max(1.0),
+                        "{ty:?} pack"
+                    );
+                }
+            }
+            let w = WeightView {
+                ty,
+                n,
+                k,
+                data: &data,
+            };
+            for m in [1, 2, 3, 4, 5, 9] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                let mut acts = QuantActs::with_capacity(m, k);
+                acts.quantize(&x, m, k);
+                for &kernel in &kernels {
+                    let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
+                    engine_min::backend::Backend::prepare(&mut be, &w).expect("prepare");
+                    let mut out = vec![f32::NAN; m * n];
+                    be.matmul(&w, &x, m, &mut out).expect("matmul");
+                    let quantized = be.packed_count() == 1;
+                    for t in 0..m {
+                        for r in 0..n {
+                            let (mut s, mut mag, mut bound) = (0f64, 0f64, 0f64);
+                            for i in 0..k {
+                                let wi = f64::from(wf[r * k + i]);
+                                let p = wi * f64::from(x[t * k + i]);
+                                s += p;
+                                mag += p.abs();
+                                // |x - dx * qx| <= dx / 2 per element.
+                                let dx =
+                                    f64::from(acts.d[t * engine_min::qkernel::dstride(k) + i / 32]);
+                                bound += wi.abs() * dx / 2.0;
+                            }
+                            let got = f64::from(out[t * n + r]);
+                            let allowed = if quantized { bound } else { 0.0 } + 1e-5 * mag + 1e-5;
+                            assert!(
+                                (got - s).abs() <= allowed,
+                                "{kernel:?} {ty:?} n={n} k={k} m={m}: {got} vs {s} (bound {allowed})"
+                            );
+                        }
+                    }
+                    if quantized {
+                        // Same integers as the portable loop: agreement to float rounding.
+                        for t0 in (0..m).step_by(4) {
+                            let mr = (m - t0).min(4);
+                            for r0 in (0..n).step_by(4) {
+                                let nr = (n - r0).min(4);
+                                let mut a = [[f32::NAN; 4]; 4];
+                                let mut b = [[f32::NAN; 4]; 4];
+                                qdot(CpuKernel::Portable, &packed, r0, nr, &acts, t0, mr, &mut a);
+                                qdot(kernel, &packed, r0, nr, &acts, t0, mr, &mut b);
+                                for t in 0..mr {
+                                    for r in 0..nr {
+                                        // Both sum the same integers; they differ only in the
+                                        // order of f32 operations over terms d*u*x and m*x
+                                        // that cancel (Q8_0's m = -128 d): allow 1e-5 of the
+                                        // terms' magnitude.
+                                        let (row, tok) = (r0 + r, t0 + t);
+                                        let ds = packed.dstride;
+                                        let mag: f32 = (0..k)
+                                            .map(|i| {
+                                                (packed.d[row * ds + i / 32].abs()
+                                                    * f32::from(packed.u_at(row, i))
+                                                    + packed.m[row * ds + i / 32].abs())
+                                                    * x[tok * k + i].abs()
+                                            })
+                                            .sum();
+                                        let tol = 1e-5 * mag + 1e-6;
+                                        assert!((a[t][r] - b[t][r]).abs() <= tol, "{kernel:?} {ty:?} n={n} k={k} m={m} r0={r0} t0={t0} t={t} r={r}: {} vs {}", a[t][r], b[t][r]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

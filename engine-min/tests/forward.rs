@@ -29,6 +29,18 @@ fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usiz
             max_batch,
         },
     )
+    .expect("engine")
+}
+
+/// Total-variation distance between the softmax distributions of two logit rows.
+fn tv(a: &[f32], b: &[f32]) -> f64 {
+    let sm = |x: &[f32]| {
+        let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f64> = x.iter().map(|&v| f64::from(v - mx).exp()).collect();
+        let z: f64 = e.iter().sum();
+        e.into_iter().map(move |v| v / z)
+    };
+    sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
 }
 
 /// Largest |a - b| over two logit rows.
@@ -44,7 +56,36 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 // over 30 residual layers; measured max differences are 1e-5..4e-5. 1e-3 keeps a 25x margin,
 // while any real mistake (a wrong RoPE pair, a wrong KV head, a stale cache row, a missing
 // norm) moves logits by whole units.
-const TOL: f32 = 1e-3;
+const TOL_F32: f32 = 1e-3;
+
+// The VNNI kernel quantizes activations to 8 bits per 32-element block before every matmul
+// (as llama.cpp does for Q4_1 x Q8_1); each activation moves by up to half a step (~0.4% of
+// its block's max), and these errors compound over 30 layers. Measured max logit differences
+// are 0.5-2.1; 2.5 absolute still catches structural mistakes (they move logits by several
+// units and flip the top token).
+const TOL_Q8: f32 = 2.5;
+
+/// Total-variation distance allowed between the engine's and the reference's next-token
+/// distributions: 1e-4 for f32 kernels (measured <= 2e-6), 0.08 for the 8-bit-activation
+/// kernel (measured 1e-4..0.032 on these prompts; the kernel itself is checked against a
+/// rigorous rounding bound in `cpu_kernels.rs`, so this only guards the composition).
+fn tol_tv(kernel: CpuKernel) -> f64 {
+    if tol(kernel) == TOL_F32 {
+        1e-4
+    } else {
+        0.08
+    }
+}
+
+fn tol(kernel: CpuKernel) -> f32 {
+    match kernel {
+        CpuKernel::Portable => TOL_F32,
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx512 => TOL_F32,
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx512Vnni => TOL_Q8,
+    }
+}
 
 #[test]
 fn engine_matches_reference_forward() {
@@ -59,22 +100,36 @@ fn engine_matches_reference_forward() {
     // Causal model: the reference's logits at position t are those of the prefix ..=t.
     let want = reference::forward(&model, ids);
     for kernel in CpuKernel::available() {
+        let tol = tol(kernel);
         for &len in &[1usize, 5, 17, 33] {
             let mut e = engine(&model, kernel, 2, 128);
             let mut logits = vec![f32::NAN; vocab];
             e.forward(&ids[..len], &mut logits).expect("forward");
             let w = &want[(len - 1) * vocab..len * vocab];
             let d = max_diff(&logits, w);
-            eprintln!("{kernel:?} len {len}: max |logit diff| {d:e}");
-            assert!(d <= TOL, "{kernel:?} len {len}: max diff {d}");
-            assert_eq!(argmax(&logits), argmax(w), "{kernel:?} len {len}");
+            let tvd = tv(&logits, w);
+            eprintln!("{kernel:?} len {len}: max |logit diff| {d:e}, softmax TV distance {tvd:e}");
+            assert!(tvd <= tol_tv(kernel), "{kernel:?} len {len}: TV {tvd}");
+            assert!(d <= tol, "{kernel:?} len {len}: max diff {d}");
+            // The top token must agree wherever the reference's top-2 gap exceeds the tolerance.
+            let top = argmax(w) as usize;
+            let second = w
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != top)
+                .map(|(_, &v)| v)
+                .fold(f32::NEG_INFINITY, f32::max);
+            if w[top] - second > 2.0 * tol {
+                assert_eq!(argmax(&logits) as usize, top, "{kernel:?} len {len}");
+            }
         }
         // All positions at once, prefill chunked by 8 (odd chunk boundaries).
         let mut e = engine(&model, kernel, 2, 8);
         let mut logits = vec![f32::NAN; 33 * vocab];
         e.forward(ids, &mut logits).expect("forward");
         let d = max_diff(&logits, &want);
-        assert!(d <= TOL, "{kernel:?} all positions chunked: max diff {d}");
+        eprintln!("{kernel:?} all positions, chunks of 8: max |logit diff| {d:e}");
+        assert!(d <= tol, "{kernel:?} all positions chunked: max diff {d}");
         // Prefill 17 then decode one token at a time through the KV cache.
         let mut e = engine(&model, kernel, 1, 128);
         let mut logits = vec![f32::NAN; vocab];
@@ -83,7 +138,7 @@ fn engine_matches_reference_forward() {
             logits.fill(f32::NAN);
             e.forward(&ids[t..t + 1], &mut logits).expect("decode");
             let d = max_diff(&logits, &want[t * vocab..(t + 1) * vocab]);
-            assert!(d <= TOL, "{kernel:?} decode pos {t}: max diff {d}");
+            assert!(d <= tol, "{kernel:?} decode pos {t}: max diff {d}");
         }
     }
 }
