@@ -677,12 +677,7 @@ impl OpModel<'_> {
         let x = c_lo as f64 + (c_hi - c_lo) as f64 * (-h_lo / (h_hi - h_lo));
         let tiles = (x / COL_TILE as f64).floor();
         let below = (tiles as u32).saturating_mul(COL_TILE).clamp(c_lo, c_hi);
-        for c in [
-            below.saturating_sub(COL_TILE),
-            below,
-            below + COL_TILE,
-            below + 2 * COL_TILE,
-        ] {
+        for c in [below, below + COL_TILE] {
             if (c_lo..=c_hi).contains(&c) {
                 best.offer(self, at(c));
             }

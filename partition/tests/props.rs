@@ -1,0 +1,328 @@
+//! Property tests: solver = brute force, determinism, monotonicity, exact tiling, allocator bounds.
+
+mod common;
+use common::*;
+use hetero_partition::*;
+use proptest::prelude::*;
+
+/// Deterministic generator for random profiles (splitmix64).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn f(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+}
+
+/// A random valid profile on small shapes: any non-empty subset of backends, 1-2 measured
+/// shapes each, 1-6 points per curve (not necessarily monotone), random sync/copy/prep costs.
+fn random_profile(seed: u64) -> Profile {
+    let mut r = Rng(seed);
+    let mut backends = Vec::new();
+    let mask = 1 + r.below(7);
+    for (bit, name) in [(1, "cpu"), (2, "gpu"), (4, "npu")] {
+        if mask & bit == 0 {
+            continue;
+        }
+        let npu = name == "npu";
+        let mut bp = backend(name, Vec::new());
+        let shapes = 1 + r.below(2);
+        for _ in 0..shapes {
+            let (k, n) = (8 + r.below(500) as u32, 8 + r.below(500) as u32);
+            let orders: &[Order] = if npu && r.chance(50) {
+                &[Order::ActivationFirst, Order::WeightFirst]
+            } else {
+                &[Order::ActivationFirst]
+            };
+            for &o in orders {
+                let pts = 1 + r.below(6);
+                let mut ms: Vec<u32> = (0..pts).map(|_| 1 + r.below(400) as u32).collect();
+                ms.sort_unstable();
+                ms.dedup();
+                for m in ms {
+                    bp.points.push(pto(k, n, m, r.f(1.0, 1000.0), o));
+                }
+            }
+        }
+        bp.sync_us = if r.chance(30) { 0.0 } else { r.f(0.0, 50.0) };
+        if r.chance(50) {
+            bp.copy_gbps = Some(r.f(1.0, 100.0));
+        }
+        if npu {
+            let cands = [16, 32, 48, 64, 100, 128, 256];
+            bp.standard_m = cands.iter().copied().filter(|_| r.chance(50)).collect();
+            if bp.standard_m.is_empty() || r.chance(50) {
+                bp.graph_prepare_us = Some(r.f(0.0, 3000.0));
+            }
+        }
+        backends.push(bp);
+    }
+    Profile {
+        device: "random".into(),
+        backends,
+    }
+}
+
+/// Every candidate of the strategy space, enumerated exhaustively; the cheapest total.
+fn brute_force(p: &CheckedProfile, k: u32, n: u32, m: u32) -> Option<f64> {
+    let mut best: Option<f64> = None;
+    let mut offer = |s: Split| {
+        if let Ok(c) = p.cost(k, n, m, &s) {
+            if c.total_us.is_finite() {
+                best = Some(best.map_or(c.total_us, |b: f64| b.min(c.total_us)));
+            }
+        }
+    };
+    let grid: Vec<u32> = (1..).map(|t| t * COL_TILE).take_while(|&c| c < n).collect();
+    let std = p.standard_m().to_vec();
+    // Every way the NPU can run all m rows alone.
+    let mut npu_full = Vec::new();
+    for o in Order::ALL {
+        for &s in &std {
+            npu_full.push(NpuExec {
+                graph_m: s,
+                chunks: m.div_ceil(s),
+                online: false,
+                order: o,
+            });
+        }
+        npu_full.push(NpuExec {
+            graph_m: m,
+            chunks: 1,
+            online: true,
+            order: o,
+        });
+    }
+    for b in [Backend::Cpu, Backend::Gpu] {
+        offer(Split {
+            a: b,
+            b: None,
+            rows: m,
+            cols: n,
+            npu: None,
+        });
+    }
+    for &e in &npu_full {
+        offer(Split {
+            a: Backend::Npu,
+            b: None,
+            rows: m,
+            cols: n,
+            npu: Some(e),
+        });
+    }
+    for x in [Backend::Cpu, Backend::Gpu] {
+        for o in Order::ALL {
+            for &s in &std {
+                for j in 1..=m {
+                    if j * s >= m {
+                        break;
+                    }
+                    let e = NpuExec {
+                        graph_m: s,
+                        chunks: j,
+                        online: false,
+                        order: o,
+                    };
+                    let base = Split {
+                        a: Backend::Npu,
+                        b: Some(x),
+                        rows: j * s,
+                        cols: n,
+                        npu: Some(e),
+                    };
+                    offer(base);
+                    if j == 1 {
+                        for &c in &grid {
+                            offer(Split { cols: c, ..base });
+                        }
+                    }
+                }
+            }
+        }
+        for &e in &npu_full {
+            for &c in &grid {
+                offer(Split {
+                    a: Backend::Npu,
+                    b: Some(x),
+                    rows: m,
+                    cols: c,
+                    npu: Some(e),
+                });
+            }
+        }
+    }
+    for &c in &grid {
+        offer(Split {
+            a: Backend::Cpu,
+            b: Some(Backend::Gpu),
+            rows: m,
+            cols: c,
+            npu: None,
+        });
+    }
+    best
+}
+
+fn rel_le(a: f64, b: f64) -> bool {
+    // The solver and brute force evaluate candidates with the same function, but the solver
+    // locates crossings from affine fits, so floating-point ties can differ by a few ulps.
+    a <= b + 1e-9 * b.abs().max(1.0)
+}
+
+fn check_tiling(plan: &OpPlan) {
+    let (m, n) = (plan.m, plan.n);
+    let pieces = plan.pieces();
+    let mut area = 0u64;
+    for (i, pc) in pieces.as_slice().iter().enumerate() {
+        assert!(pc.rows.start < pc.rows.end && pc.rows.end <= m, "{plan:?}");
+        assert!(pc.cols.start < pc.cols.end && pc.cols.end <= n, "{plan:?}");
+        area += (pc.rows.len() * pc.cols.len()) as u64;
+        for q in &pieces.as_slice()[..i] {
+            let overlap = pc.rows.start < q.rows.end
+                && q.rows.start < pc.rows.end
+                && pc.cols.start < q.cols.end
+                && q.cols.start < pc.cols.end;
+            assert!(!overlap, "{plan:?}");
+        }
+    }
+    assert_eq!(area, m as u64 * n as u64, "{plan:?}");
+}
+
+fn scaled(prof: &Profile, which: usize, f: f64) -> Profile {
+    let mut q = prof.clone();
+    let b = &mut q.backends[which];
+    for pt in &mut b.points {
+        pt.us *= f;
+    }
+    b.sync_us *= f;
+    if let Some(g) = b.graph_prepare_us.as_mut() {
+        *g *= f;
+    }
+    q
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn solver_matches_brute_force(seed in any::<u64>(), k in 1u32..600, n in 1u32..2000, m in 1u32..300) {
+        let p = random_profile(seed).check().unwrap();
+        let bf = brute_force(&p, k, n, m);
+        match plan_op(&p, k, n, m) {
+            Ok(plan) => {
+                let bf = bf.expect("brute force found nothing but the solver did");
+                prop_assert!(rel_le(plan.predicted_us(), bf) && rel_le(bf, plan.predicted_us()),
+                    "solver {} brute {} plan {:?}", plan.predicted_us(), bf, plan);
+                prop_assert_eq!(p.cost(k, n, m, &plan.split).unwrap(), plan.cost);
+                check_tiling(&plan);
+            }
+            Err(e) => prop_assert!(bf.is_none(), "solver failed {e:?}, brute force {bf:?}"),
+        }
+    }
+
+    #[test]
+    fn deterministic(seed in any::<u64>(), k in 1u32..4096, n in 1u32..4096, m in 1u32..4096) {
+        let prof = random_profile(seed);
+        let a = plan_op(&prof.check().unwrap(), k, n, m);
+        let b = plan_op(&prof.clone().check().unwrap(), k, n, m);
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn faster_backend_never_worse(seed in any::<u64>(), which in 0usize..3, f in 0.05f64..1.0,
+                                  k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+        let prof = random_profile(seed);
+        let which = which % prof.backends.len();
+        let slow = plan_op(&prof.check().unwrap(), k, n, m).unwrap();
+        let fast = plan_op(&scaled(&prof, which, f).check().unwrap(), k, n, m).unwrap();
+        prop_assert!(rel_le(fast.predicted_us(), slow.predicted_us()), "{fast:?} vs {slow:?}");
+    }
+
+    #[test]
+    fn longer_sequence_never_faster(seed in any::<u64>(), k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+        let p = random_profile(seed).check().unwrap();
+        let a = plan_op(&p, k, n, m).unwrap();
+        let b = plan_op(&p, k, n, m + 1).unwrap();
+        prop_assert!(rel_le(a.predicted_us(), b.predicted_us()), "{a:?} vs {b:?}");
+    }
+
+    #[test]
+    fn forced_plans_tile(seed in any::<u64>(), ratio in 0.0f64..=1.0, k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+        let p = random_profile(seed).check().unwrap();
+        for b in Backend::ALL {
+            if let Ok(plan) = OpPlan::single(&p, b, k, n, m) {
+                prop_assert_eq!(plan.split.b, None);
+                check_tiling(&plan);
+            }
+            for other in [Backend::Cpu, Backend::Gpu] {
+                if let Ok(plan) = OpPlan::npu_activation(&p, other, k, n, m) {
+                    prop_assert!(plan.split.rows < m && plan.split.cols == n);
+                    check_tiling(&plan);
+                }
+                if b != other {
+                    if let Ok(plan) = OpPlan::weight_centric(&p, b, other, ratio, k, n, m) {
+                        check_tiling(&plan);
+                    }
+                }
+            }
+        }
+        if let Ok(plan) = OpPlan::cpu_gpu_columns(&p, k, n, m) {
+            prop_assert!(plan.split.cols % COL_TILE == 0 || plan.split.b.is_none());
+            check_tiling(&plan);
+        }
+    }
+
+    #[test]
+    fn allocator_bounds(n in 1usize..=MAX_AGENTS, l_min in 0u32..4, l_total in 0u32..40,
+                        tau in 0.05f64..10.0, steps in prop::collection::vec((0usize..MAX_AGENTS, 0.0f64..16.0), 0..40),
+                        active_bits in any::<u32>()) {
+        let params = BudgetParams { tau, l_min, l_total, ..BudgetParams::EDGE_AGENT };
+        let mut d = DraftBudget::new(n, params).unwrap();
+        for (i, k) in steps {
+            let _ = d.update(i % n, k);
+        }
+        let active: Vec<bool> = (0..n).map(|i| active_bits >> i & 1 == 1).collect();
+        let n_active = active.iter().filter(|&&a| a).count() as u64;
+        let mut out = vec![u32::MAX; n];
+        match d.allocate(&active, &mut out) {
+            Ok(given) => {
+                prop_assert!(n_active * l_min as u64 <= l_total as u64);
+                prop_assert_eq!(given, out.iter().sum::<u32>());
+                prop_assert!(given <= l_total);
+                // Floors lose less than one slot per active agent.
+                prop_assert!(given as u64 + n_active >= l_total as u64 || n_active == 0);
+                for (i, &l) in out.iter().enumerate() {
+                    if active[i] { prop_assert!(l >= l_min); } else { prop_assert_eq!(l, 0); }
+                }
+                // Suspending one more agent never takes slots from the others.
+                if let Some(j) = active.iter().position(|&a| a) {
+                    let mut fewer = active.clone();
+                    fewer[j] = false;
+                    let mut out2 = vec![u32::MAX; n];
+                    d.allocate(&fewer, &mut out2).unwrap();
+                    for i in 0..n {
+                        if fewer[i] { prop_assert!(out2[i] >= out[i]); }
+                    }
+                }
+            }
+            Err(e) => {
+                prop_assert!(n_active * l_min as u64 > l_total as u64);
+                let oversubscribed = matches!(e, BudgetError::Oversubscribed { .. });
+                prop_assert!(oversubscribed);
+            }
+        }
+    }
+}
