@@ -1,0 +1,486 @@
+//! A backend session: logger, backend, device (with HTP SoC/arch configs) and one context.
+
+use crate::ffi::*;
+use crate::{BackendLibrary, Error, Version};
+use core::ffi::c_void;
+use core::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The process-wide QNN lock. On the x86 HTP simulator, executing graphs of two sessions at
+/// once fails ("Could't match allocated VTCM pointer to a VXU VTCM", QNN error 1100) or crashes
+/// the process, and creating a session while another executes crashed it too (both observed
+/// here). So every QNN object lifecycle, graph build and graph execution made by this crate is
+/// serialized on this one lock. The HTP runs one graph at a time anyway; what HeteroInfer
+/// overlaps is NPU work with GPU/CPU work, which this does not restrict.
+static DEVICE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Takes the process-wide QNN lock. Hold it while calling lifecycle, build or execute entries
+/// of the raw function table yourself, so that they never overlap the crate's own calls. Not
+/// re-entrant: do not call [`Session::new`], drop the last handle to a session, build or execute
+/// a [`crate::simple`] graph while holding it.
+pub fn device_lock() -> MutexGuard<'static, ()> {
+    DEVICE_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Log verbosity for the backend's messages (forwarded to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Informational.
+    Info,
+    /// Verbose.
+    Verbose,
+}
+
+impl LogLevel {
+    fn raw(self) -> QnnLog_Level_t {
+        match self {
+            LogLevel::Error => QNN_LOG_LEVEL_ERROR,
+            LogLevel::Warn => QNN_LOG_LEVEL_WARN,
+            LogLevel::Info => QNN_LOG_LEVEL_INFO,
+            LogLevel::Verbose => QNN_LOG_LEVEL_VERBOSE,
+        }
+    }
+}
+
+/// How to set up a [`Session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// HTP SoC model for the device config (e.g. 69 = SM8750 → v79, 57 = SM8650 → v75).
+    /// `None`: the backend's default (the x86 simulator: SM8350, v68).
+    pub soc_model: Option<u32>,
+    /// HTP architecture (e.g. 75). Ignored by the backend when `soc_model` is set; deprecated
+    /// by Qualcomm in favour of the SoC model.
+    pub htp_arch: Option<u32>,
+    /// Backend messages up to this level go to stderr. `None`: no logger (the backend then
+    /// prints its errors to stdout itself).
+    pub log_level: Option<LogLevel>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            soc_model: None,
+            htp_arch: None,
+            log_level: Some(LogLevel::Error),
+        }
+    }
+}
+
+/// An HTP device custom config in the layout the backend expects: HTP API <= 5.46 puts the
+/// value union at offset 4 (12 B), >= 5.47 at offset 8 (16 B). Using the wrong one makes a SOC
+/// config fail with 14001 and an ARCH config silently ignored.
+#[derive(Clone, Copy)]
+pub enum HtpDeviceConfig {
+    /// HTP API <= 5.46.
+    Legacy(QnnHtpDevice_CustomConfigLegacy_t),
+    /// HTP API >= 5.47.
+    Current(QnnHtpDevice_CustomConfig_t),
+}
+
+impl core::fmt::Debug for HtpDeviceConfig {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (layout, option) = match self {
+            HtpDeviceConfig::Legacy(c) => ("legacy", c.option),
+            HtpDeviceConfig::Current(c) => ("current", c.option),
+        };
+        write!(
+            f,
+            "HtpDeviceConfig {{ layout: {layout}, option: {option}, bytes: {:?} }}",
+            self.bytes()
+        )
+    }
+}
+
+impl HtpDeviceConfig {
+    /// Whether a backend reporting HTP API `htp_api` uses the >= 5.47 layout.
+    pub fn uses_current_layout(htp_api: Version) -> bool {
+        (htp_api.major, htp_api.minor) >= (5, 47)
+    }
+
+    /// A SOC config for a backend with HTP API `htp_api`.
+    pub fn soc(htp_api: Version, soc_model: u32) -> Self {
+        if Self::uses_current_layout(htp_api) {
+            HtpDeviceConfig::Current(QnnHtpDevice_CustomConfig_t {
+                option: QNN_HTP_DEVICE_CONFIG_OPTION_SOC,
+                u: QnnHtpDevice_CustomConfigValue_t {
+                    arch: QnnHtpDevice_DeviceArch_t {
+                        deviceId: soc_model,
+                        arch: 0,
+                    },
+                },
+            })
+        } else {
+            HtpDeviceConfig::Legacy(QnnHtpDevice_CustomConfigLegacy_t {
+                option: QNN_HTP_DEVICE_CONFIG_OPTION_SOC,
+                u: QnnHtpDevice_CustomConfigLegacyValue_t {
+                    arch: QnnHtpDevice_DeviceArch_t {
+                        deviceId: soc_model,
+                        arch: 0,
+                    },
+                },
+            })
+        }
+    }
+
+    /// An ARCH config (`{deviceId, arch}`) for a backend with HTP API `htp_api`.
+    pub fn arch(htp_api: Version, device_id: u32, arch: QnnHtpDevice_Arch_t) -> Self {
+        let value = QnnHtpDevice_DeviceArch_t {
+            deviceId: device_id,
+            arch,
+        };
+        if Self::uses_current_layout(htp_api) {
+            HtpDeviceConfig::Current(QnnHtpDevice_CustomConfig_t {
+                option: QNN_HTP_DEVICE_CONFIG_OPTION_ARCH,
+                u: QnnHtpDevice_CustomConfigValue_t { arch: value },
+            })
+        } else {
+            HtpDeviceConfig::Legacy(QnnHtpDevice_CustomConfigLegacy_t {
+                option: QNN_HTP_DEVICE_CONFIG_OPTION_ARCH,
+                u: QnnHtpDevice_CustomConfigLegacyValue_t { arch: value },
+            })
+        }
+    }
+
+    /// Pointer to put in `QnnDevice_Config_t::u.customConfig`.
+    pub fn as_mut_ptr(&mut self) -> *mut c_void {
+        match self {
+            HtpDeviceConfig::Legacy(c) => (c as *mut QnnHtpDevice_CustomConfigLegacy_t).cast(),
+            HtpDeviceConfig::Current(c) => (c as *mut QnnHtpDevice_CustomConfig_t).cast(),
+        }
+    }
+
+    /// The option and value words as the backend reads them: `(option, word at the union
+    /// offset, next word)`.
+    pub fn bytes(&self) -> (u32, u32, u32) {
+        match self {
+            // SAFETY: both configs are built with the `arch` member, which covers the union's
+            // 8 bytes with two initialized u32.
+            HtpDeviceConfig::Legacy(c) => unsafe { (c.option, c.u.arch.deviceId, c.u.arch.arch) },
+            // SAFETY: as above (the 8-byte union is fully covered by `arch`).
+            HtpDeviceConfig::Current(c) => unsafe { (c.option, c.u.arch.deviceId, c.u.arch.arch) },
+        }
+    }
+}
+
+/// What `deviceGetPlatformInfo` reports for one HTP device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HtpDeviceInfo {
+    /// Device id.
+    pub device_id: u32,
+    /// Number of cores.
+    pub num_cores: u32,
+    /// SoC model (the x86 simulator: 30 = SM8350 without a device config).
+    pub soc_model: u32,
+    /// HTP architecture (the x86 simulator: 68).
+    pub arch: u32,
+    /// VTCM size in MB.
+    pub vtcm_mb: usize,
+}
+
+/// Forwards backend log messages to stderr. The `va_list` arrives as a pointer on x86-64 SysV
+/// and aarch64 Linux/Android, and `vsnprintf` takes it the same way there.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+unsafe extern "C" fn log_to_stderr(
+    fmt: *const core::ffi::c_char,
+    level: QnnLog_Level_t,
+    _timestamp: u64,
+    args: *mut c_void,
+) {
+    use std::io::Write;
+    extern "C" {
+        fn vsnprintf(
+            buf: *mut core::ffi::c_char,
+            n: usize,
+            fmt: *const core::ffi::c_char,
+            ap: *mut c_void,
+        ) -> i32;
+    }
+    if fmt.is_null() {
+        return;
+    }
+    let mut buf = [0 as core::ffi::c_char; 1024];
+    // SAFETY: buf is writable for buf.len() bytes; fmt and args are the format and va_list the
+    // backend passed for this message (valid for the duration of the callback).
+    unsafe { vsnprintf(buf.as_mut_ptr(), buf.len(), fmt, args) };
+    // SAFETY: vsnprintf NUL-terminates within buf.len() bytes.
+    let msg = unsafe { core::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+    let tag = match level {
+        QNN_LOG_LEVEL_ERROR => "E",
+        QNN_LOG_LEVEL_WARN => "W",
+        QNN_LOG_LEVEL_INFO => "I",
+        _ => "V",
+    };
+    // Errors writing to stderr are ignored: a log callback must not fail or unwind.
+    let _ = writeln!(std::io::stderr().lock(), "[qnn {tag}] {}", msg.trim_end());
+}
+
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+const LOG_CALLBACK: QnnLog_Callback_t = Some(log_to_stderr);
+#[cfg(not(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+const LOG_CALLBACK: QnnLog_Callback_t = None;
+
+/// Logger, backend, device and one context on a [`BackendLibrary`], freed in reverse order on
+/// drop. Graphs created in the context live until the session is dropped (QNN has no
+/// `graphFree`).
+///
+/// Thread safety: creation, teardown, and the graph wrappers' builds and executions all take
+/// the process-wide [`device_lock`], so sessions and graphs may be shared across threads freely.
+#[derive(Debug)]
+pub struct Session {
+    lib: Arc<BackendLibrary>,
+    log: Qnn_LogHandle_t,
+    backend: Qnn_BackendHandle_t,
+    device: Qnn_DeviceHandle_t,
+    context: Qnn_ContextHandle_t,
+    next_id: AtomicU32,
+}
+
+// SAFETY: the handles are opaque tokens owned by this session; QNN entry points taking them
+// may be called from any thread, and this crate serializes its calls on device_lock.
+unsafe impl Send for Session {}
+// SAFETY: as above; shared access only reads the handles, and every call this crate makes
+// through them is serialized on device_lock.
+unsafe impl Sync for Session {}
+
+impl Session {
+    /// Creates logger, backend, device (with the HTP SoC/arch configs from `opts`, in the
+    /// layout the backend's HTP API version requires) and a context.
+    pub fn new(lib: Arc<BackendLibrary>, opts: &SessionOptions) -> Result<Arc<Self>, Error> {
+        let _device = device_lock();
+        let mut s = Session {
+            lib,
+            log: null_mut(),
+            backend: null_mut(),
+            device: null_mut(),
+            context: null_mut(),
+            next_id: AtomicU32::new(0),
+        };
+        // From here on, Drop frees whatever was created if a later step fails.
+        let f = *s.lib.fns();
+        if let (Some(level), Some(log_create), Some(_)) =
+            (opts.log_level, f.logCreate, LOG_CALLBACK)
+        {
+            // SAFETY: logCreate has this signature; the callback is re-entrant (it only formats
+            // into a stack buffer and writes to stderr); s.log is a valid out-pointer.
+            let rc = unsafe { log_create(LOG_CALLBACK, level.raw(), &mut s.log) };
+            s.lib.check("logCreate", rc)?;
+        }
+        let backend_create = f.backendCreate.ok_or(Error::MissingFunction {
+            name: "backendCreate",
+        })?;
+        // SAFETY: backendCreate(logger or NULL, NULL config list, out-pointer).
+        let rc = unsafe { backend_create(s.log, null(), &mut s.backend) };
+        s.lib.check("backendCreate", rc)?;
+
+        if let Some(device_create) = f.deviceCreate {
+            let htp_api = s.lib.api_version().backendApiVersion;
+            let mut customs: Vec<HtpDeviceConfig> = Vec::new();
+            if let Some(soc) = opts.soc_model {
+                customs.push(HtpDeviceConfig::soc(htp_api, soc));
+            }
+            if let Some(arch) = opts.htp_arch {
+                customs.push(HtpDeviceConfig::arch(htp_api, 0, arch));
+            }
+            let configs: Vec<QnnDevice_Config_t> = customs
+                .iter_mut()
+                .map(|c| QnnDevice_Config_t {
+                    option: QNN_CONFIG_OPTION_CUSTOM,
+                    u: QnnDevice_ConfigValue_t {
+                        customConfig: c.as_mut_ptr(),
+                    },
+                })
+                .collect();
+            let mut list: Vec<*const QnnDevice_Config_t> =
+                configs.iter().map(|c| c as *const _).collect();
+            list.push(null());
+            let list_ptr = if configs.is_empty() {
+                null()
+            } else {
+                list.as_ptr()
+            };
+            // SAFETY: deviceCreate(logger, NULL-terminated list of configs pointing into
+            // `customs`/`configs`, which outlive the call, out-pointer).
+            let rc = unsafe { device_create(s.log, list_ptr, &mut s.device) };
+            s.lib.check("deviceCreate", rc)?;
+        }
+
+        let context_create = f.contextCreate.ok_or(Error::MissingFunction {
+            name: "contextCreate",
+        })?;
+        // SAFETY: contextCreate(backend, device or NULL, no configs, out-pointer).
+        let rc = unsafe { context_create(s.backend, s.device, null(), &mut s.context) };
+        s.lib.check("contextCreate", rc)?;
+        Ok(Arc::new(s))
+    }
+
+    /// The library this session runs on.
+    pub fn library(&self) -> &Arc<BackendLibrary> {
+        &self.lib
+    }
+
+    /// The function table (shortcut).
+    pub fn fns(&self) -> &QnnInterface_FunctionTable_t {
+        self.lib.fns()
+    }
+
+    /// Logger handle (NULL when logging is off).
+    pub fn log_handle(&self) -> Qnn_LogHandle_t {
+        self.log
+    }
+
+    /// Backend handle.
+    pub fn backend_handle(&self) -> Qnn_BackendHandle_t {
+        self.backend
+    }
+
+    /// Device handle (NULL when the backend has no `deviceCreate`).
+    pub fn device_handle(&self) -> Qnn_DeviceHandle_t {
+        self.device
+    }
+
+    /// Context handle.
+    pub fn context_handle(&self) -> Qnn_ContextHandle_t {
+        self.context
+    }
+
+    /// A number unique within this session, for graph/tensor names.
+    pub fn unique_id(&self) -> u32 {
+        // Relaxed: only uniqueness matters, not ordering with other memory.
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `Ok(())` or [`Error::Qnn`] with the backend's message.
+    pub fn check(&self, call: &'static str, code: Qnn_ErrorHandle_t) -> Result<(), Error> {
+        self.lib.check(call, code)
+    }
+
+    /// The HTP devices `deviceGetPlatformInfo` reports (SoC model, arch, VTCM).
+    pub fn htp_platform_info(&self) -> Result<Vec<HtpDeviceInfo>, Error> {
+        let f = self.fns();
+        let get = f.deviceGetPlatformInfo.ok_or(Error::MissingFunction {
+            name: "deviceGetPlatformInfo",
+        })?;
+        let free = f.deviceFreePlatformInfo.ok_or(Error::MissingFunction {
+            name: "deviceFreePlatformInfo",
+        })?;
+        let mut info: *const QnnDevice_PlatformInfo_t = null();
+        // SAFETY: deviceGetPlatformInfo(logger, out-pointer).
+        self.check("deviceGetPlatformInfo", unsafe { get(self.log, &mut info) })?;
+        let mut out = Vec::new();
+        if !info.is_null() {
+            // SAFETY: on success `info` points to a version-1 platform info owned by the
+            // backend until deviceFreePlatformInfo; hwDevices has numHwDevices entries.
+            unsafe {
+                let v1 = (*info).v1;
+                for i in 0..v1.numHwDevices as usize {
+                    if v1.hwDevices.is_null() {
+                        break;
+                    }
+                    let d = (*v1.hwDevices.add(i)).v1;
+                    let ext = d.deviceInfoExtension as *const QnnHtpDevice_DeviceInfoExtension_t;
+                    let (soc_model, arch, vtcm_mb) = if ext.is_null() {
+                        (0, 0, 0)
+                    } else {
+                        let on_chip = (*ext).onChipDevice;
+                        (on_chip.socModel, on_chip.arch, on_chip.vtcmSize)
+                    };
+                    out.push(HtpDeviceInfo {
+                        device_id: d.deviceId,
+                        num_cores: d.numCores,
+                        soc_model,
+                        arch,
+                        vtcm_mb,
+                    });
+                }
+            }
+            // SAFETY: `info` came from deviceGetPlatformInfo with the same logger.
+            self.check("deviceFreePlatformInfo", unsafe { free(self.log, info) })?;
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let f = *self.lib.fns();
+        let _device = device_lock();
+        // Errors during teardown cannot be reported from Drop; they are ignored.
+        // SAFETY (all four blocks): each handle was created by this session, is freed once,
+        // in reverse creation order, and no graph wrapper outlives the session (they hold an
+        // Arc<Session>).
+        if !self.context.is_null() {
+            if let Some(free) = f.contextFree {
+                // SAFETY: see above.
+                unsafe { free(self.context, null_mut()) };
+            }
+        }
+        if !self.device.is_null() {
+            if let Some(free) = f.deviceFree {
+                // SAFETY: see above.
+                unsafe { free(self.device) };
+            }
+        }
+        if !self.backend.is_null() {
+            if let Some(free) = f.backendFree {
+                // SAFETY: see above.
+                unsafe { free(self.backend) };
+            }
+        }
+        if !self.log.is_null() {
+            if let Some(free) = f.logFree {
+                // SAFETY: see above.
+                unsafe { free(self.log) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_config_layout_follows_htp_api_version() {
+        let old = Version {
+            major: 5,
+            minor: 46,
+            patch: 0,
+        };
+        let new = Version {
+            major: 5,
+            minor: 47,
+            patch: 0,
+        };
+        let mut a = HtpDeviceConfig::soc(old, 69);
+        assert!(matches!(a, HtpDeviceConfig::Legacy(_)));
+        assert_eq!(a.bytes(), (QNN_HTP_DEVICE_CONFIG_OPTION_SOC, 69, 0));
+        // Legacy: the SoC number sits at byte 4; current: at byte 8.
+        // SAFETY: the pointer addresses a live 12-byte legacy config; reading u32 at 4 is in bounds.
+        assert_eq!(unsafe { *(a.as_mut_ptr() as *const u32).add(1) }, 69);
+        let mut b = HtpDeviceConfig::soc(new, 69);
+        assert!(matches!(b, HtpDeviceConfig::Current(_)));
+        // SAFETY: the pointer addresses a live 16-byte current config; reading u32 at 8 is in bounds.
+        assert_eq!(unsafe { *(b.as_mut_ptr() as *const u32).add(2) }, 69);
+        let c = HtpDeviceConfig::arch(new, 0, 75);
+        assert_eq!(c.bytes(), (QNN_HTP_DEVICE_CONFIG_OPTION_ARCH, 0, 75));
+        assert!(HtpDeviceConfig::uses_current_layout(Version {
+            major: 6,
+            minor: 0,
+            patch: 0
+        }));
+    }
+}
