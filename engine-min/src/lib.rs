@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+pub mod agents;
 pub mod backend;
+pub mod batch;
 pub mod engine;
 pub mod gguf;
 pub mod model;

@@ -80,6 +80,7 @@ fn main() -> ExitCode {
     let args = Args { rest: argv };
     let r = match cmd.as_str() {
         "run" => run(args),
+        "agents" => engine_min::agents::cli(args.rest).map_err(|m| Fail(m, 1)),
         "profile" | "plan" => Err(Fail(
             format!(
                 "engine-min {cmd}: not yet available (needs the partition crate's Profile and \

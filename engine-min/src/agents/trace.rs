@@ -63,7 +63,11 @@ impl std::error::Error for TraceError {}
 /// Parses a mix written `R:C:T` (e.g. `1:2:2`).
 pub fn parse_mix(s: &str) -> Result<[u32; 3], TraceError> {
     let parts: Vec<&str> = s.split(':').collect();
-    let bad = || TraceError(format!("mix `{s}` is not R:C:T with whole numbers, not all 0"));
+    let bad = || {
+        TraceError(format!(
+            "mix `{s}` is not R:C:T with whole numbers, not all 0"
+        ))
+    };
     if parts.len() != 3 {
         return Err(bad());
     }
@@ -91,7 +95,11 @@ const FUNCS: &[(&str, &str, &str)] = &[
     ("sub", "a - b", "Return a minus b."),
     ("mul", "a * b", "Return the product of a and b."),
     ("max2", "a if a > b else b", "Return the larger of a and b."),
-    ("min2", "a if a < b else b", "Return the smaller of a and b."),
+    (
+        "min2",
+        "a if a < b else b",
+        "Return the smaller of a and b.",
+    ),
     ("avg", "(a + b) / 2", "Return the mean of a and b."),
 ];
 const QUESTIONS: &[&str] = &[
@@ -153,7 +161,9 @@ pub fn generate(opts: &TraceOptions) -> Result<Workload, TraceError> {
         return Err(TraceError("the mix is all zero".into()));
     }
     if !(opts.mean_interarrival_s.is_finite() && opts.mean_interarrival_s >= 0.0) {
-        return Err(TraceError("mean inter-arrival must be finite and >= 0".into()));
+        return Err(TraceError(
+            "mean inter-arrival must be finite and >= 0".into(),
+        ));
     }
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let total: u32 = opts.mix.iter().sum();
