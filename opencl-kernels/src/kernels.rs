@@ -198,9 +198,10 @@ impl Kernels {
         let (name, units) = match format {
             WeightFormat::F16 if k % 8 == 0 => ("gemv_f16", k / 8),
             WeightFormat::F16 => ("gemv_f16_any", k),
-            WeightFormat::Q4_0 => ("gemv_q4_0", k / 32),
-            WeightFormat::Q4_1 => ("gemv_q4_1", k / 32),
-            WeightFormat::Q8_0 => ("gemv_q8_0", k / 32),
+            // Block formats: four work-items per block (k / 8 parts a row).
+            WeightFormat::Q4_0 => ("gemv_q4_0", k / 8),
+            WeightFormat::Q4_1 => ("gemv_q4_1", k / 8),
+            WeightFormat::Q8_0 => ("gemv_q8_0", k / 8),
         };
         let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 128)));
         if s.per_item != 1 {
@@ -238,7 +239,7 @@ impl Kernels {
         need("d", d, nd)?;
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
-        let s = self.fit(shape.unwrap_or(RowShape::for_units(k / 32, 128)));
+        let s = self.fit(shape.unwrap_or(RowShape::for_units(k / 8, 128)));
         let (name, items) = match s.per_item {
             1 => ("gemv_q4_0_soa", n),
             2 => ("gemv_q4_0_soa_r2", n.div_ceil(2)),

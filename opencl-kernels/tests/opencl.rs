@@ -106,11 +106,66 @@ fn smoke_add_runs_on_device() {
     assert_eq!(read(&bo, n), reference::add(&a, &b));
 }
 
-// GEMV/GEMM bound 1e-8: f32 accumulation of K <= 4096 products has a typical relative error of
-// about sqrt(K) * 2^-24 ~ 4e-6, an NMSE near 1e-11; the Q4 kernels' (sum qx - 8 sum x) form can
-// cancel a few bits more. 1e-8 leaves three orders of margin and still catches any wrong
-// element (one wrong output of N >= 16 gives NMSE > 1e-3).
+// GEMV/GEMM bounds. NMSE 1e-8 (when N*M >= 16 outputs): f32 accumulation of K <= 4096 products
+// has a typical relative error of about sqrt(K) * 2^-24 ~ 4e-6, an NMSE near 1e-11; 1e-8 leaves
+// three orders of margin and still catches any wrong element (one wrong output of >= 16 gives
+// NMSE > 1e-3). A single output can cancel to near zero, so every shape is also checked with
+// the error normalized by the magnitudes sum_k |w x| of each output (the scale f32 rounding
+// works at): sum((a-b)^2) / sum(mag^2) <= 1e-10 (expected ~K * 2^-48 ~ 1e-11 at K = 4096).
 const MATMUL_NMSE: f64 = 1e-8;
+const MATMUL_MAG: f64 = 1e-10;
+
+/// sum_k |W[n][k] x[m][k]| per output, the scale for the magnitude-normalized error.
+fn magnitudes(format: WeightFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    let rb = format.row_bytes(k).unwrap();
+    let mut row = vec![0f32; k];
+    let mut out = vec![0f32; m * n];
+    for r in 0..n {
+        reference::dequantize_row(format, &w[r * rb..(r + 1) * rb], k, &mut row).unwrap();
+        for i in 0..m {
+            out[i * n + r] = row
+                .iter()
+                .zip(&x[i * k..(i + 1) * k])
+                .map(|(a, b)| (a * b).abs() as f64)
+                .sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_mm(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    format: WeightFormat,
+    w: &[u8],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: unwritten (NaN) or non-finite output"
+    );
+    if got.len() >= 16 {
+        let e = reference::nmse(got, want);
+        assert!(e <= MATMUL_NMSE, "{what}: NMSE {e:e} > {MATMUL_NMSE:e}");
+    }
+    let mag = magnitudes(format, w, x, m, n, k);
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+        .sum();
+    let den: f64 = mag.iter().map(|v| (*v as f64).powi(2)).sum();
+    let e = num / den.max(f64::MIN_POSITIVE);
+    assert!(
+        e <= MATMUL_MAG,
+        "{what}: magnitude-normalized error {e:e} > {MATMUL_MAG:e}"
+    );
+}
 
 #[test]
 fn gemv_all_formats_match_reference() {
@@ -132,11 +187,16 @@ fn gemv_all_formats_match_reference() {
                 .unwrap()
                 .enqueue()
                 .unwrap();
-            check(
+            check_mm(
                 &format!("gemv {format:?} {n}x{kk}"),
                 &read(&by, n),
                 &want,
-                MATMUL_NMSE,
+                format,
+                &w,
+                &x,
+                1,
+                n,
+                kk,
             );
         }
     }
@@ -150,11 +210,16 @@ fn gemv_all_formats_match_reference() {
             .unwrap()
             .enqueue()
             .unwrap();
-        check(
+        check_mm(
             &format!("gemv_f16_any {n}x{kk}"),
             &read(&by, n),
             &want,
-            MATMUL_NMSE,
+            WeightFormat::F16,
+            &w,
+            &x,
+            1,
+            n,
+            kk,
         );
     }
 }
@@ -181,11 +246,16 @@ fn gemv_explicit_shapes_match_reference() {
                 .unwrap()
                 .enqueue()
                 .unwrap();
-            check(
+            check_mm(
                 &format!("gemv {format:?} shape {tpr}x{rows}"),
                 &read(&by, n),
                 &want,
-                MATMUL_NMSE,
+                format,
+                &w,
+                &x,
+                1,
+                n,
+                kk,
             );
         }
     }
@@ -213,12 +283,41 @@ fn gemv_q4_0_relayout_matches_reference() {
             .unwrap()
             .enqueue()
             .unwrap();
-        check(
+        check_mm(
             &format!("gemv_q4_0_soa {n}x{kk}"),
             &read(&by, n),
             &want,
-            MATMUL_NMSE,
+            WeightFormat::Q4_0,
+            &w,
+            &x,
+            1,
+            n,
+            kk,
         );
+        for (tpr, rows) in [(1, 1), (16, 4), (64, 4)] {
+            let by = poisoned(k, n);
+            let shape = ocl::RowShape {
+                tpr,
+                rows,
+                per_item: 2,
+            };
+            k.gemv_q4_0_soa(&bq, &bd, &bx, &by, n, kk, Some(shape))
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            let what = format!("gemv_q4_0_soa_r2 {n}x{kk} {tpr}x{rows}");
+            check_mm(
+                &what,
+                &read(&by, n),
+                &want,
+                WeightFormat::Q4_0,
+                &w,
+                &x,
+                1,
+                n,
+                kk,
+            );
+        }
     }
 }
 
@@ -241,11 +340,16 @@ fn gemm_small_m_matches_reference() {
                 .unwrap()
                 .enqueue()
                 .unwrap();
-            check(
+            check_mm(
                 &format!("gemm {format:?} {m}x{n}x{kk}"),
                 &read(&by, m * n),
                 &want,
-                MATMUL_NMSE,
+                format,
+                &w,
+                &x,
+                m,
+                n,
+                kk,
             );
         }
     }
@@ -390,6 +494,7 @@ fn zero_copy_and_completion_flag() {
     ys.fill(f32::NAN);
     let w = rand_weights(&mut r, WeightFormat::Q4_1, n, kk);
     let want = reference::gemm(WeightFormat::Q4_1, &w, xs, 1, n, kk).unwrap();
+    let xcopy = xs.to_vec();
     {
         let bw = d.upload(&w).unwrap();
         // SAFETY: the regions live until dealloc below, after these buffers drop; the host
@@ -421,11 +526,16 @@ fn zero_copy_and_completion_flag() {
                 // SAFETY: the launch is complete (flag), so no device write races this read.
                 .map(|i| unsafe { std::ptr::read_volatile(yp.add(i)) })
                 .collect();
-            check(
+            check_mm(
                 &format!("flagged gemv epoch {epoch}"),
                 &got,
                 &want,
-                MATMUL_NMSE,
+                WeightFormat::Q4_1,
+                &w,
+                &xcopy,
+                1,
+                n,
+                kk,
             );
         }
         d.finish().unwrap();

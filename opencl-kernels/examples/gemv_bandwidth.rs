@@ -1,0 +1,338 @@
+//! Achieved GB/s of the GEMV kernels for the decode shapes (N, K) in {(4096, 4096),
+//! (14336, 4096), (4096, 14336), (49152, 576)}, FP16 and Q4_0 (GGUF layout and re-laid out),
+//! against the device's copy bandwidth measured in the same run.
+//!
+//! Bytes counted per GEMV: weights + x (K f32) + y (N f32), each once. Copy bandwidth counts
+//! bytes read + bytes written. Several copies of each weight matrix are rotated so that repeated
+//! launches do not run out of the last-level cache (`BW_ROTATE_MB`, default 512). Each variant's
+//! output is checked against the CPU reference (NMSE <= 1e-8) before it is timed.
+//!
+//! Environment: the crate's (`HETERO_OPENCL_LIB`, `HETERO_OPENCL_PLATFORM`, ...), plus
+//! `BW_LIB` (load exactly this library), `BW_ROTATE_MB`, `BW_MIN_SECONDS` (per variant, default
+//! 0.2), `BW_COPY_MB` (copy size, default 1024 on GPUs, 256 otherwise), `BW_SHAPES` ("NxK,...").
+
+use half::f16;
+use hetero_opencl_kernels::{
+    reference, relayout_q4_0, relayout_q4_0_len, Api, Buffer, Device, Kernels, Launch, RowShape,
+    WeightFormat,
+};
+use std::sync::Arc;
+use std::time::Instant;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn env_f(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn fill(&mut self, b: &mut [u8]) {
+        for c in b.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Random but realistic weights: f16 values in +-[0.5, 1) (no NaN/denormals), Q4_0 with
+/// random nibbles and small positive scales.
+fn weights(r: &mut Rng, f: WeightFormat, n: usize, k: usize) -> Vec<u8> {
+    let mut w = vec![0u8; f.matrix_bytes(n, k).unwrap()];
+    r.fill(&mut w);
+    match f {
+        WeightFormat::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                let bits = (u16::from_le_bytes([c[0], c[1]]) & 0x83ff) | 0x3800;
+                c.copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        _ => {
+            for b in w.chunks_exact_mut(18) {
+                let d = 0.001 + (b[0] as f32) / 255.0 * 0.05;
+                b[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+            }
+        }
+    }
+    w
+}
+
+/// Times `launches` rotated until at least `min_s` seconds; returns seconds per launch.
+fn time(dev: &Device, launches: &mut [Launch<'_>], min_s: f64) -> Res<f64> {
+    for l in launches.iter_mut() {
+        l.enqueue()?;
+    }
+    dev.finish()?;
+    let mut iters = launches.len();
+    loop {
+        let t = Instant::now();
+        for i in 0..iters {
+            let j = i % launches.len();
+            launches[j].enqueue()?;
+        }
+        dev.finish()?;
+        let s = t.elapsed().as_secs_f64();
+        if s >= min_s || iters > 1 << 20 {
+            return Ok(s / iters as f64);
+        }
+        iters = ((iters as f64) * (min_s / s.max(1e-6)) * 1.2).ceil() as usize;
+    }
+}
+
+struct Row {
+    shape: (usize, usize),
+    what: String,
+    gbs: f64,
+}
+
+fn main() -> Res<()> {
+    let api = match std::env::var("BW_LIB") {
+        Ok(p) => Api::load_from(&p)?,
+        Err(_) => Api::load()?,
+    };
+    eprintln!("library: {}", api.path());
+    let dev = Device::open(
+        Arc::new(api),
+        std::env::var("HETERO_OPENCL_PLATFORM")
+            .ok()
+            .map(|s| hetero_opencl_kernels::Selector::parse(&s))
+            .as_ref(),
+        std::env::var("HETERO_OPENCL_DEVICE")
+            .ok()
+            .map(|s| hetero_opencl_kernels::Selector::parse(&s))
+            .as_ref(),
+    )?;
+    let info = dev.info().clone();
+    println!(
+        "device: {} / {} | driver {} | {} | global mem {} MiB | max wg {} | base align {} B | unified {}",
+        info.platform_name,
+        info.name,
+        info.driver_version,
+        info.platform_version,
+        info.global_mem_size >> 20,
+        info.max_work_group_size,
+        info.base_addr_align,
+        info.host_unified_memory
+    );
+    let t = Instant::now();
+    let k = Kernels::new(&dev)?;
+    println!(
+        "program: {:.2} s (from cache: {})",
+        t.elapsed().as_secs_f64(),
+        k.from_cache()
+    );
+    let gpu = !info.host_unified_memory;
+    let min_s = env_f("BW_MIN_SECONDS", 0.2);
+    let rotate = (env_f("BW_ROTATE_MB", 512.0) * 1048576.0) as usize;
+
+    // Copy bandwidth: clEnqueueCopyBuffer and a plain 16-byte copy kernel.
+    let copy_bytes = (env_f("BW_COPY_MB", if gpu { 1024.0 } else { 256.0 }) * 1048576.0) as usize;
+    let copy_bytes = copy_bytes / 16 * 16;
+    let (src, dst) = (dev.alloc(copy_bytes)?, dev.alloc(copy_bytes)?);
+    {
+        let mut r = Rng(7);
+        let mut h = vec![0u8; copy_bytes];
+        r.fill(&mut h);
+        src.write(&h)?;
+    }
+    let copy_s;
+    {
+        dev.copy(&src, &dst, copy_bytes)?;
+        dev.finish()?;
+        let mut iters = 1;
+        loop {
+            let t = Instant::now();
+            for _ in 0..iters {
+                dev.copy(&src, &dst, copy_bytes)?;
+            }
+            dev.finish()?;
+            let s = t.elapsed().as_secs_f64();
+            if s >= min_s {
+                copy_s = s / iters as f64;
+                break;
+            }
+            iters *= 2;
+        }
+    }
+    let copy_gbs = 2.0 * copy_bytes as f64 / copy_s / 1e9;
+    let mut ck = [k.copy_kernel(&src, &dst, copy_bytes)?];
+    let kcopy_gbs = 2.0 * copy_bytes as f64 / time(&dev, &mut ck, min_s)? / 1e9;
+    drop(ck);
+    drop((src, dst));
+    println!(
+        "copy bandwidth (read+write, {} MiB): clEnqueueCopyBuffer {:.1} GB/s, copy kernel {:.1} GB/s",
+        copy_bytes >> 20,
+        copy_gbs,
+        kcopy_gbs
+    );
+
+    let shapes: Vec<(usize, usize)> = match std::env::var("BW_SHAPES") {
+        Ok(s) => s
+            .split(',')
+            .filter_map(|p| {
+                let (a, b) = p.split_once('x')?;
+                Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+            })
+            .collect(),
+        Err(_) => vec![(4096, 4096), (14336, 4096), (4096, 14336), (49152, 576)],
+    };
+    let sweep: Vec<Option<RowShape>> = std::iter::once(None)
+        .chain(
+            [(4, 64), (8, 32), (16, 16), (32, 8), (64, 4), (128, 2), (256, 1)]
+                .iter()
+                .map(|&(tpr, rows)| {
+                    Some(RowShape {
+                        tpr,
+                        rows,
+                        per_item: 1,
+                    })
+                }),
+        )
+        .collect();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for &(n, kk) in &shapes {
+        let x: Vec<f32> = (0..kk).map(|_| rng.f32()).collect();
+        let bx = dev.upload(&x)?;
+        let by = dev.alloc(n * 4)?;
+        let io = (kk * 4 + n * 4) as f64;
+        for f in [WeightFormat::F16, WeightFormat::Q4_0] {
+            let w = weights(&mut rng, f, n, kk);
+            let wb = w.len();
+            let copies = rotate.div_ceil(wb).clamp(1, 16);
+            let want = reference::gemm(f, &w, &x, 1, n, kk)?;
+            // GGUF layout (AoS).
+            let bufs: Vec<Buffer> = (0..copies)
+                .map(|_| dev.upload(&w))
+                .collect::<Result<_, _>>()?;
+            for s in &sweep {
+                let mut ls: Vec<Launch<'_>> = Vec::new();
+                for b in &bufs {
+                    ls.push(k.gemv_with(f, b, &bx, &by, n, kk, *s)?);
+                }
+                let name = format!(
+                    "{f:?} {}",
+                    s.map(|s| format!("{}x{}", s.tpr, s.rows))
+                        .unwrap_or("default".into())
+                );
+                by.write(&vec![f32::NAN; n])?;
+                ls[0].enqueue()?;
+                let mut got = vec![0f32; n];
+                by.read(&mut got)?;
+                let e = reference::nmse(&got, &want);
+                if e > 1e-8 {
+                    println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
+                    continue;
+                }
+                let sec = time(&dev, &mut ls, min_s)?;
+                let gbs = (wb as f64 + io) / sec / 1e9;
+                println!(
+                    "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy)",
+                    sec * 1e6,
+                    100.0 * gbs / copy_gbs
+                );
+                rows.push(Row {
+                    shape: (n, kk),
+                    what: name,
+                    gbs,
+                });
+            }
+            drop(bufs);
+            if f == WeightFormat::Q4_0 {
+                let (nq, nd) = relayout_q4_0_len(n, kk)?;
+                let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+                relayout_q4_0(&w, n, kk, &mut q, &mut d)?;
+                let bufs: Vec<(Buffer, Buffer)> = (0..copies)
+                    .map(|_| {
+                        Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
+                    })
+                    .collect::<Result<_, _>>()?;
+                for per_item in [1, 2] {
+                    for s in &sweep {
+                        let s = s.map(|s| RowShape { per_item, ..s }).or(if per_item == 2 {
+                            Some(RowShape {
+                                per_item,
+                                ..RowShape::for_units(kk / 8, 128)
+                            })
+                        } else {
+                            None
+                        });
+                        let mut ls: Vec<Launch<'_>> = Vec::new();
+                        for (bq, bd) in &bufs {
+                            ls.push(k.gemv_q4_0_soa(bq, bd, &bx, &by, n, kk, s)?);
+                        }
+                        let name = format!(
+                            "Q4_0-relayout r{per_item} {}",
+                            s.map(|s| format!("{}x{}", s.tpr, s.rows))
+                                .unwrap_or("default".into())
+                        );
+                        by.write(&vec![f32::NAN; n])?;
+                        ls[0].enqueue()?;
+                        let mut got = vec![0f32; n];
+                        by.read(&mut got)?;
+                        let e = reference::nmse(&got, &want);
+                        if e > 1e-8 {
+                            println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
+                            continue;
+                        }
+                        let sec = time(&dev, &mut ls, min_s)?;
+                        let gbs = (wb as f64 + io) / sec / 1e9;
+                        println!(
+                            "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy)",
+                            sec * 1e6,
+                            100.0 * gbs / copy_gbs
+                        );
+                        rows.push(Row {
+                            shape: (n, kk),
+                            what: name,
+                            gbs,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    println!("\nSUMMARY (copy {copy_gbs:.1} GB/s read+write; copy kernel {kcopy_gbs:.1} GB/s)");
+    println!(
+        "| N x K | FP16 default | FP16 best (shape) | Q4_0 GGUF default | Q4_0 best (variant) |"
+    );
+    println!("|---|---|---|---|---|");
+    for &(n, kk) in &shapes {
+        let of = |pred: &dyn Fn(&str) -> bool| {
+            rows.iter()
+                .filter(|r| r.shape == (n, kk) && pred(&r.what))
+                .max_by(|a, b| a.gbs.total_cmp(&b.gbs))
+        };
+        let fmt = |r: Option<&Row>, name: bool| match r {
+            Some(r) if name => format!(
+                "{:.0} ({:.0}%) [{}]",
+                r.gbs,
+                100.0 * r.gbs / copy_gbs,
+                r.what
+            ),
+            Some(r) => format!("{:.0} ({:.0}%)", r.gbs, 100.0 * r.gbs / copy_gbs),
+            None => "-".into(),
+        };
+        println!(
+            "| {n} x {kk} | {} | {} | {} | {} |",
+            fmt(of(&|w| w == "F16 default"), false),
+            fmt(of(&|w| w.starts_with("F16")), true),
+            fmt(of(&|w| w == "Q4_0 default"), false),
+            fmt(of(&|w| w.starts_with("Q4_0")), true),
+        );
+    }
+    Ok(())
+}
