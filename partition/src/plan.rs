@@ -3,7 +3,7 @@
 use core::fmt;
 use core::ops::Range;
 
-use crate::profile::{Backend, CheckedProfile, Curve, Order};
+use crate::profile::{Backend, CheckedProfile, Curve, Order, MAX_STANDARD};
 
 /// Rows per CPU tile: CPU latency steps every 16 rows.
 pub const CPU_ROW_TILE: u32 = 16;
@@ -271,6 +271,10 @@ struct Side<'p> {
     scale: f64,
     sync_us: f64,
     copy: f64,
+    /// Latency of all `m` rows (cached).
+    full_us: f64,
+    /// A lower bound of `latency(q rows) / q` for every `1 <= q <= m` (for pruning).
+    per_row_lb: f64,
 }
 
 struct NpuSide<'p> {
@@ -279,6 +283,8 @@ struct NpuSide<'p> {
     copy: f64,
     standard: &'p [u32],
     prepare: Option<f64>,
+    /// Latency of each standard graph in each order (INFINITY without a curve), cached.
+    std_us: [[f64; 2]; MAX_STANDARD],
 }
 
 impl<'p> OpModel<'p> {
@@ -289,20 +295,51 @@ impl<'p> OpModel<'p> {
         let side = |b: Backend| {
             p.model(b).and_then(|bm| {
                 bm.curve(k, n, Order::ActivationFirst)
-                    .map(|(curve, scale)| Side {
-                        curve,
-                        scale,
-                        sync_us: bm.sync_us,
-                        copy: bm.copy_us_per_byte,
+                    .map(|(curve, scale)| {
+                        let q = if b == Backend::Cpu {
+                            ceil_to(m, CPU_ROW_TILE) as u32
+                        } else {
+                            m
+                        };
+                        // latency(q)/q on a linear piece a + b q is monotone in q, so its
+                        // minimum over [1, m] is at a curve point or at m (beyond the last
+                        // point the ratio is constant). The CPU's 16-row steps only raise the
+                        // latency, so the unstepped curve bounds it from below.
+                        let mut lb = curve.at(m) / m as f64;
+                        for (&mi, &t) in curve.m.iter().zip(&curve.us) {
+                            if mi <= m {
+                                lb = lb.min(t / mi as f64);
+                            }
+                        }
+                        Side {
+                            curve,
+                            scale,
+                            sync_us: bm.sync_us,
+                            copy: bm.copy_us_per_byte,
+                            full_us: curve.at(q) * scale,
+                            per_row_lb: lb * scale,
+                        }
                     })
             })
         };
-        let npu = p.model(Backend::Npu).map(|bm| NpuSide {
-            curves: Order::ALL.map(|o| bm.curve(k, n, o)),
-            sync_us: bm.sync_us,
-            copy: bm.copy_us_per_byte,
-            standard: &bm.standard_m,
-            prepare: bm.prepare_us,
+        let npu = p.model(Backend::Npu).map(|bm| {
+            let curves = Order::ALL.map(|o| bm.curve(k, n, o));
+            let mut std_us = [[f64::INFINITY; 2]; MAX_STANDARD];
+            for (t, &g) in std_us.iter_mut().zip(&bm.standard_m) {
+                for (o, c) in curves.iter().enumerate() {
+                    if let Some((c, scale)) = c {
+                        t[o] = c.at(ceil_to(g, NPU_ROW_TILE).min(u32::MAX as u64) as u32) * scale;
+                    }
+                }
+            }
+            NpuSide {
+                curves,
+                sync_us: bm.sync_us,
+                copy: bm.copy_us_per_byte,
+                standard: &bm.standard_m,
+                prepare: bm.prepare_us,
+                std_us,
+            }
         });
         Ok(OpModel {
             k,
@@ -325,6 +362,7 @@ impl<'p> OpModel<'p> {
     /// Full-width latency of `rows` rows on CPU or GPU (the CPU and GPU models).
     fn rows_us(&self, b: Backend, rows: u32) -> f64 {
         match (b, self.side(b)) {
+            (_, Some(s)) if rows == self.m => s.full_us,
             (Backend::Cpu, Some(s)) => s.curve.at(ceil_to(rows, CPU_ROW_TILE) as u32) * s.scale,
             (_, Some(s)) => s.curve.at(rows) * s.scale,
             _ => f64::INFINITY,
@@ -344,6 +382,11 @@ impl<'p> OpModel<'p> {
 
     /// NPU latency of one run of a `graph_m`-row graph, full width (NPU-1 step, NPU-3 shape).
     fn npu_graph_us(&self, graph_m: u32, order: Order) -> f64 {
+        if let Some(npu) = self.npu.as_ref() {
+            if let Ok(i) = npu.standard.binary_search(&graph_m) {
+                return npu.std_us[i][order as usize];
+            }
+        }
         match self.npu.as_ref().and_then(|n| n.curves[order as usize]) {
             Some((c, scale)) => {
                 c.at(ceil_to(graph_m, NPU_ROW_TILE).min(u32::MAX as u64) as u32) * scale
@@ -587,12 +630,6 @@ impl Families {
     };
 }
 
-const PAIRS: [(Backend, Backend); 3] = [
-    (Backend::Cpu, Backend::Gpu),
-    (Backend::Npu, Backend::Cpu),
-    (Backend::Npu, Backend::Gpu),
-];
-
 impl OpModel<'_> {
     /// Best order for a standard graph of `graph_m` rows (ActivationFirst wins ties).
     fn best_order(&self, graph_m: u32) -> Option<(Order, f64)> {
@@ -685,10 +722,16 @@ impl OpModel<'_> {
     }
 
     /// Runs the solver over the allowed families.
+    ///
+    /// Single backends and the CPU–GPU column split are evaluated first. Every family that
+    /// pairs the NPU with X (a row split or hybrid on standard shape `s`, or a column split with
+    /// one way of running all rows) has a lower bound: the NPU side costs at least `ρ·r` for
+    /// the `r` rows' worth of output it computes and X at least `β·(m − r)`, so
+    /// `max >= ρβm/(ρ+β)`, plus both syncs. Families are visited in increasing bound and the
+    /// search stops once the bound reaches the best cost found.
     pub(crate) fn solve(&self, fam: Families) -> Option<Split> {
         let (m, n) = (self.m, self.n);
         let mut best = Best { best: None };
-        // Single backends.
         for b in [Backend::Cpu, Backend::Gpu] {
             if fam.single[b.index()] && self.side(b).is_some() {
                 best.offer(
@@ -718,88 +761,111 @@ impl OpModel<'_> {
                 );
             }
         }
-        // Row splits (activation-centric, multi-tensor) and hybrids with one standard chunk.
-        let standard = self.npu.as_ref().map_or(&[][..], |s| s.standard);
+        if fam.columns[0] && self.cpu.is_some() && self.gpu.is_some() {
+            let base = Split {
+                a: Backend::Cpu,
+                b: Some(Backend::Gpu),
+                rows: m,
+                cols: n,
+                npu: None,
+            };
+            self.offer_columns(&mut best, base);
+        }
+        let Some(npu) = self.npu.as_ref() else {
+            return best.best.map(|(s, _)| s);
+        };
+        // NPU families: (lower bound, x, kind) where kind < MAX_STANDARD is a standard-shape
+        // index (row split / hybrid) and kind >= MAX_STANDARD a full-rows exec (column split).
+        let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); 2 * (MAX_STANDARD + 2)];
+        let mut len = 0;
         for x in [Backend::Cpu, Backend::Gpu] {
-            let rows_ok = fam.npu_rows_with[x.index()];
-            let hyb_ok = fam.hybrid_with[x.index()];
-            if self.side(x).is_none() || !(rows_ok || hyb_ok) {
-                continue;
+            let Some(side) = self.side(x) else { continue };
+            let beta = side.per_row_lb;
+            let syncs = npu.sync_us + side.sync_us;
+            let bound = |rho: f64| rho * beta * m as f64 / (rho + beta) + syncs;
+            if fam.npu_rows_with[x.index()] || fam.hybrid_with[x.index()] {
+                for (i, &s) in npu.standard.iter().enumerate() {
+                    if s >= m {
+                        break;
+                    }
+                    let t = npu.std_us[i][0].min(npu.std_us[i][1]);
+                    if t.is_finite() {
+                        fams[len] = (bound(t / s as f64), x, i);
+                        len += 1;
+                    }
+                }
             }
-            for &s in standard {
-                if s >= m {
-                    break;
-                }
-                let Some((order, _)) = self.best_order(s) else {
-                    continue;
-                };
-                let split = |j: u32| Split {
-                    a: Backend::Npu,
-                    b: Some(x),
-                    rows: j * s,
-                    cols: n,
-                    npu: Some(NpuExec {
-                        graph_m: s,
-                        chunks: j,
-                        online: false,
-                        order,
-                    }),
-                };
-                if rows_ok {
-                    // Smallest j with NPU time >= other time; the optimum is j or j - 1.
-                    let j_max = (m - 1) / s;
-                    let (mut lo, mut hi) = (1u32, j_max + 1);
-                    while lo < hi {
-                        let mid = lo + (hi - lo) / 2;
-                        let sp = split(mid);
-                        let (ca, pa) = self.a_time(&sp);
-                        let (cb, pb) = self.b_time(&sp);
-                        if ca + pa >= cb + pb {
-                            hi = mid;
-                        } else {
-                            lo = mid + 1;
-                        }
+            let col = if x == Backend::Cpu { 1 } else { 2 };
+            if fam.columns[col] {
+                for (i, e) in npu_full.iter().enumerate() {
+                    if let Some(e) = e {
+                        let t = e.chunks as f64 * self.npu_graph_us(e.graph_m, e.order);
+                        fams[len] = (bound(t / m as f64), x, MAX_STANDARD + i);
+                        len += 1;
                     }
-                    for j in [lo.saturating_sub(1), lo] {
-                        if (1..=j_max).contains(&j) {
-                            best.offer(self, split(j));
-                        }
-                    }
-                }
-                if hyb_ok {
-                    self.offer_columns(&mut best, split(1));
                 }
             }
         }
-        // Weight-centric column splits.
-        for (i, (a, b)) in PAIRS.into_iter().enumerate() {
-            if !fam.columns[i] || self.side(b).is_none() {
+        let fams = &mut fams[..len];
+        fams.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)).then(a.1.cmp(&b.1)));
+        for &(lb, x, kind) in fams.iter() {
+            // A small margin keeps rounding in the bound from cutting a tie-level candidate.
+            if best.best.is_some_and(|(_, bt)| lb * (1.0 - 1e-12) >= bt) {
+                break;
+            }
+            if kind >= MAX_STANDARD {
+                let e = npu_full[kind - MAX_STANDARD];
+                let base = Split {
+                    a: Backend::Npu,
+                    b: Some(x),
+                    rows: m,
+                    cols: n,
+                    npu: e,
+                };
+                self.offer_columns(&mut best, base);
                 continue;
             }
-            if a == Backend::Npu {
-                for e in npu_full.into_iter().flatten() {
-                    self.offer_columns(
-                        &mut best,
-                        Split {
-                            a,
-                            b: Some(b),
-                            rows: m,
-                            cols: n,
-                            npu: Some(e),
-                        },
-                    );
+            let s = npu.standard[kind];
+            let order = if npu.std_us[kind][1] < npu.std_us[kind][0] {
+                Order::WeightFirst
+            } else {
+                Order::ActivationFirst
+            };
+            let split = |j: u32| Split {
+                a: Backend::Npu,
+                b: Some(x),
+                rows: j * s,
+                cols: n,
+                npu: Some(NpuExec {
+                    graph_m: s,
+                    chunks: j,
+                    online: false,
+                    order,
+                }),
+            };
+            if fam.npu_rows_with[x.index()] {
+                // Smallest j with NPU time >= other time; the optimum is j or j - 1.
+                let j_max = (m - 1) / s;
+                let (mut lo, mut hi) = (1u32, j_max + 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    let sp = split(mid);
+                    let (ca, pa) = self.a_time(&sp);
+                    let (cb, pb) = self.b_time(&sp);
+                    if ca + pa >= cb + pb {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
                 }
-            } else if self.side(a).is_some() {
-                self.offer_columns(
-                    &mut best,
-                    Split {
-                        a,
-                        b: Some(b),
-                        rows: m,
-                        cols: n,
-                        npu: None,
-                    },
-                );
+                for j in [lo.saturating_sub(1), lo] {
+                    if (1..=j_max).contains(&j) {
+                        best.offer(self, split(j));
+                    }
+                }
+            }
+            if fam.hybrid_with[x.index()] {
+                self.offer_columns(&mut best, split(1));
             }
         }
         best.best.map(|(s, _)| s)

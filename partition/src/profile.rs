@@ -253,11 +253,17 @@ impl BackendModel {
     /// `(k·n)/(k0·n0)` that rescales its latencies to the asked shape (HeteroInfer's NPU-3:
     /// efficiency depends on shape, taken from the nearest measured shape).
     pub(crate) fn curve(&self, k: u32, n: u32, order: Order) -> Option<(&Curve, f64)> {
+        let same = |c: &&Curve| c.order == order;
+        if let Some(c) = self
+            .curves
+            .iter()
+            .filter(same)
+            .find(|c| c.k == k && c.n == n)
+        {
+            return Some((c, 1.0));
+        }
         let mut best: Option<(&Curve, f64)> = None;
-        for c in self.curves.iter().filter(|c| c.order == order) {
-            if c.k == k && c.n == n {
-                return Some((c, 1.0));
-            }
+        for c in self.curves.iter().filter(same) {
             let d = (k as f64 / c.k as f64).ln().abs() + (n as f64 / c.n as f64).ln().abs();
             if best.is_none_or(|(_, bd)| d < bd) {
                 best = Some((c, d));
