@@ -1,7 +1,7 @@
 //! The crate's error type.
 
 use crate::ffi::Qnn_ErrorHandle_t;
-use crate::Version;
+use crate::{DeviceChoice, Version};
 use std::fmt;
 
 /// Everything that can go wrong when loading QNN or running a graph. Never a panic.
@@ -76,6 +76,14 @@ pub enum Error {
         /// Elements given.
         got: usize,
     },
+    /// A session was requested with a device config (SoC/arch) different from that of sessions
+    /// still alive in this process (the HTP simulator breaks when such sessions coexist).
+    DeviceConfigConflict {
+        /// The device choice of the live sessions.
+        active: DeviceChoice,
+        /// The device choice requested.
+        requested: DeviceChoice,
+    },
     /// A shape is invalid: a zero dimension, or a tensor too large for QNN's 32-bit sizes.
     InvalidShape {
         /// Why.
@@ -132,6 +140,11 @@ impl fmt::Display for Error {
             Error::BufferTooSmall { what, needed, got } => write!(
                 f,
                 "{what} buffer too small: {got} elements given, {needed} needed"
+            ),
+            Error::DeviceConfigConflict { active, requested } => write!(
+                f,
+                "a session for {requested} was requested while sessions for {active} are alive; \
+                 one device config per process at a time"
             ),
             Error::InvalidShape { reason } => write!(f, "invalid shape: {reason}"),
         }

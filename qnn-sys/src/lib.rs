@@ -11,7 +11,9 @@ pub use error::Error;
 pub use loader::{
     BackendLibrary, Library, Requirement, SystemLibrary, QNN_HTP_LIB_VAR, QNN_SYSTEM_LIB_VAR,
 };
-pub use session::{device_lock, HtpDeviceConfig, HtpDeviceInfo, LogLevel, Session, SessionOptions};
+pub use session::{
+    device_lock, DeviceChoice, HtpDeviceConfig, HtpDeviceInfo, LogLevel, Session, SessionOptions,
+};
 
 /// A QNN API version (`Qnn_Version_t`).
 pub type Version = ffi::Qnn_Version_t;

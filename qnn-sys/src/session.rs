@@ -23,6 +23,44 @@ pub fn device_lock() -> MutexGuard<'static, ()> {
     DEVICE_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The device configuration of a session: SoC model and HTP architecture as requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceChoice {
+    /// Requested SoC model (`None`: backend default).
+    pub soc_model: Option<u32>,
+    /// Requested HTP architecture (`None`: not set).
+    pub htp_arch: Option<u32>,
+}
+
+impl core::fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match (self.soc_model, self.htp_arch) {
+            (None, None) => write!(f, "backend default device"),
+            (Some(s), None) => write!(f, "SoC {s}"),
+            (None, Some(a)) => write!(f, "HTP arch v{a}"),
+            (Some(s), Some(a)) => write!(f, "SoC {s} + HTP arch v{a}"),
+        }
+    }
+}
+
+/// The device choice of the live backends in this process, and how many there are. On the
+/// x86 simulator, graphs of a session fail (QNN error 1100, "Could't match allocated VTCM pointer
+/// to a VXU VTCM") while another thread uses a session with a different device config (observed
+/// for SoC 69 vs ARCH-only v75/v79 and vs the default device; same-config sessions in parallel
+/// work), so a process may hold backends of one device choice at a time. On a phone there is
+/// one SoC anyway.
+static LIVE_DEVICE: Mutex<(DeviceChoice, usize)> = Mutex::new((
+    DeviceChoice {
+        soc_model: None,
+        htp_arch: None,
+    },
+    0,
+));
+
+fn live_device() -> MutexGuard<'static, (DeviceChoice, usize)> {
+    LIVE_DEVICE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Log verbosity for the backend's messages (forwarded to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogLevel {
@@ -233,61 +271,136 @@ const LOG_CALLBACK: QnnLog_Callback_t = Some(log_to_stderr);
 )))]
 const LOG_CALLBACK: QnnLog_Callback_t = None;
 
-/// Logger, backend, device and one context on a [`BackendLibrary`], freed in reverse order on
-/// drop. Graphs created in the context live until the session is dropped (QNN has no
-/// `graphFree`).
+/// Logger, backend and device, shared by the contexts ([`Session`]s) made from them; freed in
+/// reverse creation order when the last session goes.
+#[derive(Debug)]
+struct Core {
+    lib: Arc<BackendLibrary>,
+    log: Qnn_LogHandle_t,
+    backend: Qnn_BackendHandle_t,
+    device: Qnn_DeviceHandle_t,
+    choice: DeviceChoice,
+}
+
+// SAFETY: opaque handles owned by this value; every call through them is serialized on
+// device_lock.
+unsafe impl Send for Core {}
+// SAFETY: as above; shared access only reads the handles.
+unsafe impl Sync for Core {}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        let f = *self.lib.fns();
+        let _device = device_lock();
+        // Errors during teardown cannot be reported from Drop; they are ignored.
+        // Each handle below was created by this core and is freed once, in reverse creation
+        // order, after every context made from it (sessions hold an Arc<Core>).
+        if !self.device.is_null() {
+            if let Some(free) = f.deviceFree {
+                // SAFETY: see above.
+                unsafe { free(self.device) };
+            }
+        }
+        if !self.backend.is_null() {
+            if let Some(free) = f.backendFree {
+                // SAFETY: see above.
+                unsafe { free(self.backend) };
+            }
+        }
+        if !self.log.is_null() {
+            if let Some(free) = f.logFree {
+                // SAFETY: see above.
+                unsafe { free(self.log) };
+            }
+        }
+        let mut live = live_device();
+        live.1 = live.1.saturating_sub(1);
+    }
+}
+
+/// A QNN context on a logger + backend + device, freed on drop (the backend objects when the
+/// last context made from them goes). Graphs created in the context live until the session is
+/// dropped (QNN has no `graphFree`).
+///
+/// [`Session::new`] creates a new backend and device; all live ones in a process must use the
+/// same [`DeviceChoice`] (else [`Error::DeviceConfigConflict`]; see the crate docs for why).
+/// [`Session::new_context`] makes a further context sharing the backend and device.
 ///
 /// Thread safety: creation, teardown, and the graph wrappers' builds and executions all take
 /// the process-wide [`device_lock`], so sessions and graphs may be shared across threads freely.
 #[derive(Debug)]
 pub struct Session {
-    lib: Arc<BackendLibrary>,
-    log: Qnn_LogHandle_t,
-    backend: Qnn_BackendHandle_t,
-    device: Qnn_DeviceHandle_t,
+    core: Arc<Core>,
     context: Qnn_ContextHandle_t,
     next_id: AtomicU32,
 }
 
-// SAFETY: the handles are opaque tokens owned by this session; QNN entry points taking them
-// may be called from any thread, and this crate serializes its calls on device_lock.
+// SAFETY: the context handle is an opaque token owned by this session; QNN entry points taking
+// it may be called from any thread, and this crate serializes its calls on device_lock.
 unsafe impl Send for Session {}
-// SAFETY: as above; shared access only reads the handles, and every call this crate makes
-// through them is serialized on device_lock.
+// SAFETY: as above; shared access only reads the handle, and every call this crate makes
+// through it is serialized on device_lock.
 unsafe impl Sync for Session {}
 
 impl Session {
     /// Creates logger, backend, device (with the HTP SoC/arch configs from `opts`, in the
     /// layout the backend's HTP API version requires) and a context.
     pub fn new(lib: Arc<BackendLibrary>, opts: &SessionOptions) -> Result<Arc<Self>, Error> {
-        let _device = device_lock();
-        let mut s = Session {
-            lib,
-            log: null_mut(),
-            backend: null_mut(),
-            device: null_mut(),
-            context: null_mut(),
-            next_id: AtomicU32::new(0),
+        let choice = DeviceChoice {
+            soc_model: opts.soc_model,
+            htp_arch: opts.htp_arch,
         };
-        // From here on, Drop frees whatever was created if a later step fails.
-        let f = *s.lib.fns();
+        let core = {
+            let _device = device_lock();
+            {
+                // Registered before anything is created: Core's Drop unregisters.
+                let mut live = live_device();
+                if live.1 > 0 && live.0 != choice {
+                    return Err(Error::DeviceConfigConflict {
+                        active: live.0,
+                        requested: choice,
+                    });
+                }
+                *live = (choice, live.1 + 1);
+            }
+            let mut c = Core {
+                lib,
+                log: null_mut(),
+                backend: null_mut(),
+                device: null_mut(),
+                choice,
+            };
+            // On failure `c` is dropped, and its Drop frees whatever was created; that Drop
+            // takes device_lock, so release ours first (the lock is not re-entrant).
+            if let Err(e) = Self::init_core(&mut c, opts) {
+                drop(_device);
+                drop(c);
+                return Err(e);
+            }
+            c
+        };
+        Self::with_core(Arc::new(core))
+    }
+
+    fn init_core(c: &mut Core, opts: &SessionOptions) -> Result<(), Error> {
+        let f = *c.lib.fns();
         if let (Some(level), Some(log_create), Some(_)) =
             (opts.log_level, f.logCreate, LOG_CALLBACK)
         {
             // SAFETY: logCreate has this signature; the callback is re-entrant (it only formats
-            // into a stack buffer and writes to stderr); s.log is a valid out-pointer.
-            let rc = unsafe { log_create(LOG_CALLBACK, level.raw(), &mut s.log) };
-            s.lib.check("logCreate", rc)?;
+            // into a stack buffer and writes to stderr); c.log is a valid out-pointer.
+            let rc = unsafe { log_create(LOG_CALLBACK, level.raw(), &mut c.log) };
+            c.lib.check("logCreate", rc)?;
         }
         let backend_create = f.backendCreate.ok_or(Error::MissingFunction {
             name: "backendCreate",
         })?;
         // SAFETY: backendCreate(logger or NULL, NULL config list, out-pointer).
-        let rc = unsafe { backend_create(s.log, null(), &mut s.backend) };
-        s.lib.check("backendCreate", rc)?;
+        let rc = unsafe { backend_create(c.log, null(), &mut c.backend) };
+        c.lib.check("backendCreate", rc)?;
 
         if let Some(device_create) = f.deviceCreate {
-            let htp_api = s.lib.api_version().backendApiVersion;
+            let htp_api = c.lib.api_version().backendApiVersion;
             let mut customs: Vec<HtpDeviceConfig> = Vec::new();
             if let Some(soc) = opts.soc_model {
                 customs.push(HtpDeviceConfig::soc(htp_api, soc));
@@ -314,42 +427,62 @@ impl Session {
             };
             // SAFETY: deviceCreate(logger, NULL-terminated list of configs pointing into
             // `customs`/`configs`, which outlive the call, out-pointer).
-            let rc = unsafe { device_create(s.log, list_ptr, &mut s.device) };
-            s.lib.check("deviceCreate", rc)?;
+            let rc = unsafe { device_create(c.log, list_ptr, &mut c.device) };
+            c.lib.check("deviceCreate", rc)?;
         }
+        Ok(())
+    }
 
-        let context_create = f.contextCreate.ok_or(Error::MissingFunction {
+    fn with_core(core: Arc<Core>) -> Result<Arc<Self>, Error> {
+        let _device = device_lock();
+        let context_create = core.lib.fns().contextCreate.ok_or(Error::MissingFunction {
             name: "contextCreate",
         })?;
-        // SAFETY: contextCreate(backend, device or NULL, no configs, out-pointer).
-        let rc = unsafe { context_create(s.backend, s.device, null(), &mut s.context) };
-        s.lib.check("contextCreate", rc)?;
-        Ok(Arc::new(s))
+        let mut context: Qnn_ContextHandle_t = null_mut();
+        // SAFETY: contextCreate(live backend, device or NULL, no configs, out-pointer).
+        let rc = unsafe { context_create(core.backend, core.device, null(), &mut context) };
+        core.lib.check("contextCreate", rc)?;
+        Ok(Arc::new(Session {
+            core,
+            context,
+            next_id: AtomicU32::new(0),
+        }))
+    }
+
+    /// A further context on the same logger, backend and device (the way to have several
+    /// independent sets of graphs in one process).
+    pub fn new_context(&self) -> Result<Arc<Self>, Error> {
+        Self::with_core(Arc::clone(&self.core))
+    }
+
+    /// The device choice (SoC model, HTP arch) this session's backend was created with.
+    pub fn device_choice(&self) -> DeviceChoice {
+        self.core.choice
     }
 
     /// The library this session runs on.
     pub fn library(&self) -> &Arc<BackendLibrary> {
-        &self.lib
+        &self.core.lib
     }
 
     /// The function table (shortcut).
     pub fn fns(&self) -> &QnnInterface_FunctionTable_t {
-        self.lib.fns()
+        self.core.lib.fns()
     }
 
     /// Logger handle (NULL when logging is off).
     pub fn log_handle(&self) -> Qnn_LogHandle_t {
-        self.log
+        self.core.log
     }
 
     /// Backend handle.
     pub fn backend_handle(&self) -> Qnn_BackendHandle_t {
-        self.backend
+        self.core.backend
     }
 
     /// Device handle (NULL when the backend has no `deviceCreate`).
     pub fn device_handle(&self) -> Qnn_DeviceHandle_t {
-        self.device
+        self.core.device
     }
 
     /// Context handle.
@@ -365,7 +498,7 @@ impl Session {
 
     /// `Ok(())` or [`Error::Qnn`] with the backend's message.
     pub fn check(&self, call: &'static str, code: Qnn_ErrorHandle_t) -> Result<(), Error> {
-        self.lib.check(call, code)
+        self.core.lib.check(call, code)
     }
 
     /// The HTP devices `deviceGetPlatformInfo` reports (SoC model, arch, VTCM).
@@ -379,7 +512,9 @@ impl Session {
         })?;
         let mut info: *const QnnDevice_PlatformInfo_t = null();
         // SAFETY: deviceGetPlatformInfo(logger, out-pointer).
-        self.check("deviceGetPlatformInfo", unsafe { get(self.log, &mut info) })?;
+        self.check("deviceGetPlatformInfo", unsafe {
+            get(self.core.log, &mut info)
+        })?;
         let mut out = Vec::new();
         if !info.is_null() {
             // SAFETY: on success `info` points to a version-1 platform info owned by the
@@ -408,7 +543,9 @@ impl Session {
                 }
             }
             // SAFETY: `info` came from deviceGetPlatformInfo with the same logger.
-            self.check("deviceFreePlatformInfo", unsafe { free(self.log, info) })?;
+            self.check("deviceFreePlatformInfo", unsafe {
+                free(self.core.log, info)
+            })?;
         }
         Ok(out)
     }
@@ -416,36 +553,14 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let f = *self.lib.fns();
-        let _device = device_lock();
-        // Errors during teardown cannot be reported from Drop; they are ignored.
-        // SAFETY (all four blocks): each handle was created by this session, is freed once,
-        // in reverse creation order, and no graph wrapper outlives the session (they hold an
-        // Arc<Session>).
-        if !self.context.is_null() {
-            if let Some(free) = f.contextFree {
-                // SAFETY: see above.
-                unsafe { free(self.context, null_mut()) };
-            }
+        if let Some(free) = self.core.lib.fns().contextFree {
+            let _device = device_lock();
+            // SAFETY: the context was created by this session and is freed once; no graph
+            // wrapper outlives the session (they hold an Arc<Session>). Errors cannot be
+            // reported from Drop and are ignored.
+            unsafe { free(self.context, null_mut()) };
         }
-        if !self.device.is_null() {
-            if let Some(free) = f.deviceFree {
-                // SAFETY: see above.
-                unsafe { free(self.device) };
-            }
-        }
-        if !self.backend.is_null() {
-            if let Some(free) = f.backendFree {
-                // SAFETY: see above.
-                unsafe { free(self.backend) };
-            }
-        }
-        if !self.log.is_null() {
-            if let Some(free) = f.logFree {
-                // SAFETY: see above.
-                unsafe { free(self.log) };
-            }
-        }
+        // The core (device, backend, logger) is freed when its last session goes.
     }
 }
 

@@ -1,7 +1,8 @@
 //! Session lifecycles on the HTP simulator, in their own process (see `simulator.rs` for why
-//! sessions must not coexist there): load/unload cycles, an ARCH-only device config, the
-//! simulator's default device, and a device config in the wrong layout. One test function, so
-//! the sessions are strictly one after another.
+//! sessions with different device configs must not coexist there): load/unload cycles, an
+//! ARCH-only device config, the simulator's default device, a refused device config, and a
+//! device config in the wrong layout. One test function, so the sessions are strictly one after
+//! another.
 
 mod common;
 
@@ -60,7 +61,25 @@ fn sessions_one_after_another() {
         run_case::<f16>(&s, SHAPE, Order::Direct, &GraphOptions::default(), 91);
     }
 
-    // 4. A real failing call turned into text: the pre-5.47 device config layout given to a
+    // 4. A session whose device config the backend refuses: a typed error carrying the backend's
+    //    text, everything created so far freed, and the next session works.
+    {
+        let bad = SessionOptions {
+            soc_model: Some(0xFFFF),
+            ..Default::default()
+        };
+        let err = Session::new(Arc::clone(&lib), &bad).expect_err("unknown SoC must be refused");
+        eprintln!("{err}");
+        assert_eq!(err.qnn_code(), Some(QNN_DEVICE_ERROR_INVALID_CONFIG));
+        let opts = SessionOptions {
+            soc_model: Some(69),
+            ..Default::default()
+        };
+        let s = Session::new(Arc::clone(&lib), &opts).expect("session after a failed one");
+        run_case::<f16>(&s, SHAPE, Order::Direct, &GraphOptions::default(), 92);
+    }
+
+    // 5. A real failing call turned into text: the pre-5.47 device config layout given to a
     //    >= 5.47 backend is refused with 14001 (QNN_DEVICE_ERROR_INVALID_CONFIG).
     let htp_api = lib.api_version().backendApiVersion;
     if HtpDeviceConfig::uses_current_layout(htp_api) {

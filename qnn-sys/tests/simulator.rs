@@ -3,10 +3,11 @@
 //! every test prints a skip line, unless `HETERO_REQUIRE` names `qnn`, which turns the absence
 //! into a failure.
 //!
-//! All tests of this process share ONE session: on the simulator, graphs of a session fail to
-//! execute (QNN error 1100, "Could't match allocated VTCM pointer to a VXU VTCM") or crash once
-//! another session has been created in the same process. Tests that need their own sessions
-//! live in `lifecycle.rs` (a separate process) and create them one after another.
+//! The tests share one session (SoC 69). On the simulator, graphs fail to execute (QNN error
+//! 1100, "Could't match allocated VTCM pointer to a VXU VTCM") while another thread uses a
+//! session with a different device config, which the crate refuses with
+//! `Error::DeviceConfigConflict` (tested here). Sessions with other device configs are tested in
+//! `lifecycle.rs`, a separate process, one after another.
 
 mod common;
 
@@ -210,6 +211,54 @@ fn graph_configs_are_accepted() {
     ] {
         run_case::<f16>(&s, shape, Order::Direct, &opts, 60);
     }
+}
+
+#[test]
+fn second_sessions_same_device_only() {
+    let Some(s) = shared_session() else { return };
+    let lib = Arc::clone(s.library());
+    for other in [
+        SessionOptions {
+            soc_model: Some(57),
+            ..Default::default()
+        },
+        SessionOptions {
+            htp_arch: Some(QNN_HTP_DEVICE_ARCH_V79),
+            ..Default::default()
+        },
+        SessionOptions {
+            soc_model: None,
+            ..Default::default()
+        },
+    ] {
+        let r = Session::new(Arc::clone(&lib), &other);
+        match r {
+            Err(Error::DeviceConfigConflict { active, requested }) => {
+                assert_eq!(active, s.device_choice());
+                assert_eq!(requested.soc_model, other.soc_model);
+                assert_eq!(requested.htp_arch, other.htp_arch);
+            }
+            other => panic!("expected DeviceConfigConflict, got {other:?}"),
+        }
+    }
+    // Same device config: a second backend works, and so does a second context on the first.
+    let same = SessionOptions {
+        soc_model: s.device_choice().soc_model,
+        htp_arch: s.device_choice().htp_arch,
+        ..Default::default()
+    };
+    let s2 = Session::new(Arc::clone(&lib), &same).expect("second session, same device");
+    let s3 = s.new_context().expect("second context");
+    let shape = MatMulShape { m: 8, k: 48, n: 24 };
+    run_case::<f16>(&s2, shape, Order::Direct, &GraphOptions::default(), 100);
+    run_case::<f16>(
+        &s3,
+        shape,
+        Order::WeightFirst,
+        &GraphOptions::default(),
+        101,
+    );
+    run_case::<f16>(&s, shape, Order::Direct, &GraphOptions::default(), 102);
 }
 
 #[test]
