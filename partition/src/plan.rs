@@ -594,14 +594,13 @@ struct Best {
 }
 
 impl Best {
-    fn offer(&mut self, om: &OpModel<'_>, s: Split) {
-        let t = om.cost(&s).total_us;
-        if !t.is_finite() {
-            return;
-        }
-        if self.best.is_none_or(|(_, bt)| t < bt) {
+    fn offer(&mut self, om: &OpModel<'_>, s: Split) -> Cost {
+        let c = om.cost(&s);
+        let t = c.total_us;
+        if t.is_finite() && self.best.is_none_or(|(_, bt)| t < bt) {
             self.best = Some((s, t));
         }
+        c
     }
 }
 
@@ -696,18 +695,12 @@ impl OpModel<'_> {
         let c_lo = COL_TILE;
         let c_hi = (n - 1) / COL_TILE * COL_TILE;
         let at = |c: u32| Split { cols: c, ..base };
-        let h = |c: u32| {
-            let s = at(c);
-            let (ca, pa) = self.a_time(&s);
-            let (cb, pb) = self.b_time(&s);
-            (ca + pa) - (cb + pb)
-        };
-        best.offer(self, at(c_lo));
+        let lo = best.offer(self, at(c_lo));
         if c_hi == c_lo {
             return;
         }
-        best.offer(self, at(c_hi));
-        let (h_lo, h_hi) = (h(c_lo), h(c_hi));
+        let hi = best.offer(self, at(c_hi));
+        let (h_lo, h_hi) = (lo.a_us - lo.b_us, hi.a_us - hi.b_us);
         if !(h_lo < 0.0 && h_hi > 0.0) {
             return;
         }
@@ -726,7 +719,8 @@ impl OpModel<'_> {
     /// Single backends and the CPU–GPU column split are evaluated first. Every family that
     /// pairs the NPU with X (a row split or hybrid on standard shape `s`, or a column split with
     /// one way of running all rows) has a lower bound: the NPU side costs at least `ρ·r` for
-    /// the `r` rows' worth of output it computes and X at least `β·(m − r)`, so
+    /// the `r` rows' worth of output it computes (compute and output copy) and X at least
+    /// `β·(m − r)`, so
     /// `max >= ρβm/(ρ+β)`, plus both syncs. Families are visited in increasing bound and the
     /// search stops once the bound reaches the best cost found.
     pub(crate) fn solve(&self, fam: Families) -> Option<Split> {
@@ -782,7 +776,13 @@ impl OpModel<'_> {
             let Some(side) = self.side(x) else { continue };
             let beta = side.per_row_lb;
             let syncs = npu.sync_us + side.sync_us;
-            let bound = |rho: f64| rho * beta * m as f64 / (rho + beta) + syncs;
+            // The NPU also copies out every output element it computes: per full-width row,
+            // n elements.
+            let out_copy = n as f64 * ELEM_BYTES * npu.copy;
+            let bound = |rho: f64| {
+                let rho = rho + out_copy;
+                rho * beta * m as f64 / (rho + beta) + syncs
+            };
             if fam.npu_rows_with[x.index()] || fam.hybrid_with[x.index()] {
                 for (i, &s) in npu.standard.iter().enumerate() {
                     if s >= m {
@@ -806,9 +806,21 @@ impl OpModel<'_> {
                 }
             }
         }
-        let fams = &mut fams[..len];
-        fams.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)).then(a.1.cmp(&b.1)));
-        for &(lb, x, kind) in fams.iter() {
+        // Visit in increasing (bound, kind, backend); selection, as few are usually visited.
+        let mut done = [false; 2 * (MAX_STANDARD + 2)];
+        let key = |e: &(f64, Backend, usize), f: &(f64, Backend, usize)| {
+            e.0.total_cmp(&f.0).then(e.2.cmp(&f.2)).then(e.1.cmp(&f.1))
+        };
+        loop {
+            let mut pick: Option<usize> = None;
+            for i in 0..len {
+                if !done[i] && pick.is_none_or(|p| key(&fams[i], &fams[p]).is_lt()) {
+                    pick = Some(i);
+                }
+            }
+            let Some(i) = pick else { break };
+            done[i] = true;
+            let (lb, x, kind) = fams[i];
             // A small margin keeps rounding in the bound from cutting a tie-level candidate.
             if best.best.is_some_and(|(_, bt)| lb * (1.0 - 1e-12) >= bt) {
                 break;
@@ -845,14 +857,16 @@ impl OpModel<'_> {
             };
             if fam.npu_rows_with[x.index()] {
                 // Smallest j with NPU time >= other time; the optimum is j or j - 1.
+                // The NPU side is j runs of one chunk, chunk copies included: j times the
+                // one-chunk time (to rounding; the candidates are then costed exactly).
+                let (c1, p1) = self.a_time(&split(1));
+                let per_chunk = c1 + p1;
                 let j_max = (m - 1) / s;
                 let (mut lo, mut hi) = (1u32, j_max + 1);
                 while lo < hi {
                     let mid = lo + (hi - lo) / 2;
-                    let sp = split(mid);
-                    let (ca, pa) = self.a_time(&sp);
-                    let (cb, pb) = self.b_time(&sp);
-                    if ca + pa >= cb + pb {
+                    let (cb, pb) = self.b_time(&split(mid));
+                    if mid as f64 * per_chunk >= cb + pb {
                         hi = mid;
                     } else {
                         lo = mid + 1;
