@@ -18,7 +18,7 @@ if ! ldconfig -p | grep -q 'libOpenCL.so.1'; then
   echo "using Debian's ICD loader: $HETERO_OPENCL_LIB"
 fi
 chmod +x .device/gemv_bandwidth
-.device/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"
+HETERO_OPENCL_PLATFORM=${HETERO_OPENCL_PLATFORM:-NVIDIA} .device/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"
 if [ "${PIPESTATUS[0]}" -ne 0 ] && [ -n "$NV" ]; then
   echo "retrying with BW_LIB=$NV (vendor library directly)"
   BW_LIB="$NV" .device/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"

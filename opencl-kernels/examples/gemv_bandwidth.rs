@@ -190,15 +190,23 @@ fn main() -> Res<()> {
     };
     let sweep: Vec<Option<RowShape>> = std::iter::once(None)
         .chain(
-            [(4, 64), (8, 32), (16, 16), (32, 8), (64, 4), (128, 2), (256, 1)]
-                .iter()
-                .map(|&(tpr, rows)| {
-                    Some(RowShape {
-                        tpr,
-                        rows,
-                        per_item: 1,
-                    })
-                }),
+            [
+                (4, 64),
+                (8, 32),
+                (16, 16),
+                (32, 8),
+                (64, 4),
+                (128, 2),
+                (256, 1),
+            ]
+            .iter()
+            .map(|&(tpr, rows)| {
+                Some(RowShape {
+                    tpr,
+                    rows,
+                    per_item: 1,
+                })
+            }),
         )
         .collect();
     let mut rows: Vec<Row> = Vec::new();

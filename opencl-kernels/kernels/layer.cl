@@ -255,6 +255,89 @@ __kernel void gemv_q4_0_soa_r2(__global const uint* qs, __global const half* d,
     signal_done(sig, epoch);
 }
 
+// Four rows per work-item, and fewer instructions per nibble: each nibble goes straight into
+// the top mantissa bits of 1.0f, giving 1 + q/16 exactly (one shift, one and-or). With
+// S = sum (1 + q/16) x over a part, sum (q - 8) x = 16 S - 24 sum x; sum x is computed once per
+// part and shared by the four rows, as are the activation loads.
+inline float part_s(uint v, float4 xl, float4 xh) {
+    const uint M = 0x00780000u, E = 0x3F800000u;
+    float4 ql = (float4)(as_float(((v << 19) & M) | E), as_float(((v << 11) & M) | E),
+                         as_float(((v << 3) & M) | E), as_float(((v >> 5) & M) | E));
+    float4 qh = (float4)(as_float(((v << 15) & M) | E), as_float(((v << 7) & M) | E),
+                         as_float(((v >> 1) & M) | E), as_float(((v >> 9) & M) | E));
+    return dot(ql, xl) + dot(qh, xh);
+}
+
+__kernel void gemv_q4_0_soa_r4(__global const uint* qs, __global const half* d,
+                               __global const float4* x, __global float* y, uint N, uint K,
+                               __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row0 = get_global_id(1) * 4u;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    if (row0 < N) {
+        uint nw = K >> 3, nb = K >> 5, last = N - 1u;
+        uint r1 = min(row0 + 1u, last), r2 = min(row0 + 2u, last), r3 = min(row0 + 3u, last);
+        __global const uint* q0 = qs + (size_t)row0 * nw;
+        __global const uint* q1 = qs + (size_t)r1 * nw;
+        __global const uint* q2 = qs + (size_t)r2 * nw;
+        __global const uint* q3 = qs + (size_t)r3 * nw;
+        __global const half* d0 = d + (size_t)row0 * nb;
+        __global const half* d1 = d + (size_t)r1 * nb;
+        __global const half* d2 = d + (size_t)r2 * nb;
+        __global const half* d3 = d + (size_t)r3 * nb;
+        for (uint i = t; i < nw; i += tpr) {
+            uint b = i >> 2, p = i & 3u;
+            float4 xl = x[b * 8u + p], xh = x[b * 8u + p + 4u];
+            float sx = 24.0f * dot(xl + xh, (float4)(1.0f));
+            a0 += vload_half(b, d0) * (16.0f * part_s(q0[i], xl, xh) - sx);
+            a1 += vload_half(b, d1) * (16.0f * part_s(q1[i], xl, xh) - sx);
+            a2 += vload_half(b, d2) * (16.0f * part_s(q2[i], xl, xh) - sx);
+            a3 += vload_half(b, d3) * (16.0f * part_s(q3[i], xl, xh) - sx);
+        }
+    }
+    a0 = row_sum(a0, red, t, r, tpr);
+    a1 = row_sum(a1, red, t, r, tpr);
+    a2 = row_sum(a2, red, t, r, tpr);
+    a3 = row_sum(a3, red, t, r, tpr);
+    if (t == 0 && row0 < N) {
+        y[row0] = a0;
+        if (row0 + 1u < N) y[row0 + 1u] = a1;
+        if (row0 + 2u < N) y[row0 + 2u] = a2;
+        if (row0 + 3u < N) y[row0 + 3u] = a3;
+    }
+    signal_done(sig, epoch);
+}
+
+// FP16, K % 8 == 0, two rows per work-item (each activation load serves both rows).
+__kernel void gemv_f16_r2(__global const uint4* w, __global const float4* x, __global float* y,
+                          uint N, uint K, __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint row0 = get_global_id(1) * 2u;
+    float a0 = 0.0f, a1 = 0.0f;
+    if (row0 < N) {
+        uint k8 = K >> 3;
+        __global const uint4* w0 = w + (size_t)row0 * k8;
+        __global const uint4* w1 = w + (size_t)min(row0 + 1u, N - 1u) * k8;
+        for (uint i = t; i < k8; i += tpr) {
+            float4 xa = x[2 * i], xb = x[2 * i + 1];
+            uint4 q0 = w0[i], q1 = w1[i];
+            float8 f0 = vload_half8(0, (const __private half*)&q0);
+            float8 f1 = vload_half8(0, (const __private half*)&q1);
+            a0 += dot(f0.lo, xa) + dot(f0.hi, xb);
+            a1 += dot(f1.lo, xa) + dot(f1.hi, xb);
+        }
+    }
+    a0 = row_sum(a0, red, t, r, tpr);
+    a1 = row_sum(a1, red, t, r, tpr);
+    if (t == 0 && row0 < N) {
+        y[row0] = a0;
+        if (row0 + 1u < N) y[row0 + 1u] = a1;
+    }
+    signal_done(sig, epoch);
+}
+
 // ---- small-M GEMM for prefill: Y[m][n] = sum_k X[m][k] W[n][k] ----------------------------
 // Same work-group shape as GEMV; each weight chunk is loaded once per tile of MT rows of X.
 #define MT 4

@@ -79,8 +79,8 @@ pub struct RowShape {
     pub tpr: usize,
     /// Rows per work-group.
     pub rows: usize,
-    /// Rows per work-item (1, or 2 for [`Kernels::gemv_q4_0_soa`], which then reuses each
-    /// activation load for two rows).
+    /// Rows per work-item, sharing each activation load: 1; 2 for FP16 with K % 8 == 0 and for
+    /// [`Kernels::gemv_q4_0_soa`]; 4 for [`Kernels::gemv_q4_0_soa`].
     pub per_item: usize,
 }
 
@@ -204,15 +204,19 @@ impl Kernels {
             WeightFormat::Q8_0 => ("gemv_q8_0", k / 8),
         };
         let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 128)));
-        if s.per_item != 1 {
-            return Err(Error::NotApplicable(
-                "per_item > 1 is implemented for gemv_q4_0_soa only",
-            ));
-        }
+        let (name, items) = match (s.per_item, name) {
+            (1, _) => (name, n),
+            (2, "gemv_f16") => ("gemv_f16_r2", n.div_ceil(2)),
+            _ => {
+                return Err(Error::NotApplicable(
+                    "per_item 2 is implemented for FP16 with K % 8 == 0 only",
+                ))
+            }
+        };
         let mut l = self.launch(
             name,
             2,
-            [s.tpr, n.div_ceil(s.rows) * s.rows],
+            [s.tpr, items.div_ceil(s.rows) * s.rows],
             [s.tpr, s.rows],
         )?;
         l.mem(w)?.mem(x)?.mem(y)?;
@@ -243,7 +247,8 @@ impl Kernels {
         let (name, items) = match s.per_item {
             1 => ("gemv_q4_0_soa", n),
             2 => ("gemv_q4_0_soa_r2", n.div_ceil(2)),
-            _ => return Err(Error::NotApplicable("per_item must be 1 or 2")),
+            4 => ("gemv_q4_0_soa_r4", n.div_ceil(4)),
+            _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
         };
         let mut l = self.launch(
             name,

@@ -235,19 +235,29 @@ fn gemv_explicit_shapes_match_reference() {
         let x = randn(&mut r, kk);
         let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
         let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
-        for (tpr, rows) in [(1, 1), (4, 8), (32, 2), (128, 2)] {
+        for (tpr, rows, per_item) in [
+            (1, 1, 1),
+            (4, 8, 1),
+            (32, 2, 1),
+            (128, 2, 1),
+            (1, 1, 2),
+            (8, 8, 2),
+        ] {
+            if per_item == 2 && format != WeightFormat::F16 {
+                continue;
+            }
             let by = poisoned(k, n);
             let shape = ocl::RowShape {
                 tpr,
                 rows,
-                per_item: 1,
+                per_item,
             };
             k.gemv_with(format, &bw, &bx, &by, n, kk, Some(shape))
                 .unwrap()
                 .enqueue()
                 .unwrap();
             check_mm(
-                &format!("gemv {format:?} shape {tpr}x{rows}"),
+                &format!("gemv {format:?} shape {tpr}x{rows} r{per_item}"),
                 &read(&by, n),
                 &want,
                 format,
@@ -266,7 +276,7 @@ fn gemv_q4_0_relayout_matches_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(3);
-    for &(n, kk) in &[(1, 32), (77, 160), (130, 2048)] {
+    for &(n, kk) in &[(1, 32), (2, 64), (3, 96), (77, 160), (130, 2048)] {
         let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
         let (nq, nd) = ocl::relayout_q4_0_len(n, kk).unwrap();
         let (mut qs, mut ds) = (vec![0u8; nq], vec![0u8; nd]);
@@ -294,18 +304,25 @@ fn gemv_q4_0_relayout_matches_reference() {
             n,
             kk,
         );
-        for (tpr, rows) in [(1, 1), (16, 4), (64, 4)] {
+        for (tpr, rows, per_item) in [
+            (1, 1, 2),
+            (16, 4, 2),
+            (64, 4, 2),
+            (1, 1, 4),
+            (8, 8, 4),
+            (64, 2, 4),
+        ] {
             let by = poisoned(k, n);
             let shape = ocl::RowShape {
                 tpr,
                 rows,
-                per_item: 2,
+                per_item,
             };
             k.gemv_q4_0_soa(&bq, &bd, &bx, &by, n, kk, Some(shape))
                 .unwrap()
                 .enqueue()
                 .unwrap();
-            let what = format!("gemv_q4_0_soa_r2 {n}x{kk} {tpr}x{rows}");
+            let what = format!("gemv_q4_0_soa r{per_item} {n}x{kk} {tpr}x{rows}");
             check_mm(
                 &what,
                 &read(&by, n),
