@@ -898,6 +898,19 @@ impl Qnn_Tensor_t {
     };
 }
 
+impl core::fmt::Debug for Qnn_Tensor_t {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // SAFETY: id and the header fields sit at the same offsets in V1 and V2 and are
+        // initialized in both.
+        let (id, ty, dt) = unsafe { (self.u.v1.id, self.u.v1.type_, self.u.v1.dataType) };
+        write!(
+            f,
+            "Qnn_Tensor_t {{ version: {}, id: {id}, type: {ty}, dataType: {dt:#x} }}",
+            self.version
+        )
+    }
+}
+
 /// The value union of [`Qnn_Param_t`].
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -157,19 +157,6 @@ pub struct MatMulGraph<T: Element> {
     _elem: PhantomData<T>,
 }
 
-impl core::fmt::Debug for Qnn_Tensor_t {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        // SAFETY: id and the header fields sit at the same offsets in V1 and V2 and are
-        // initialized in both.
-        let (id, ty, dt) = unsafe { (self.u.v1.id, self.u.v1.type_, self.u.v1.dataType) };
-        write!(
-            f,
-            "Qnn_Tensor_t {{ version: {}, id: {id}, type: {ty}, dataType: {dt:#x} }}",
-            self.version
-        )
-    }
-}
-
 // SAFETY: the raw pointers inside (graph handle, tensor names/dims) point to memory owned by
 // this value or by the session it keeps alive; executions are serialized by device_lock.
 unsafe impl<T: Element> Send for MatMulGraph<T> {}

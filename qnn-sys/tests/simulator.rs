@@ -317,6 +317,28 @@ fn bad_input_not_a_qnn_backend() {
         let _ = require::<(), _>("qnn", Err("QNN_SYSTEM_LIB is not set"));
         return;
     };
+    // The system library: the same typed errors.
+    match SystemLibrary::load("libc.so.6", &Requirement::SYSTEM) {
+        Err(Error::MissingSymbol { symbol, .. }) => {
+            assert_eq!(symbol, "QnnSystemInterface_getProviders")
+        }
+        other => panic!("expected MissingSymbol, got {other:?}"),
+    }
+    let too_new = Requirement {
+        backend_id: None,
+        api: Version {
+            major: 1,
+            minor: 999,
+            patch: 0,
+        },
+    };
+    match SystemLibrary::load(&sys_path, &too_new) {
+        Err(Error::IncompatibleApi { found, needed }) => {
+            assert_eq!(found.major, 1);
+            assert_eq!(needed, too_new.api);
+        }
+        other => panic!("expected IncompatibleApi, got {other:?}"),
+    }
     let r = BackendLibrary::load(&sys_path, &Requirement::HTP);
     assert!(
         matches!(r, Err(Error::NotQnnBackend { .. })),
