@@ -402,3 +402,127 @@ fn prompt_lookup_proposes_the_continuation_of_the_latest_match() {
     let k = draft::lookup(&[5, 6, 1, 6, 9, 5, 6], &mut out);
     assert_eq!(&out[..k], &[1, 6, 9, 5, 6]);
 }
+
+#[test]
+fn admission_cap_queues_agents_and_stays_lossless() {
+    // L_min 4: at most 4 agents in the batch; 6 arrive, the tool agents stall long, so the
+    // scheduler must idle with a full batch and admit the others as agents finish.
+    let (w, prompts) = workload(6, (3000.0, 5000.0));
+    let mut opts = SchedOptions::default();
+    opts.budget.l_min = 4;
+    let reference = sched::greedy_reference(&w, &prompts, &mut Fake::new(6)).unwrap();
+    for c in Config::ALL {
+        let mut f = Fake::new(6);
+        let r = sched::run(&w, &prompts, c, &opts, &mut f).unwrap();
+        for (a, want) in r.agents.iter().zip(&reference) {
+            assert_eq!(&a.tokens, want, "{}", c.name());
+        }
+        assert!(r.max_slots <= 16);
+        if c != Config::BatchAr {
+            assert!(r.min_budget >= 4, "{}: {}", c.name(), r.min_budget);
+        } else {
+            assert!(r.max_slots <= 4, "at most 4 agents at once");
+        }
+    }
+}
+
+#[test]
+fn cli_generates_replayable_traces_and_refuses_bad_files_before_loading_a_model() {
+    use engine_min::agents::cli;
+    let dir = std::env::temp_dir().join(format!("agents-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("t.json");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let o = out.to_str().unwrap();
+    cli(s(&[
+        "gen-trace",
+        "--seed",
+        "5",
+        "--agents",
+        "3",
+        "--out",
+        o,
+        "--mix",
+        "1:2:2",
+    ]))
+    .unwrap();
+    let first = std::fs::read_to_string(&out).unwrap();
+    cli(s(&[
+        "gen-trace",
+        "--seed",
+        "5",
+        "--agents",
+        "3",
+        "--out",
+        o,
+    ]))
+    .unwrap();
+    assert_eq!(
+        first,
+        std::fs::read_to_string(&out).unwrap(),
+        "same seed, same file"
+    );
+    assert!(cli(s(&[
+        "gen-trace",
+        "--seed",
+        "5",
+        "--agents",
+        "0",
+        "--out",
+        o
+    ]))
+    .is_err());
+    assert!(
+        cli(s(&["gen-trace", "--agents", "2", "--out", o])).is_err(),
+        "seed is required"
+    );
+    assert!(cli(s(&[
+        "gen-trace",
+        "--seed",
+        "1",
+        "--out",
+        o,
+        "--mix",
+        "1:x:2"
+    ]))
+    .is_err());
+    // A bad workload is refused before any model is touched (the model path does not exist).
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        first.replacen("\"min_ms\": 200.0", "\"min_ms\": -200.0", 1),
+    )
+    .unwrap();
+    let e = cli(s(&[
+        "run",
+        "--workload",
+        bad.to_str().unwrap(),
+        "--model",
+        "/nonexistent.gguf",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("negative") || e.contains("tool"), "{e}");
+    std::fs::write(&bad, "{\"version\": 1").unwrap();
+    let e = cli(s(&[
+        "run",
+        "--workload",
+        bad.to_str().unwrap(),
+        "--model",
+        "/x",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("malformed"), "{e}");
+    let e = cli(s(&[
+        "run",
+        "--workload",
+        o,
+        "--config",
+        "nope",
+        "--model",
+        "/x",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("unknown config"), "{e}");
+    assert!(cli(s(&["frobnicate"])).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}

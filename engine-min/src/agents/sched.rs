@@ -420,10 +420,14 @@ pub fn run(
                 break;
             }
             // Idle: jump to the next arrival (if there is room) or tool return.
+            let in_batch = agents
+                .iter()
+                .filter(|a| matches!(a.state, State::Running | State::Stalled { .. }))
+                .count();
             let next_arrival = agents
                 .iter()
                 .zip(&workload.agents)
-                .filter(|(a, _)| a.state == State::Waiting)
+                .filter(|(a, _)| a.state == State::Waiting && in_batch < cap)
                 .map(|(_, s)| s.arrival_s)
                 .fold(f64::INFINITY, f64::min);
             let next_return = agents
