@@ -325,10 +325,10 @@ impl<'p> OpModel<'p> {
         let npu = p.model(Backend::Npu).map(|bm| {
             let curves = Order::ALL.map(|o| bm.curve(k, n, o));
             let mut std_us = [[f64::INFINITY; 2]; MAX_STANDARD];
-            for (t, &g) in std_us.iter_mut().zip(&bm.standard_m) {
-                for (o, c) in curves.iter().enumerate() {
-                    if let Some((c, scale)) = c {
-                        t[o] = c.at(ceil_to(g, NPU_ROW_TILE).min(u32::MAX as u64) as u32) * scale;
+            for (o, c) in curves.iter().enumerate() {
+                if let Some((c, scale)) = c {
+                    for (t, &u) in std_us.iter_mut().zip(&c.std_us) {
+                        t[o] = u * scale;
                     }
                 }
             }

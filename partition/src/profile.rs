@@ -212,6 +212,8 @@ pub(crate) struct Curve {
     pub order: Order,
     pub m: Vec<u32>,
     pub us: Vec<f64>,
+    /// NPU curves: latency at each standard shape (rounded up to 32 rows), precomputed.
+    pub std_us: Vec<f64>,
 }
 
 impl Curve {
@@ -408,6 +410,7 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
                     order,
                     m: Vec::new(),
                     us: Vec::new(),
+                    std_us: Vec::new(),
                 });
                 curves.len() - 1
             }
@@ -432,6 +435,8 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
                 c.us[i] = c.us[i - 1];
             }
         }
+        let at = |g: u32| c.at(g.div_ceil(32).saturating_mul(32));
+        c.std_us = standard_m.iter().map(|&g| at(g)).collect();
     }
     Ok(BackendModel {
         curves,
