@@ -55,7 +55,7 @@ const NREGS: usize = 18;
 fn canaries() -> [u64; NREGS] {
     let mut c = [0u64; NREGS];
     for (i, v) in c.iter_mut().enumerate() {
-        *v = 0xc0de_0000_0000_0000 | ((i as u64) << 32) | (0x1234_5678 ^ i as u64 * 0x1111);
+        *v = 0xc0de_0000_0000_0000 | ((i as u64) << 32) | (0x1234_5678 ^ (i as u64 * 0x1111));
     }
     c
 }

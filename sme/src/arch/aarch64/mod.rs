@@ -12,6 +12,7 @@
 //! 64/(SVL/8) column passes of four ZA tiles). Longer SVLs are refused by the probes with
 //! [`SmeUnavailable::UnsupportedSvl`].
 
+mod neon;
 mod sme;
 
 use core::fmt;

@@ -1,0 +1,253 @@
+//! NEON decode GEMV (M ≤ 16) on GGUF block-quantized weights: each 32-value block is
+//! dequantized in registers (nibbles/bytes → i32 → f32, times the FP16 scale, plus the offset
+//! for Q4_1) and multiplied into FP32 accumulators for every activation row while it is live, so
+//! the weights stream from memory once per call.
+
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+use super::Neon;
+use crate::quant::{validate, QCtx, WPtr};
+use crate::{BlockQ4_0, BlockQ4_1, BlockQ8_0, Error, QGemv, QWeights, GEMV_MAX_ROWS, QK};
+
+/// FP16 bits → f32 with the base-ARMv8 `fcvt` (no FEAT_FP16 needed).
+#[inline(always)]
+fn h2f(bits: u16) -> f32 {
+    let out: f32;
+    // SAFETY: FCVT (half to single) is part of the base aarch64 FP unit; it reads one register and
+    // writes one, touching no memory.
+    unsafe {
+        asm!("fcvt {o:s}, {i:h}", i = in(vreg) bits, o = lateout(vreg) out,
+             options(pure, nomem, nostack, preserves_flags))
+    };
+    out
+}
+
+/// Eight f32x4 vectors = the 32 values of one block, in element order.
+type Deq = [float32x4_t; 8];
+
+/// One GGUF block type, dequantized with NEON.
+trait NeonBlock {
+    /// # Safety
+    /// `b` points to a readable block.
+    unsafe fn deq(b: *const Self) -> Deq;
+}
+
+/// Widens 16 unsigned-or-signed bytes already as i8 into four f32x4.
+#[inline]
+#[target_feature(enable = "neon")]
+fn i8x16_to_f32(v: int8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_s8(vget_low_s8(v));
+    let hi = vmovl_high_s8(v);
+    [
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+        vcvtq_f32_s32(vmovl_high_s16(lo)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+        vcvtq_f32_s32(vmovl_high_s16(hi)),
+    ]
+}
+
+impl NeonBlock for BlockQ4_0 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn deq(b: *const Self) -> Deq {
+        // SAFETY: `b` is readable (caller); `qs` is 16 bytes at any alignment, `d` is a u16 field.
+        let (q, d) = unsafe { (vld1q_u8((*b).qs.as_ptr()), h2f((*b).d)) };
+        let eight = vdupq_n_s8(8);
+        let lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f))), eight);
+        let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight);
+        let (l, h) = (i8x16_to_f32(lo), i8x16_to_f32(hi));
+        let mut out = [vdupq_n_f32(0.0); 8];
+        for i in 0..4 {
+            out[i] = vmulq_n_f32(l[i], d);
+            out[i + 4] = vmulq_n_f32(h[i], d);
+        }
+        out
+    }
+}
+
+impl NeonBlock for BlockQ4_1 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn deq(b: *const Self) -> Deq {
+        // SAFETY: as for Q4_0.
+        let (q, d, m) = unsafe { (vld1q_u8((*b).qs.as_ptr()), h2f((*b).d), h2f((*b).m)) };
+        // Nibbles 0..15 fit i8, so the signed widening path is exact.
+        let lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0f)));
+        let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(q));
+        let (l, h) = (i8x16_to_f32(lo), i8x16_to_f32(hi));
+        let (dv, mv) = (vdupq_n_f32(d), vdupq_n_f32(m));
+        let mut out = [mv; 8];
+        for i in 0..4 {
+            // q*d + m (fused; the portable reference rounds q*d first: within 1 ulp).
+            out[i] = vfmaq_f32(mv, l[i], dv);
+            out[i + 4] = vfmaq_f32(mv, h[i], dv);
+        }
+        out
+    }
+}
+
+impl NeonBlock for BlockQ8_0 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn deq(b: *const Self) -> Deq {
+        // SAFETY: as for Q4_0; `qs` is 32 bytes.
+        let (q0, q1, d) = unsafe {
+            let p = (*b).qs.as_ptr();
+            (vld1q_s8(p), vld1q_s8(p.add(16)), h2f((*b).d))
+        };
+        let (a, c) = (i8x16_to_f32(q0), i8x16_to_f32(q1));
+        let mut out = [vdupq_n_f32(0.0); 8];
+        for i in 0..4 {
+            out[i] = vmulq_n_f32(a[i], d);
+            out[i + 4] = vmulq_n_f32(c[i], d);
+        }
+        out
+    }
+}
+
+/// Rows `n0..n1` of W for exactly `M` activation rows.
+///
+/// # Safety
+/// `ctx` validated (x: M×K, W: N×K/32 blocks, y: M rows of ldy ≥ N); `n0 <= n1 <= ctx.n`;
+/// exclusive access to y columns `n0..n1`; `ctx.m == M`.
+#[target_feature(enable = "neon")]
+unsafe fn rows_m<const M: usize, B: NeonBlock>(ctx: &QCtx, w: *const B, n0: usize, n1: usize) {
+    let nb = ctx.k / QK;
+    for n in n0..n1 {
+        // Two accumulators per row: halves the FMA dependency chain for small M.
+        let mut acc = [[vdupq_n_f32(0.0); 2]; M];
+        for b in 0..nb {
+            // SAFETY: n < N, b < K/32: inside the validated block array.
+            let v = unsafe { B::deq(w.add(n * nb + b)) };
+            for (m, a) in acc.iter_mut().enumerate() {
+                // SAFETY: m < M, b*32 + 32 <= K: 32 floats inside x.
+                let xp = unsafe { ctx.x.add(m * ctx.k + b * QK) };
+                for i in 0..4 {
+                    // SAFETY: xp + 4i + 3 and xp + 16 + 4i + 3 are within the 32 floats above.
+                    let (x0, x1) =
+                        unsafe { (vld1q_f32(xp.add(4 * i)), vld1q_f32(xp.add(16 + 4 * i))) };
+                    a[0] = vfmaq_f32(a[0], x0, v[i]);
+                    a[1] = vfmaq_f32(a[1], x1, v[i + 4]);
+                }
+            }
+        }
+        for (m, a) in acc.iter().enumerate() {
+            // SAFETY: m < M, n < N: inside y; the caller owns column n.
+            unsafe { *ctx.y.add(m * ctx.ldy + n) = vaddvq_f32(vaddq_f32(a[0], a[1])) };
+        }
+    }
+}
+
+/// # Safety
+/// As [`rows_m`] without the `M` constraint (`1 <= ctx.m <= 16`; 0 does nothing).
+#[target_feature(enable = "neon")]
+unsafe fn rows<B: NeonBlock>(ctx: &QCtx, w: *const B, n0: usize, n1: usize) {
+    macro_rules! by_m {
+        ($($m:literal)*) => {
+            match ctx.m {
+                $($m => {
+                    // SAFETY: ctx.m == M in this arm; the rest forwarded from the caller.
+                    unsafe { rows_m::<$m, B>(ctx, w, n0, n1) }
+                })*
+                _ => {}
+            }
+        };
+    }
+    by_m!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+}
+
+impl Neon {
+    /// NEON quantized GEMV of columns `n0..n1` of y (rows `n0..n1` of W).
+    ///
+    /// # Safety
+    /// `ctx` validated by `quant::validate`; `n0 <= n1 <= ctx.n`; exclusive access to y columns
+    /// `n0..n1`.
+    pub(crate) unsafe fn gemv_rows(self, ctx: &QCtx, n0: usize, n1: usize) {
+        debug_assert!(ctx.m <= GEMV_MAX_ROWS && n0 <= n1 && n1 <= ctx.n);
+        // SAFETY: forwarded; NEON is architectural on aarch64 (the token).
+        unsafe {
+            match ctx.w {
+                WPtr::Q4_0(w) => rows(ctx, w, n0, n1),
+                WPtr::Q4_1(w) => rows(ctx, w, n0, n1),
+                WPtr::Q8_0(w) => rows(ctx, w, n0, n1),
+            }
+        }
+    }
+
+    /// `y[M×N] = x[M×K] · W^T` for the quantized weight in `g` (see [`QGemv`]), single-threaded,
+    /// with NEON dequantization in registers. Same checks and errors as
+    /// [`crate::Kernel::qgemv`]; on error nothing is written.
+    pub fn qgemv(self, g: &QGemv<'_>, y: &mut [f32], ldy: usize) -> Result<(), Error> {
+        let ctx = validate(g, y, ldy)?;
+        // SAFETY: ctx validated against `y`, which we borrow exclusively; the full column range.
+        unsafe { self.gemv_rows(&ctx, 0, ctx.n) };
+        Ok(())
+    }
+
+    /// [`crate::gemv_q4_0`] on NEON.
+    pub fn gemv_q4_0(
+        self,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        w: &[BlockQ4_0],
+        y: &mut [f32],
+        ldy: usize,
+    ) -> Result<(), Error> {
+        self.qgemv(
+            &QGemv {
+                x,
+                m,
+                k,
+                w: QWeights::Q4_0(w),
+            },
+            y,
+            ldy,
+        )
+    }
+
+    /// [`crate::gemv_q4_1`] on NEON.
+    pub fn gemv_q4_1(
+        self,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        w: &[BlockQ4_1],
+        y: &mut [f32],
+        ldy: usize,
+    ) -> Result<(), Error> {
+        self.qgemv(
+            &QGemv {
+                x,
+                m,
+                k,
+                w: QWeights::Q4_1(w),
+            },
+            y,
+            ldy,
+        )
+    }
+
+    /// [`crate::gemv_q8_0`] on NEON.
+    pub fn gemv_q8_0(
+        self,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        w: &[BlockQ8_0],
+        y: &mut [f32],
+        ldy: usize,
+    ) -> Result<(), Error> {
+        self.qgemv(
+            &QGemv {
+                x,
+                m,
+                k,
+                w: QWeights::Q8_0(w),
+            },
+            y,
+            ldy,
+        )
+    }
+}

@@ -1,0 +1,197 @@
+//! NEON quantized GEMV (Q4_0, Q4_1, Q8_0; M = 1..=16) against an f64 reference built from the
+//! blocks' own dequantized values, and against the portable implementation; y poisoned with NaN,
+//! guard columns (ldy > N) checked untouched; bad input refused with nothing written.
+//! NEON is architectural on aarch64, so these run under every emulator configuration.
+#![cfg(target_arch = "aarch64")]
+
+mod aarch64_common;
+
+use aarch64_common::{f16, Rng};
+use hetero_sme::arch::aarch64::Neon;
+use hetero_sme::{
+    BlockQ4_0, BlockQ4_1, BlockQ8_0, Error, Kernel, KernelKind, QGemv, QWeights, QuantBlock, QK,
+};
+
+const GUARD: u32 = 0x7fc0_beef;
+const KS: [usize; 4] = [32, 96, 576, 1536];
+const NS: [usize; 9] = [1, 2, 15, 16, 17, 63, 64, 65, 129];
+
+fn q4_0(rng: &mut Rng, n: usize) -> Vec<BlockQ4_0> {
+    (0..n)
+        .map(|_| BlockQ4_0 {
+            d: f16(rng.unit() * 0.1),
+            qs: core::array::from_fn(|_| rng.next_u64() as u8),
+        })
+        .collect()
+}
+
+fn q4_1(rng: &mut Rng, n: usize) -> Vec<BlockQ4_1> {
+    (0..n)
+        .map(|_| BlockQ4_1 {
+            d: f16(rng.unit() * 0.1),
+            m: f16(rng.unit() * 0.5),
+            qs: core::array::from_fn(|_| rng.next_u64() as u8),
+        })
+        .collect()
+}
+
+fn q8_0(rng: &mut Rng, n: usize) -> Vec<BlockQ8_0> {
+    (0..n)
+        .map(|_| BlockQ8_0 {
+            d: f16(rng.unit() * 0.01),
+            qs: core::array::from_fn(|_| rng.next_u64() as i8),
+        })
+        .collect()
+}
+
+/// y = x · W^T in f64 from each block's FP32 dequantized values, and Σ|x·w| per output.
+fn reference<B: QuantBlock>(x: &[f32], m: usize, k: usize, w: &[B]) -> (Vec<f64>, Vec<f64>) {
+    let nb = k / QK;
+    let n = w.len() / nb;
+    let mut out = vec![0.0; m * n];
+    let mut mag = vec![0.0; m * n];
+    for j in 0..n {
+        let wrow: Vec<f32> = w[j * nb..(j + 1) * nb]
+            .iter()
+            .flat_map(|b| b.dequantize())
+            .collect();
+        for i in 0..m {
+            let (mut s, mut g) = (0.0f64, 0.0f64);
+            for kk in 0..k {
+                let p = x[i * k + kk] as f64 * wrow[kk] as f64;
+                s += p;
+                g += p.abs();
+            }
+            out[i * n + j] = s;
+            mag[i * n + j] = g;
+        }
+    }
+    (out, mag)
+}
+
+/// FP32 accumulation of K products (each rounded once, 2^-24 relative, or fused) plus Q4_1's
+/// fused q*d+m (within one rounding of the portable q*d then +m): (K+4)·2^-23·Σ|x·w|.
+fn tol(k: usize, mag: f64) -> f64 {
+    (k as f64 + 4.0) * f64::powi(2.0, -23) * mag + 1e-30
+}
+
+fn run(w: QWeights<'_>, x: &[f32], m: usize, k: usize, n: usize, what: &str) {
+    let ldy = n + 3;
+    let fresh = || {
+        let mut y = vec![f32::from_bits(GUARD); m * ldy + 5];
+        for i in 0..m {
+            y[i * ldy..i * ldy + n].fill(f32::NAN);
+        }
+        y
+    };
+    let g = QGemv { x, m, k, w };
+    let mut y = fresh();
+    Neon::new().qgemv(&g, &mut y, ldy).unwrap();
+    let mut yp = fresh();
+    Kernel::new(KernelKind::Portable)
+        .unwrap()
+        .qgemv(&g, &mut yp, ldy)
+        .unwrap();
+    let (want, mag) = match w {
+        QWeights::Q4_0(b) => reference(x, m, k, b),
+        QWeights::Q4_1(b) => reference(x, m, k, b),
+        QWeights::Q8_0(b) => reference(x, m, k, b),
+    };
+    for i in 0..m {
+        for j in 0..ldy {
+            let (got, port) = (y[i * ldy + j], yp[i * ldy + j]);
+            if j >= n {
+                assert_eq!(
+                    got.to_bits(),
+                    GUARD,
+                    "{what} m{m} k{k} n{n}: guard ({i},{j})"
+                );
+                continue;
+            }
+            let t = tol(k, mag[i * n + j]);
+            let wv = want[i * n + j];
+            assert!(
+                (got as f64 - wv).abs() <= t,
+                "{what} m{m} k{k} n{n} y[{i}][{j}] = {got}, want {wv} (tol {t:e})"
+            );
+            assert!(
+                (got as f64 - port as f64).abs() <= 2.0 * t,
+                "{what}: NEON {got} vs portable {port}"
+            );
+        }
+    }
+    assert!(
+        y[m * ldy..].iter().all(|v| v.to_bits() == GUARD),
+        "{what}: tail guard"
+    );
+}
+
+#[test]
+fn neon_quantized_gemv_matches_reference() {
+    let mut rng = Rng::new(0x9e3779b97f4a7c15);
+    let mut case = 0usize;
+    for &k in &KS {
+        for &n in &NS {
+            // Every M in 1..=16 over the cases, cycling.
+            for _ in 0..2 {
+                let m = case % 16 + 1;
+                case += 1;
+                let x = rng.vec(m * k);
+                let nb = n * (k / QK);
+                run(QWeights::Q4_0(&q4_0(&mut rng, nb)), &x, m, k, n, "Q4_0");
+                run(QWeights::Q4_1(&q4_1(&mut rng, nb)), &x, m, k, n, "Q4_1");
+                run(QWeights::Q8_0(&q8_0(&mut rng, nb)), &x, m, k, n, "Q8_0");
+            }
+        }
+    }
+    // Every M once at a mid shape.
+    for m in 1..=16 {
+        let (k, n) = (64, 33);
+        let x = rng.vec(m * k);
+        run(
+            QWeights::Q4_1(&q4_1(&mut rng, n * 2)),
+            &x,
+            m,
+            k,
+            n,
+            "Q4_1 all-M",
+        );
+    }
+}
+
+#[test]
+fn neon_gemv_wrappers_and_bad_input() {
+    let mut rng = Rng::new(7);
+    let (m, k, n) = (3, 64, 5);
+    let x = rng.vec(m * k);
+    let w = q4_0(&mut rng, n * 2);
+    let mut y = vec![f32::NAN; m * n];
+    Neon::new().gemv_q4_0(&x, m, k, &w, &mut y, n).unwrap();
+    assert!(y.iter().all(|v| v.is_finite()));
+    let w1 = q4_1(&mut rng, n * 2);
+    Neon::new().gemv_q4_1(&x, m, k, &w1, &mut y, n).unwrap();
+    let w8 = q8_0(&mut rng, n * 2);
+    Neon::new().gemv_q8_0(&x, m, k, &w8, &mut y, n).unwrap();
+
+    // Bad input: typed errors, nothing written.
+    let mut y = vec![f32::from_bits(GUARD); 17 * n];
+    let x17 = rng.vec(17 * k);
+    let e = Neon::new()
+        .gemv_q4_0(&x17, 17, k, &w, &mut y, n)
+        .unwrap_err();
+    assert!(matches!(e, Error::TooManyRows { .. }), "{e:?}");
+    let e = Neon::new().gemv_q4_0(&x, m, 48, &w, &mut y, n).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e:?}");
+    let e = Neon::new()
+        .gemv_q4_0(&x[..10], m, k, &w, &mut y, n)
+        .unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { .. }), "{e:?}");
+    let e = Neon::new()
+        .gemv_q4_0(&x, m, k, &w, &mut y[..5], n)
+        .unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { .. }), "{e:?}");
+    assert!(y.iter().all(|v| v.to_bits() == GUARD), "written on error");
+    // M = 0: nothing to do, nothing written.
+    Neon::new().gemv_q4_0(&[], 0, k, &w, &mut y, n).unwrap();
+    assert!(y.iter().all(|v| v.to_bits() == GUARD));
+}
