@@ -8,6 +8,8 @@ mod parallel;
 mod portable;
 mod primitive;
 mod quant;
+#[cfg(target_arch = "aarch64")]
+mod sme_driver;
 
 pub use error::Error;
 pub use gemm::{Gemm, GemmPlan, Lhs};
@@ -22,6 +24,8 @@ pub use quant::{
     GEMV_TILE_ROWS, QK,
 };
 
+#[cfg(target_arch = "aarch64")]
+use arch::aarch64::{Sme1, Sme2};
 #[cfg(target_arch = "x86_64")]
 use arch::x86_64::{Amx, Avx512};
 
@@ -34,7 +38,20 @@ pub enum KernelKind {
     Avx512,
     /// x86-64 AMX-BF16 (reads [`PackedFormat::Bf16`] weights only).
     Amx,
+    /// aarch64 SME1 (FEAT_SME + F16F32 widening FMOPA), F16 weights only.
+    Sme1,
+    /// aarch64 SME2, F16 weights only.
+    Sme2,
 }
+
+/// Every kind, worst to best.
+const KINDS: [KernelKind; 5] = [
+    KernelKind::Portable,
+    KernelKind::Avx512,
+    KernelKind::Amx,
+    KernelKind::Sme1,
+    KernelKind::Sme2,
+];
 
 /// One implementation, carrying the capability token that proves the CPU can run it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +65,12 @@ pub enum Kernel {
     /// See [`arch::x86_64::Amx`].
     #[cfg(target_arch = "x86_64")]
     Amx(Amx),
+    /// See [`arch::aarch64::Sme1`].
+    #[cfg(target_arch = "aarch64")]
+    Sme1(Sme1),
+    /// See [`arch::aarch64::Sme2`].
+    #[cfg(target_arch = "aarch64")]
+    Sme2(Sme2),
 }
 
 impl Kernel {
@@ -59,6 +82,10 @@ impl Kernel {
             KernelKind::Avx512 => Avx512::try_new().map(Kernel::Avx512),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => Amx::try_new().map(Kernel::Amx),
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Sme1 => Sme1::try_new().map(Kernel::Sme1),
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Sme2 => Sme2::try_new().map(Kernel::Sme2),
             #[allow(unreachable_patterns)]
             _ => None,
         };
@@ -69,7 +96,7 @@ impl Kernel {
 
     /// Every implementation this CPU supports, best last.
     pub fn available() -> Vec<Kernel> {
-        [KernelKind::Portable, KernelKind::Avx512, KernelKind::Amx]
+        KINDS
             .into_iter()
             .filter_map(|k| Kernel::new(k).ok())
             .collect()
@@ -118,6 +145,10 @@ impl Kernel {
             Kernel::Avx512(_) => KernelKind::Avx512,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => KernelKind::Amx,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme1(_) => KernelKind::Sme1,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme2(_) => KernelKind::Sme2,
         }
     }
 
@@ -129,6 +160,8 @@ impl Kernel {
             Kernel::Avx512(_) => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => format == PackedFormat::Bf16,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme1(_) | Kernel::Sme2(_) => format == PackedFormat::F16,
         }
     }
 
@@ -140,6 +173,8 @@ impl Kernel {
             Kernel::Avx512(_) => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => false,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme1(_) | Kernel::Sme2(_) => false,
         }
     }
 
@@ -151,6 +186,10 @@ impl Kernel {
             Kernel::Avx512(_) => arch::x86_64::AVX512_TILE_ROWS,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => 16,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme1(t) => t.tile_rows(),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme2(t) => t.tile_rows(),
         }
     }
 
@@ -166,6 +205,14 @@ impl Kernel {
                 Kernel::Avx512(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Amx(t) => t.gemm_tile(ctx, row0, rows, p),
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Sme1(t) => {
+                    sme_driver::sme_tile(sme_driver::SmeTok::S1(*t), ctx, row0, rows, p)
+                }
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Sme2(t) => {
+                    sme_driver::sme_tile(sme_driver::SmeTok::S2(*t), ctx, row0, rows, p)
+                }
             }
         }
     }
@@ -202,6 +249,8 @@ fn kind_name(k: KernelKind) -> &'static str {
         KernelKind::Portable => "portable",
         KernelKind::Avx512 => "avx512",
         KernelKind::Amx => "amx-bf16",
+        KernelKind::Sme1 => "sme1",
+        KernelKind::Sme2 => "sme2",
     }
 }
 

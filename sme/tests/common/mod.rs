@@ -45,7 +45,13 @@ pub fn f16_bits(x: f32) -> u16 {
 /// Every implementation this CPU supports, with the ones missing here listed as skipped.
 pub fn kernels() -> Vec<Kernel> {
     let mut v = Vec::new();
-    for kind in [KernelKind::Portable, KernelKind::Avx512, KernelKind::Amx] {
+    for kind in [
+        KernelKind::Portable,
+        KernelKind::Avx512,
+        KernelKind::Amx,
+        KernelKind::Sme1,
+        KernelKind::Sme2,
+    ] {
         match Kernel::new(kind) {
             Ok(k) => v.push(k),
             Err(e) => eprintln!("SKIP kernel {kind:?}: {e}"),
@@ -54,13 +60,23 @@ pub fn kernels() -> Vec<Kernel> {
     v
 }
 
-/// How a kernel rounds its inputs: AMX rounds A to BF16 as well.
+/// How a kernel rounds its inputs: AMX rounds A to BF16, SME packs A as FP16.
 pub fn a_rounding(k: Kernel) -> fn(f32) -> f32 {
-    if k.kind() == KernelKind::Amx {
-        round_bf16
-    } else {
-        |x| x
+    match k.kind() {
+        KernelKind::Amx => round_bf16,
+        KernelKind::Sme1 | KernelKind::Sme2 => round_f16,
+        _ => |x| x,
     }
+}
+
+/// The kernels the big grids run: all of them natively; under emulation (non-x86-64 targets run
+/// in QEMU here, ~50x slower) only the architecture's own kernels, since the portable one is
+/// the same Rust code already proven natively.
+pub fn grid_kernels() -> Vec<Kernel> {
+    kernels()
+        .into_iter()
+        .filter(|k| cfg!(target_arch = "x86_64") || k.kind() != KernelKind::Portable)
+        .collect()
 }
 
 pub fn w_rounding(f: PackedFormat) -> fn(f32) -> f32 {
