@@ -176,7 +176,7 @@ impl DraftBudget {
         };
         let max = live().fold(f64::NEG_INFINITY, f64::max);
         let sum: f64 = live().map(|x| (x - max).exp()).sum();
-        let mut given = 0u32;
+        let mut given = 0u64;
         for ((o, &x), &a) in out.iter_mut().zip(avg).zip(active) {
             *o = if a {
                 let share = (x / p.tau - max).exp() / sum;
@@ -186,11 +186,11 @@ impl DraftBudget {
             } else {
                 0
             };
-            given += *o;
+            given += *o as u64;
         }
         // Rounding in the shares can in principle push the sum past L_total by a slot;
         // take it back from the largest allocations so the bound always holds.
-        while given > p.l_total {
+        while given > p.l_total as u64 {
             let (j, _) = out
                 .iter()
                 .enumerate()
@@ -203,6 +203,6 @@ impl DraftBudget {
             out[j] -= 1;
             given -= 1;
         }
-        Ok(given)
+        Ok(given as u32)
     }
 }

@@ -225,6 +225,11 @@ fn ceil_to(x: u32, t: u32) -> u64 {
     (x as u64).div_ceil(t as u64) * t as u64
 }
 
+/// `x` rounded up to a multiple of `t`, saturating at `u32::MAX`.
+fn ceil_sat(x: u32, t: u32) -> u32 {
+    ceil_to(x, t).min(u32::MAX as u64) as u32
+}
+
 fn classify(s: &Split, m: u32, n: u32) -> Strategy {
     match (s.b, s.npu) {
         (None, Some(e)) => {
@@ -297,7 +302,7 @@ impl<'p> OpModel<'p> {
                 bm.curve(k, n, Order::ActivationFirst)
                     .map(|(curve, scale)| {
                         let q = if b == Backend::Cpu {
-                            ceil_to(m, CPU_ROW_TILE) as u32
+                            ceil_sat(m, CPU_ROW_TILE)
                         } else {
                             m
                         };
@@ -363,7 +368,7 @@ impl<'p> OpModel<'p> {
     fn rows_us(&self, b: Backend, rows: u32) -> f64 {
         match (b, self.side(b)) {
             (_, Some(s)) if rows == self.m => s.full_us,
-            (Backend::Cpu, Some(s)) => s.curve.at(ceil_to(rows, CPU_ROW_TILE) as u32) * s.scale,
+            (Backend::Cpu, Some(s)) => s.curve.at(ceil_sat(rows, CPU_ROW_TILE)) * s.scale,
             (_, Some(s)) => s.curve.at(rows) * s.scale,
             _ => f64::INFINITY,
         }
@@ -388,9 +393,7 @@ impl<'p> OpModel<'p> {
             }
         }
         match self.npu.as_ref().and_then(|n| n.curves[order as usize]) {
-            Some((c, scale)) => {
-                c.at(ceil_to(graph_m, NPU_ROW_TILE).min(u32::MAX as u64) as u32) * scale
-            }
+            Some((c, scale)) => c.at(ceil_sat(graph_m, NPU_ROW_TILE)) * scale,
             None => f64::INFINITY,
         }
     }
@@ -707,7 +710,7 @@ impl OpModel<'_> {
         let x = c_lo as f64 + (c_hi - c_lo) as f64 * (-h_lo / (h_hi - h_lo));
         let tiles = (x / COL_TILE as f64).floor();
         let below = (tiles as u32).saturating_mul(COL_TILE).clamp(c_lo, c_hi);
-        for c in [below, below + COL_TILE] {
+        for c in [below, below.saturating_add(COL_TILE)] {
             if (c_lo..=c_hi).contains(&c) {
                 best.offer(self, at(c));
             }

@@ -224,3 +224,33 @@ fn plan_op_smoke() {
         }
     }
 }
+
+#[test]
+fn extreme_shapes_do_not_panic() {
+    // Overflow checks are on in the ci profile: huge shapes must plan without overflowing.
+    let p = sample().check().unwrap();
+    for (k, n, m) in [
+        (u32::MAX, u32::MAX, u32::MAX),
+        (1, u32::MAX, 1),
+        (1, 1, u32::MAX),
+        (u32::MAX, 65, u32::MAX - 3),
+    ] {
+        let plan = plan_op(&p, k, n, m).unwrap();
+        assert!(plan.predicted_us() > 0.0);
+        let area: u64 = plan
+            .pieces()
+            .as_slice()
+            .iter()
+            .map(|pc| pc.rows.len() as u64 * pc.cols.len() as u64)
+            .sum();
+        assert_eq!(area, m as u64 * n as u64);
+        for b in Backend::ALL {
+            let _ = OpPlan::single(&p, b, k, n, m).unwrap();
+        }
+        let _ = OpPlan::cpu_gpu_columns(&p, k, n, m).unwrap();
+        let _ = OpPlan::weight_centric(&p, Backend::Gpu, Backend::Npu, 0.3, k, n, m).unwrap();
+    }
+    let model = ModelDesc::llama(u32::MAX, u32::MAX, 1, 1, u32::MAX, u32::MAX, u32::MAX).unwrap();
+    let plan = plan_model(&p, &model, u32::MAX, Phase::Decode, Policy::Auto).unwrap();
+    assert!(plan.predicted_us.is_finite());
+}
