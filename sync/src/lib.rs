@@ -1,35 +1,21 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(not(feature = "std"), no_std)]
 
+mod barrier;
+mod epoch;
+mod error;
+mod flag;
+mod predict;
 mod primitive;
+#[cfg(all(feature = "std", not(loom)))]
+mod wait;
 
-use primitive::AtomicU32;
-
-/// A 32-bit completion epoch word, meant to live beside an output tensor in memory a device can
-/// write. `repr(C)`: exactly one naturally aligned `u32`, so a GPU kernel or an NPU callback can
-/// store to it directly.
-#[repr(C)]
-#[derive(Debug)]
-pub struct CompletionFlag {
-    epoch: AtomicU32,
-}
-
-impl CompletionFlag {
-    /// A flag at epoch 0 (nothing published yet).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self { epoch: AtomicU32::new(0) }
-    }
-
-    /// A flag at epoch 0 (nothing published yet).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self { epoch: AtomicU32::new(0) }
-    }
-}
-
-impl Default for CompletionFlag {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub use barrier::{Arrival, DependencyBarrier, MAX_PRODUCERS};
+pub use epoch::{epoch_is_after, epoch_reached, next_epoch, EPOCH_MASK, EPOCH_WINDOW, WAITERS_BIT};
+pub use error::SyncError;
+pub use flag::CompletionFlag;
+pub use predict::{Predictor, SiteState};
+#[cfg(all(feature = "std", not(loom)))]
+pub use wait::{
+    measure_sleep_granularity, set_timer_slack_ns, Phase, Producer, WaitConfig, WaitReport,
+};

@@ -1,0 +1,214 @@
+//! Pool behaviour: bad input, exhaustion, stale and foreign handles, views, raw access, leak
+//! report, multi-thread stress.
+
+#![cfg(not(loom))]
+// One-range splits are arrays of one range on purpose (the API takes `[Range; K]`).
+#![allow(clippy::single_range_in_vec_init)]
+
+use std::sync::Arc;
+
+use hetero_uma::{MatrixLayout, Pool, PoolConfig, UmaError, SLOT_ALIGN};
+
+fn pool(slots: usize) -> Pool {
+    Pool::new(PoolConfig {
+        slots,
+        slot_size: 2 * SLOT_ALIGN,
+    })
+    .unwrap()
+}
+
+#[test]
+fn bad_configs() {
+    let e = |slots, slot_size| Pool::new(PoolConfig { slots, slot_size }).err();
+    assert_eq!(e(0, 4096), Some(UmaError::ZeroSlots));
+    assert_eq!(e(1, 0), Some(UmaError::ZeroSlotSize));
+    assert_eq!(e(1, 4097), Some(UmaError::MisalignedSlotSize(4097)));
+    assert_eq!(e(1 << 20, 4096), Some(UmaError::TooManySlots(1 << 20)));
+    assert_eq!(e(2, usize::MAX & !4095), Some(UmaError::TooLarge));
+    assert_eq!(e(1024, 1 << 32), Some(UmaError::TooLarge));
+}
+
+#[test]
+fn exhaustion_generations_and_foreign_handles() {
+    let p = pool(3);
+    let q = pool(3);
+    let a = p.acquire().unwrap();
+    let b = p.acquire().unwrap();
+    let c = p.acquire().unwrap();
+    assert_eq!(p.acquire(), Err(UmaError::Exhausted));
+    assert_eq!(p.free_slots(), 0);
+    let mut slots = [a.slot(), b.slot(), c.slot()];
+    slots.sort();
+    assert_eq!(slots, [0, 1, 2]);
+
+    // A handle of another pool is refused and handed back unchanged.
+    let foreign = q.acquire().unwrap();
+    let err = p.release(foreign).unwrap_err();
+    assert_eq!(err.error, UmaError::ForeignHandle);
+    assert_eq!(p.bytes(&err.handle).err(), Some(UmaError::ForeignHandle));
+    q.release(err.handle).unwrap();
+
+    // Ids go stale when the slot is released, even once it is reused.
+    let id = a.id();
+    assert_eq!(p.resolve(id), Ok(a.slot()));
+    let gen = a.generation();
+    p.release(a).unwrap();
+    assert_eq!(p.resolve(id), Err(UmaError::StaleHandle));
+    let a2 = p.acquire().unwrap();
+    assert_eq!(a2.slot(), id.slot());
+    assert_eq!(a2.generation(), gen.wrapping_add(1));
+    assert_eq!(p.resolve(id), Err(UmaError::StaleHandle));
+    assert_eq!(q.resolve(a2.id()), Err(UmaError::ForeignHandle));
+
+    let r = p.leak_report();
+    assert_eq!(r.held, 3);
+    for h in [a2, b, c] {
+        p.release(h).unwrap();
+    }
+    assert!(p.close().is_clean());
+    assert!(q.close().is_clean());
+}
+
+#[test]
+fn leaks_are_reported_not_panicked() {
+    let p = pool(4);
+    let h = p.acquire().unwrap();
+    let slot = h.slot() as u32;
+    drop(h); // never released
+    let r = p.close();
+    assert_eq!(r.held, 1);
+    assert_eq!(r.first[0], slot);
+    // Dropping with a held slot logs to stderr and does not panic.
+    let p = pool(2);
+    let h = p.acquire().unwrap();
+    drop(h);
+    drop(p);
+}
+
+#[test]
+fn raw_access_alignment_and_fd() {
+    let p = pool(4);
+    let hs: Vec<_> = (0..4).map(|_| p.acquire().unwrap()).collect();
+    for h in &hs {
+        let r = p.raw(h).unwrap();
+        assert_eq!(r.ptr as usize % SLOT_ALIGN, 0);
+        assert_eq!(r.len, 2 * SLOT_ALIGN);
+        assert_eq!(r.offset as usize % SLOT_ALIGN, 0);
+        assert_eq!(r.flag_ptr as usize % 4, 0);
+        assert_eq!(r.flag_offset % 128, 0);
+        assert!(r.offset as usize + r.len <= p.mapping_len());
+        #[cfg(target_os = "linux")]
+        assert!(r.fd.is_some());
+    }
+    for h in hs {
+        p.release(h).unwrap();
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn fd_shares_the_bytes() {
+    use std::os::unix::fs::FileExt;
+    let p = pool(2);
+    let mut h = p.acquire().unwrap();
+    p.bytes_mut(&mut h).unwrap()[..4].copy_from_slice(b"uma!");
+    let r = p.raw(&h).unwrap();
+    let fd = p.fd().unwrap().try_clone_to_owned().unwrap();
+    let file = std::fs::File::from(fd);
+    let mut buf = [0u8; 4];
+    file.read_exact_at(&mut buf, r.offset).unwrap();
+    assert_eq!(&buf, b"uma!");
+    // The flag word sits at its advertised offset.
+    p.flag(&h).unwrap().publish(7).unwrap();
+    file.read_exact_at(&mut buf, r.flag_offset).unwrap();
+    assert_eq!(u32::from_ne_bytes(buf), 7);
+    p.release(h).unwrap();
+}
+
+#[test]
+fn column_split_two_producers_one_output() {
+    // EdgeAgent's layout: C [rows x cols] f32 row-major; CPU writes cols [0, n), "GPU" [n, N).
+    let p = pool(1);
+    let mut h = p.acquire().unwrap();
+    let (rows, cols, n) = (16, 100, 37);
+    let layout = MatrixLayout::dense(rows, cols, 4);
+    {
+        let [mut cpu, mut gpu] = p.split_columns(&mut h, layout, [0..n, n..cols]).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for r in 0..rows {
+                    for (j, x) in cpu.row_mut(r).unwrap().chunks_exact_mut(4).enumerate() {
+                        x.copy_from_slice(&((r * cols + j) as f32).to_ne_bytes());
+                    }
+                }
+            });
+            s.spawn(|| {
+                for r in 0..rows {
+                    for (j, x) in gpu.row_mut(r).unwrap().chunks_exact_mut(4).enumerate() {
+                        x.copy_from_slice(&((r * cols + n + j) as f32).to_ne_bytes());
+                    }
+                }
+            });
+        });
+    }
+    let bytes = p.bytes(&h).unwrap();
+    for i in 0..rows * cols {
+        let v = f32::from_ne_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!(v, i as f32);
+    }
+    // Bad splits change nothing.
+    assert_eq!(
+        p.split_columns(&mut h, layout, [0..50, 40..100]).err(),
+        Some(UmaError::Overlap(0, 1))
+    );
+    assert_eq!(
+        p.split_columns(&mut h, layout, [0..101]).err(),
+        Some(UmaError::OutOfBounds { end: 101, len: 100 })
+    );
+    let too_big = MatrixLayout::dense(10_000, 100, 4);
+    assert_eq!(
+        p.split_columns(&mut h, too_big, [0..1]).err(),
+        Some(UmaError::BadLayout)
+    );
+    let [mut v] = p.split_bytes(&mut h, [4..12]).unwrap();
+    assert_eq!(v.as_mut_f32().unwrap(), &[1.0, 2.0]);
+    let [mut odd] = p.split_bytes(&mut h, [1..5]).unwrap();
+    assert_eq!(odd.as_mut_f32().err(), Some(UmaError::BadCast));
+    p.release(h).unwrap();
+}
+
+#[test]
+fn stress_no_slot_granted_twice() {
+    const THREADS: usize = 4;
+    const ITERS: usize = 20_000;
+    let p = Arc::new(pool(3));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut got = 0;
+                for i in 0..ITERS {
+                    let Ok(mut h) = p.acquire() else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    got += 1;
+                    let tag = ((t << 24) | (i & 0xFF_FFFF)) as u32;
+                    let b = p.bytes_mut(&mut h).unwrap();
+                    for w in b[..256].chunks_exact_mut(4) {
+                        w.copy_from_slice(&tag.to_ne_bytes());
+                    }
+                    std::hint::spin_loop();
+                    for w in b[..256].chunks_exact(4) {
+                        assert_eq!(u32::from_ne_bytes(w.try_into().unwrap()), tag);
+                    }
+                    p.release(h).unwrap();
+                }
+                got
+            })
+        })
+        .collect();
+    let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(total > 0);
+    assert_eq!(p.free_slots(), 3);
+}
