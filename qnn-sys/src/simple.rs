@@ -319,19 +319,20 @@ impl<T: Element> MatMulGraph<T> {
         // Graph configs (HTP custom): precision, VTCM, optimization level.
         let mut customs: Vec<QnnHtpGraph_CustomConfig_t> = Vec::new();
         if let Some(p) = opts.precision {
+            // Zero the whole 48-byte union, then set the member (endianness-independent).
+            let mut u = QnnHtpGraph_CustomConfigValue_t { raw: [0; 6] };
+            u.precision = p;
             customs.push(QnnHtpGraph_CustomConfig_t {
                 option: QNN_HTP_GRAPH_CONFIG_OPTION_PRECISION,
-                u: QnnHtpGraph_CustomConfigValue_t {
-                    raw: [p as u64, 0, 0, 0, 0, 0],
-                },
+                u,
             });
         }
         if let Some(mb) = opts.vtcm_mb {
+            let mut u = QnnHtpGraph_CustomConfigValue_t { raw: [0; 6] };
+            u.vtcmSizeInMB = mb;
             customs.push(QnnHtpGraph_CustomConfig_t {
                 option: QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB,
-                u: QnnHtpGraph_CustomConfigValue_t {
-                    raw: [mb as u64, 0, 0, 0, 0, 0],
-                },
+                u,
             });
         }
         if let Some(level) = opts.optimization_level {
