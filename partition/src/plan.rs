@@ -758,59 +758,60 @@ impl OpModel<'_> {
                 );
             }
         }
-        if fam.columns[0] && self.cpu.is_some() && self.gpu.is_some() {
-            let base = Split {
-                a: Backend::Cpu,
-                b: Some(Backend::Gpu),
-                rows: m,
-                cols: n,
-                npu: None,
-            };
-            self.offer_columns(&mut best, base);
-        }
-        let Some(npu) = self.npu.as_ref() else {
-            return best.best.map(|(s, _)| s);
-        };
-        // NPU families: (lower bound, x, kind) where kind < MAX_STANDARD is a standard-shape
-        // index (row split / hybrid) and kind >= MAX_STANDARD a full-rows exec (column split).
-        let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); 2 * (MAX_STANDARD + 2)];
+        // Families: (lower bound, x, kind). kind < MAX_STANDARD: NPU row split / hybrid on
+        // that standard shape with X; MAX_STANDARD + i: NPU column split with X, NPU running
+        // all rows with `npu_full[i]`; CPU_GPU: the CPU–GPU column split.
+        const CPU_GPU: usize = MAX_STANDARD + 2;
+        let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); 2 * (MAX_STANDARD + 2) + 1];
         let mut len = 0;
-        for x in [Backend::Cpu, Backend::Gpu] {
-            let Some(side) = self.side(x) else { continue };
-            let beta = side.per_row_lb;
-            let syncs = npu.sync_us + side.sync_us;
-            // The NPU also copies out every output element it computes: per full-width row,
-            // n elements.
-            let out_copy = n as f64 * ELEM_BYTES * npu.copy;
-            let bound = |rho: f64| {
-                let rho = rho + out_copy;
-                rho * beta * m as f64 / (rho + beta) + syncs
-            };
-            if fam.npu_rows_with[x.index()] || fam.hybrid_with[x.index()] {
-                for (i, &s) in npu.standard.iter().enumerate() {
-                    if s >= m {
-                        break;
-                    }
-                    let t = npu.std_us[i][0].min(npu.std_us[i][1]);
-                    if t.is_finite() {
-                        fams[len] = (bound(t / s as f64), x, i);
-                        len += 1;
+        // max(ρ·A, β·(mn − A))/n over A >= ρβm/(ρ+β).
+        let balance = |rho: f64, beta: f64| rho * beta * m as f64 / (rho + beta);
+        if let (true, Some(cpu), Some(gpu)) = (fam.columns[0], self.cpu, self.gpu) {
+            // The CPU block of c columns (c a multiple of 64) costs full · c / ceil64(n).
+            let rho = cpu.full_us / m as f64 * (n as f64 / ceil_to(n, COL_TILE) as f64);
+            let beta = gpu.full_us / m as f64;
+            fams[len] = (
+                balance(rho, beta) + cpu.sync_us + gpu.sync_us,
+                Backend::Gpu,
+                CPU_GPU,
+            );
+            len += 1;
+        }
+        if let Some(npu) = self.npu.as_ref() {
+            for x in [Backend::Cpu, Backend::Gpu] {
+                let Some(side) = self.side(x) else { continue };
+                let beta = side.per_row_lb;
+                let syncs = npu.sync_us + side.sync_us;
+                // The NPU also copies out every output element it computes: per full-width
+                // row, n elements.
+                let out_copy = n as f64 * ELEM_BYTES * npu.copy;
+                let bound = |rho: f64| balance(rho + out_copy, beta) + syncs;
+                if fam.npu_rows_with[x.index()] || fam.hybrid_with[x.index()] {
+                    for (i, &s) in npu.standard.iter().enumerate() {
+                        if s >= m {
+                            break;
+                        }
+                        let t = npu.std_us[i][0].min(npu.std_us[i][1]);
+                        if t.is_finite() {
+                            fams[len] = (bound(t / s as f64), x, i);
+                            len += 1;
+                        }
                     }
                 }
-            }
-            let col = if x == Backend::Cpu { 1 } else { 2 };
-            if fam.columns[col] {
-                for (i, e) in npu_full.iter().enumerate() {
-                    if let Some(e) = e {
-                        let t = e.chunks as f64 * self.npu_graph_us(e.graph_m, e.order);
-                        fams[len] = (bound(t / m as f64), x, MAX_STANDARD + i);
-                        len += 1;
+                let col = if x == Backend::Cpu { 1 } else { 2 };
+                if fam.columns[col] {
+                    for (i, e) in npu_full.iter().enumerate() {
+                        if let Some(e) = e {
+                            let t = e.chunks as f64 * self.npu_graph_us(e.graph_m, e.order);
+                            fams[len] = (bound(t / m as f64), x, MAX_STANDARD + i);
+                            len += 1;
+                        }
                     }
                 }
             }
         }
         // Visit in increasing (bound, kind, backend); selection, as few are usually visited.
-        let mut done = [false; 2 * (MAX_STANDARD + 2)];
+        let mut done = [false; 2 * (MAX_STANDARD + 2) + 1];
         let key = |e: &(f64, Backend, usize), f: &(f64, Backend, usize)| {
             e.0.total_cmp(&f.0).then(e.2.cmp(&f.2)).then(e.1.cmp(&f.1))
         };
@@ -828,6 +829,18 @@ impl OpModel<'_> {
             if best.best.is_some_and(|(_, bt)| lb * (1.0 - 1e-12) >= bt) {
                 break;
             }
+            if kind == CPU_GPU {
+                let base = Split {
+                    a: Backend::Cpu,
+                    b: Some(Backend::Gpu),
+                    rows: m,
+                    cols: n,
+                    npu: None,
+                };
+                self.offer_columns(&mut best, base);
+                continue;
+            }
+            let Some(npu) = self.npu.as_ref() else { break };
             if kind >= MAX_STANDARD {
                 let e = npu_full[kind - MAX_STANDARD];
                 let base = Split {
