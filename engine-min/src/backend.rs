@@ -343,11 +343,40 @@ pub fn qdot(
         // preconditions, and `PackedWeight`/`QuantActs` keep their buffer lengths consistent.
         CpuKernel::Avx512Vnni => unsafe {
             use crate::qkernel::vnni::dot;
-            match mr {
-                1 => dot::<1>(w, r0, nr, a, t0, acc),
-                2 => dot::<2>(w, r0, nr, a, t0, acc),
-                3 => dot::<3>(w, r0, nr, a, t0, acc),
-                _ => dot::<4>(w, r0, nr, a, t0, acc),
+            use crate::qkernel::UKind;
+            // Decode (one token): 4 rows at once. More tokens: 2 rows x up to 4 tokens per
+            // call (register budget), twice for a 4-row group.
+            macro_rules! go {
+                ($nib:expr) => {
+                    match mr {
+                        1 => dot::<1, 4, $nib>(w, r0, nr, a, t0, acc),
+                        _ => {
+                            let mut hi = [[0f32; 4]; 4];
+                            let n1 = nr.min(2);
+                            match mr {
+                                2 => dot::<2, 2, $nib>(w, r0, n1, a, t0, acc),
+                                3 => dot::<3, 2, $nib>(w, r0, n1, a, t0, acc),
+                                _ => dot::<4, 2, $nib>(w, r0, n1, a, t0, acc),
+                            }
+                            if nr > 2 {
+                                match mr {
+                                    2 => dot::<2, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
+                                    3 => dot::<3, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
+                                    _ => dot::<4, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
+                                }
+                                for t in 0..mr {
+                                    acc[t][2] = hi[t][0];
+                                    acc[t][3] = hi[t][1];
+                                }
+                            }
+                        }
+                    }
+                };
+            }
+            if w.kind == UKind::Nib4 {
+                go!(true)
+            } else {
+                go!(false)
             }
         },
         _ => crate::qkernel::dot_portable(w, r0, nr, a, t0, mr, acc),

@@ -248,7 +248,7 @@ pub fn dot_portable(
 /// The AVX-512 VNNI kernel.
 #[cfg(target_arch = "x86_64")]
 pub mod vnni {
-    use super::{PackedWeight, QuantActs, UKind, PAIR};
+    use super::{PackedWeight, QuantActs, PAIR};
     use std::arch::x86_64::*;
 
     /// Whether this CPU runs [`dot`].
@@ -258,16 +258,18 @@ pub mod vnni {
             && std::is_x86_feature_detected!("avx512vnni")
     }
 
-    /// Same contract as [`super::dot_portable`] for `mr == MR` tokens (`MR` in 1..=4) and
-    /// `nr <= 4` rows.
+    /// Same contract as [`super::dot_portable`] for `mr == MR` tokens and `nr <= NR` rows,
+    /// `NIB` saying whether `w.kind` is [`UKind::Nib4`] (a compile-time choice, so the inner
+    /// loop has no branch). Sizes are kept small enough (`MR * NR` accumulators plus `2 * NR`
+    /// weight registers) to stay within the 32 vector registers.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI ([`available`]); `r0 + nr <=
-    /// w.n`, `t0 + MR <= a.m`, `a.k == w.k`, `1 <= nr <= 4`, `1 <= MR <= 4`, and `w`/`a` hold
-    /// the lengths their constructors give.
+    /// w.n`, `t0 + MR <= a.m`, `a.k == w.k`, `1 <= nr <= NR <= 4`, `1 <= MR <= 4`,
+    /// `NIB == (w.kind == UKind::Nib4)`, and `w`/`a` hold the lengths their constructors give.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     #[allow(clippy::needless_range_loop)]
-    pub unsafe fn dot<const MR: usize>(
+    pub unsafe fn dot<const MR: usize, const NR: usize, const NIB: bool>(
         w: &PackedWeight,
         r0: usize,
         nr: usize,
@@ -278,47 +280,45 @@ pub mod vnni {
         let mr = MR;
         let (k, ds) = (w.k, w.dstride);
         let pairs = k / PAIR;
-        let ubytes = if w.kind == UKind::Nib4 { k / 2 } else { k };
-        // Missing rows/tokens alias the last real one; their results are dropped.
-        let row = |r: usize| r0 + r.min(nr - 1);
-        let mut acc = [[_mm512_setzero_ps(); 4]; MR];
+        let ubytes = if NIB { k / 2 } else { k };
+        // Missing rows alias the last real one; their results are dropped.
+        let urow: [*const u8; NR] =
+            std::array::from_fn(|r| w.u[(r0 + r.min(nr - 1)) * ubytes..].as_ptr());
+        let drow: [*const f32; NR] =
+            std::array::from_fn(|r| w.d[(r0 + r.min(nr - 1)) * ds..].as_ptr());
+        let qrow: [*const i8; MR] = std::array::from_fn(|t| a.q[(t0 + t) * k..].as_ptr());
+        let erow: [*const f32; MR] =
+            std::array::from_fn(|t| a.dexp[(t0 + t) * pairs * 16..].as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); NR]; MR];
         // Shift counts: low 32 bytes keep the low nibble, high 32 bytes take the high nibble.
         let shifts = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
         let low4 = _mm512_set1_epi8(15);
         // Lane i of the expanded weight scale takes block 2p (i < 8) or 2p + 1.
-        let mut idx_lo = [0i32; 16];
-        for (i, v) in idx_lo.iter_mut().enumerate() {
-            *v = (i / 8) as i32;
-        }
+        let idx_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         // SAFETY: all pointers below index within the buffers whose lengths the caller
         // guarantees: row r's `u` spans `ubytes`, its scales `ds >= k / 32` floats padded to a
         // multiple of 16, token t's `q` spans `k`, its `dexp` `pairs * 16`; the CPU features
         // are those this function is compiled for, which the caller guarantees.
         unsafe {
-            let idx_base = _mm512_loadu_si512(idx_lo.as_ptr().cast());
             for p in 0..pairs {
-                // Weight bytes and expanded weight scales of the 4 rows.
-                let mut wv = [_mm512_setzero_si512(); 4];
-                let mut sw = [_mm512_setzero_ps(); 4];
                 let idx = _mm512_add_epi32(idx_base, _mm512_set1_epi32(((2 * p) % 16) as i32));
-                for r in 0..4 {
-                    let ur = w.u.as_ptr().add(row(r) * ubytes);
-                    wv[r] = match w.kind {
-                        UKind::Byte8 => _mm512_loadu_si512(ur.add(p * 64).cast()),
-                        UKind::Nib4 => {
-                            let v =
-                                _mm512_broadcast_i64x4(_mm256_loadu_si256(ur.add(p * 32).cast()));
-                            _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4)
-                        }
+                let mut wv = [_mm512_setzero_si512(); NR];
+                let mut sw = [_mm512_setzero_ps(); NR];
+                for r in 0..NR {
+                    wv[r] = if NIB {
+                        let v =
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256(urow[r].add(p * 32).cast()));
+                        _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4)
+                    } else {
+                        _mm512_loadu_si512(urow[r].add(p * 64).cast())
                     };
-                    let d16 = _mm512_loadu_ps(w.d.as_ptr().add(row(r) * ds + (2 * p) / 16 * 16));
+                    let d16 = _mm512_loadu_ps(drow[r].add((2 * p) / 16 * 16));
                     sw[r] = _mm512_permutexvar_ps(idx, d16);
                 }
                 for t in 0..MR {
-                    let tt = t0 + t;
-                    let xv = _mm512_loadu_si512(a.q.as_ptr().add(tt * k + p * 64).cast());
-                    let sx = _mm512_loadu_ps(a.dexp.as_ptr().add((tt * pairs + p) * 16));
-                    for r in 0..4 {
+                    let xv = _mm512_loadu_si512(qrow[t].add(p * 64).cast());
+                    let sx = _mm512_loadu_ps(erow[t].add(p * 16));
+                    for r in 0..NR {
                         let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
                         let s = _mm512_mul_ps(sw[r], sx);
                         acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[t][r]);
@@ -328,7 +328,7 @@ pub mod vnni {
             // Offset terms: sum over blocks of m_w * (dx * sum qx), 16 blocks per step.
             for t in 0..mr {
                 let tt = t0 + t;
-                for r in 0..nr {
+                for r in 0..nr.min(NR) {
                     let rr = r0 + r;
                     let mut s = acc[t][r];
                     let mut b = 0;
