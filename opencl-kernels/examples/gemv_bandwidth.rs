@@ -225,14 +225,24 @@ fn main() -> Res<()> {
             let bufs: Vec<Buffer> = (0..copies)
                 .map(|_| dev.upload(&w))
                 .collect::<Result<_, _>>()?;
-            for s in &sweep {
+            let per_items: &[usize] = if f == WeightFormat::F16 {
+                &[1, 2]
+            } else {
+                &[1]
+            };
+            for (per_item, s) in per_items
+                .iter()
+                .flat_map(|&p| sweep.iter().map(move |s| (p, s)))
+                .filter(|(p, s)| *p == 1 || s.is_some())
+            {
+                let s = s.map(|s| RowShape { per_item, ..s });
                 let mut ls: Vec<Launch<'_>> = Vec::new();
                 for b in &bufs {
-                    ls.push(k.gemv_with(f, b, &bx, &by, n, kk, *s)?);
+                    ls.push(k.gemv_with(f, b, &bx, &by, n, kk, s)?);
                 }
                 let name = format!(
                     "{f:?} {}",
-                    s.map(|s| format!("{}x{}", s.tpr, s.rows))
+                    s.map(|s| format!("r{per_item} {}x{}", s.tpr, s.rows))
                         .unwrap_or("default".into())
                 );
                 by.write(&vec![f32::NAN; n])?;
@@ -267,23 +277,16 @@ fn main() -> Res<()> {
                         Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
                     })
                     .collect::<Result<_, _>>()?;
-                for per_item in [1, 2] {
-                    for s in &sweep {
-                        let s = s.map(|s| RowShape { per_item, ..s }).or(if per_item == 2 {
-                            Some(RowShape {
-                                per_item,
-                                ..RowShape::for_units(kk / 8, 128)
-                            })
-                        } else {
-                            None
-                        });
+                for per_item in [1, 2, 4] {
+                    for s in sweep.iter().filter(|s| per_item == 1 || s.is_some()) {
+                        let s = s.map(|s| RowShape { per_item, ..s });
                         let mut ls: Vec<Launch<'_>> = Vec::new();
                         for (bq, bd) in &bufs {
                             ls.push(k.gemv_q4_0_soa(bq, bd, &bx, &by, n, kk, s)?);
                         }
                         let name = format!(
-                            "Q4_0-relayout r{per_item} {}",
-                            s.map(|s| format!("{}x{}", s.tpr, s.rows))
+                            "Q4_0-relayout {}",
+                            s.map(|s| format!("r{per_item} {}x{}", s.tpr, s.rows))
                                 .unwrap_or("default".into())
                         );
                         by.write(&vec![f32::NAN; n])?;
@@ -315,7 +318,7 @@ fn main() -> Res<()> {
 
     println!("\nSUMMARY (copy {copy_gbs:.1} GB/s read+write; copy kernel {kcopy_gbs:.1} GB/s)");
     println!(
-        "| N x K | FP16 default | FP16 best (shape) | Q4_0 GGUF default | Q4_0 best (variant) |"
+        "| N x K | FP16 default | FP16 best (shape) | Q4_0 re-laid-out default | Q4_0 best (variant) |"
     );
     println!("|---|---|---|---|---|");
     for &(n, kk) in &shapes {
@@ -338,7 +341,7 @@ fn main() -> Res<()> {
             "| {n} x {kk} | {} | {} | {} | {} |",
             fmt(of(&|w| w == "F16 default"), false),
             fmt(of(&|w| w.starts_with("F16")), true),
-            fmt(of(&|w| w == "Q4_0 default"), false),
+            fmt(of(&|w| w == "Q4_0-relayout default"), false),
             fmt(of(&|w| w.starts_with("Q4_0")), true),
         );
     }

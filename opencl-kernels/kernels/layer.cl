@@ -204,6 +204,14 @@ GEMV_BLOCKS(gemv_q4_0, 18, part_q4_0)
 GEMV_BLOCKS(gemv_q4_1, 20, part_q4_1)
 GEMV_BLOCKS(gemv_q8_0, 34, part_q8_0)
 
+// Loads word `ii` of a re-laid-out Q4_0 row (quant word at qs[WB + ii], scale at d[DB + ii/4])
+// and its 8 activations.
+#define SOA_LOAD(j, ii, WB, DB)                                                                \
+    uint v##j = qs[(WB) + (ii)];                                                               \
+    float s##j = vload_half((DB) + ((ii) >> 2), d);                                            \
+    float4 xl##j = x[((ii) >> 2) * 8u + ((ii) & 3u)];                                          \
+    float4 xh##j = x[((ii) >> 2) * 8u + ((ii) & 3u) + 4u];
+
 // Q4_0 re-laid out at load time (structure of arrays): qs holds each block's 16 quant bytes as
 // four aligned 32-bit words, d[row*nb+b] its f16 scale; same part mapping as above.
 __kernel void gemv_q4_0_soa(__global const uint* qs, __global const half* d,
@@ -216,9 +224,20 @@ __kernel void gemv_q4_0_soa(__global const uint* qs, __global const half* d,
     if (row < N) {
         uint nw = K >> 3;
         size_t wb = (size_t)row * nw, db = (size_t)row * (K >> 5);
-        for (uint i = t; i < nw; i += tpr) {
-            uint b = i >> 2, p = i & 3u;
-            acc += vload_half(db + b, d) * q4_part(qs[wb + i], x[b * 8u + p], x[b * 8u + p + 4u], Q4_BIAS_8);
+        uint i = t;
+        // Unrolled by four, loads first: four independent 4-byte quant loads in flight per
+        // work-item (one alone leaves too few bytes in flight to cover memory latency).
+        for (; i + 3u * tpr < nw; i += 4u * tpr) {
+            SOA_LOAD(0, i, wb, db)
+            SOA_LOAD(1, i + tpr, wb, db)
+            SOA_LOAD(2, i + 2u * tpr, wb, db)
+            SOA_LOAD(3, i + 3u * tpr, wb, db)
+            acc += s0 * q4_part(v0, xl0, xh0, Q4_BIAS_8) + s1 * q4_part(v1, xl1, xh1, Q4_BIAS_8) +
+                   s2 * q4_part(v2, xl2, xh2, Q4_BIAS_8) + s3 * q4_part(v3, xl3, xh3, Q4_BIAS_8);
+        }
+        for (; i < nw; i += tpr) {
+            SOA_LOAD(0, i, wb, db)
+            acc += s0 * q4_part(v0, xl0, xh0, Q4_BIAS_8);
         }
     }
     acc = row_sum(acc, red, t, r, tpr);
@@ -239,11 +258,20 @@ __kernel void gemv_q4_0_soa_r2(__global const uint* qs, __global const half* d,
         uint row1 = row0 + 1u < N ? row0 + 1u : row0;
         size_t w0 = (size_t)row0 * nw, w1 = (size_t)row1 * nw;
         size_t d0 = (size_t)row0 * nb, d1 = (size_t)row1 * nb;
-        for (uint i = t; i < nw; i += tpr) {
-            uint b = i >> 2, p = i & 3u;
-            float4 xl = x[b * 8u + p], xh = x[b * 8u + p + 4u];
-            a0 += vload_half(d0 + b, d) * q4_part(qs[w0 + i], xl, xh, Q4_BIAS_8);
-            a1 += vload_half(d1 + b, d) * q4_part(qs[w1 + i], xl, xh, Q4_BIAS_8);
+        uint i = t;
+        for (; i + tpr < nw; i += 2u * tpr) {
+            SOA_LOAD(0, i, w0, d0)
+            SOA_LOAD(1, i + tpr, w0, d0)
+            SOA_LOAD(2, i, w1, d1)
+            SOA_LOAD(3, i + tpr, w1, d1)
+            a0 += s0 * q4_part(v0, xl0, xh0, Q4_BIAS_8) + s1 * q4_part(v1, xl1, xh1, Q4_BIAS_8);
+            a1 += s2 * q4_part(v2, xl0, xh0, Q4_BIAS_8) + s3 * q4_part(v3, xl1, xh1, Q4_BIAS_8);
+        }
+        for (; i < nw; i += tpr) {
+            SOA_LOAD(0, i, w0, d0)
+            SOA_LOAD(1, i, w1, d1)
+            a0 += s0 * q4_part(v0, xl0, xh0, Q4_BIAS_8);
+            a1 += s1 * q4_part(v1, xl0, xh0, Q4_BIAS_8);
         }
     }
     a0 = row_sum(a0, red, t, r, tpr);

@@ -85,6 +85,18 @@ pub struct RowShape {
 }
 
 impl RowShape {
+    /// The default for the multi-row kernels: `per_item` rows per work-item, `units / div`
+    /// work-items per row (a power of two in 8..=128). Tuned on an H200 (see
+    /// `benches/results/opencl-kernels.md`).
+    pub fn multi_row(units: usize, div: usize, per_item: usize) -> RowShape {
+        let tpr = pow2_floor(units / div.max(1)).clamp(8, 128);
+        RowShape {
+            tpr,
+            rows: MAX_WG / tpr,
+            per_item,
+        }
+    }
+
     /// The default for a row of `units` independent loads (16-byte words or blocks).
     pub fn for_units(units: usize, max_tpr: usize) -> RowShape {
         let tpr = pow2_floor(units.div_ceil(2)).clamp(1, max_tpr);
@@ -203,7 +215,12 @@ impl Kernels {
             WeightFormat::Q4_1 => ("gemv_q4_1", k / 8),
             WeightFormat::Q8_0 => ("gemv_q8_0", k / 8),
         };
-        let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 128)));
+        let default = if name == "gemv_f16" {
+            RowShape::multi_row(units, 16, 2)
+        } else {
+            RowShape::for_units(units, 128)
+        };
+        let s = self.fit(shape.unwrap_or(default));
         let (name, items) = match (s.per_item, name) {
             (1, _) => (name, n),
             (2, "gemv_f16") => ("gemv_f16_r2", n.div_ceil(2)),
@@ -243,7 +260,7 @@ impl Kernels {
         need("d", d, nd)?;
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
-        let s = self.fit(shape.unwrap_or(RowShape::for_units(k / 8, 128)));
+        let s = self.fit(shape.unwrap_or(RowShape::multi_row(k / 8, 8, 2)));
         let (name, items) = match s.per_item {
             1 => ("gemv_q4_0_soa", n),
             2 => ("gemv_q4_0_soa_r2", n.div_ceil(2)),
