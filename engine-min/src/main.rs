@@ -14,8 +14,8 @@ use engine_min::sample::{Sampler, SamplerOptions};
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
                  [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu]
-  engine-min profile [--model PATH] --out FILE
-  engine-min plan [--profile FILE] [--weight K,N --seq M]
+  engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
+  engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
 The model defaults to $HETERO_MODEL.";
 
 /// A CLI failure: message and exit code.
@@ -81,13 +81,8 @@ fn main() -> ExitCode {
     let r = match cmd.as_str() {
         "run" => run(args),
         "agents" => engine_min::agents::cli(args.rest).map_err(|m| Fail(m, 1)),
-        "profile" | "plan" => Err(Fail(
-            format!(
-                "engine-min {cmd}: not yet available (needs the partition crate's Profile and \
-                 planner, which have not landed)"
-            ),
-            2,
-        )),
+        "profile" => profile_cmd(args),
+        "plan" => plan_cmd(args),
         other => Err(usage(format!("unknown command `{other}`"))),
     };
     match r {
@@ -97,6 +92,87 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+fn profile_cmd(mut args: Args) -> Result<(), Fail> {
+    let path = model_path(&mut args)?;
+    let out = args
+        .value("--out")?
+        .ok_or_else(|| usage("profile: --out FILE is required"))?;
+    let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads: usize = args.parsed("--threads", default_threads)?;
+    let reps: usize = args.parsed("--reps", 3)?;
+    args.finish()?;
+    let model = Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?;
+    let t0 = Instant::now();
+    eprintln!("profiling the CPU backend ({threads} threads) on the model's matmul shapes");
+    let cpu = engine_min::planning::measure_cpu(&model, threads.max(1), reps, |i, n, line| {
+        eprintln!("[{i:>2}/{n}] {line}")
+    })
+    .map_err(|e| Fail(format!("profiling the CPU failed: {e}"), 1))?;
+    eprintln!("gpu: not measured (the opencl-kernels backend is not wired into engine-min yet)");
+    eprintln!("npu: not measured (the qnn-sys backend is not wired into engine-min yet)");
+    let profile = engine_min::planning::profile("this machine (engine-min profile)", vec![cpu]);
+    profile
+        .check()
+        .map_err(|e| Fail(format!("measured profile is invalid: {e:?}"), 1))?;
+    let json = serde_json::to_string_pretty(&profile)
+        .map_err(|e| Fail(format!("cannot serialize the profile: {e}"), 1))?;
+    std::fs::write(&out, json + "\n").map_err(|e| Fail(format!("cannot write {out}: {e}"), 1))?;
+    eprintln!("wrote {out} in {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn plan_cmd(mut args: Args) -> Result<(), Fail> {
+    let file = args.value("--profile")?.ok_or_else(|| {
+        usage("plan: --profile FILE is required (write one with `engine-min profile`)")
+    })?;
+    let weight = args.value("--weight")?;
+    let seq: Option<u32> = match args.value("--seq")? {
+        Some(v) => Some(v.parse().map_err(|_| usage(format!("bad --seq `{v}`")))?),
+        None => None,
+    };
+    let model_arg = args.value("--model")?;
+    args.finish()?;
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| Fail(format!("cannot read profile {file}: {e}"), 1))?;
+    let profile: hetero_partition::Profile = serde_json::from_str(&text)
+        .map_err(|e| Fail(format!("profile {file} is not a valid profile: {e}"), 1))?;
+    let checked = profile
+        .check()
+        .map_err(|e| Fail(format!("profile {file} rejected: {e:?}"), 1))?;
+    if let Some(w) = weight {
+        let (k, n) = w
+            .split_once(',')
+            .and_then(|(k, n)| Some((k.trim().parse::<u32>().ok()?, n.trim().parse::<u32>().ok()?)))
+            .ok_or_else(|| usage(format!("bad --weight `{w}` (expected K,N)")))?;
+        let m = seq.ok_or_else(|| usage("plan --weight K,N needs --seq M"))?;
+        let plan = hetero_partition::plan_op(&checked, k, n, m)
+            .map_err(|e| Fail(format!("no plan for k={k} n={n} m={m}: {e:?}"), 1))?;
+        println!("{}", engine_min::planning::describe(&plan));
+        return Ok(());
+    }
+    // Per-op plan for the model's shapes.
+    let path = match model_arg {
+        Some(p) => p,
+        None => std::env::var("HETERO_MODEL")
+            .map_err(|_| usage("plan without --weight needs --model PATH or HETERO_MODEL"))?,
+    };
+    let model = Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?;
+    let ms: Vec<u32> = match seq {
+        Some(m) => vec![m],
+        None => vec![1, 128],
+    };
+    for m in ms {
+        println!("m = {m}:");
+        for (name, plan) in engine_min::planning::plan_model_ops(&checked, &model.config, m) {
+            match plan {
+                Ok(p) => println!("  {name:<22} {}", engine_min::planning::describe(&p)),
+                Err(e) => println!("  {name:<22} no plan: {e:?}"),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn model_path(args: &mut Args) -> Result<String, Fail> {
