@@ -104,32 +104,25 @@ fn case(
     }
 }
 
-/// All N×K edge pairs with M cycling through the edge set, then all M with a few (N, K); bias
-/// on odd cases, F16 LHS on every third, panel groups 1, 2 and "all".
-fn edge_shapes(tile: Tile, acc: bool, seed: u64) {
+/// All N×K edge pairs with M cycling through the edge set, then all M with a few (N, K). The
+/// four (bias, accumulate) combinations cycle over the cases, F16 LHS on every third, panel
+/// groups 1, 2 and "all" per call.
+fn edge_shapes(tile: Tile, seed: u64) {
     let mut idx = 0usize;
-    for &n in &EDGE {
-        for &k in &EDGE {
-            let m = EDGE[idx % EDGE.len()];
-            let group = [1, 2, usize::MAX][idx % 3];
-            case(tile, m, n, k, idx % 3 == 1, idx % 2 == 1, acc, group, seed);
-            idx += 1;
+    let mut next = |m: usize, n: usize, k: usize| {
+        let (bias, acc) = (idx % 2 == 1, (idx / 2) % 2 == 1);
+        let group = [1, 2, usize::MAX][idx % 3];
+        case(tile, m, n, k, idx % 3 == 1, bias, acc, group, seed);
+        idx += 1;
+    };
+    for (i, &n) in EDGE.iter().enumerate() {
+        for (j, &k) in EDGE.iter().enumerate() {
+            next(EDGE[(i * EDGE.len() + j) % EDGE.len()], n, k);
         }
     }
     for &m in &EDGE {
         for &(n, k) in &[(65, 17), (129, 64), (1, 1)] {
-            case(
-                tile,
-                m,
-                n,
-                k,
-                idx % 3 == 1,
-                idx % 2 == 1,
-                acc,
-                [1, usize::MAX][idx % 2],
-                seed,
-            );
-            idx += 1;
+            next(m, n, k);
         }
     }
 }
@@ -159,15 +152,9 @@ fn larger_shapes(tile: Tile) {
 }
 
 #[test]
-fn sme2_edge_shapes_store() {
+fn sme2_edge_shapes() {
     let Some(t) = sme2() else { return };
-    edge_shapes(t, false, 1);
-}
-
-#[test]
-fn sme2_edge_shapes_accumulate() {
-    let Some(t) = sme2() else { return };
-    edge_shapes(t, true, 2);
+    edge_shapes(t, 1);
 }
 
 #[test]
@@ -177,15 +164,9 @@ fn sme2_larger_shapes() {
 }
 
 #[test]
-fn sme1_edge_shapes_store() {
+fn sme1_edge_shapes() {
     let Some(t) = sme1() else { return };
-    edge_shapes(t, false, 3);
-}
-
-#[test]
-fn sme1_edge_shapes_accumulate() {
-    let Some(t) = sme1() else { return };
-    edge_shapes(t, true, 4);
+    edge_shapes(t, 3);
 }
 
 #[test]

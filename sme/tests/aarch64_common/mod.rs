@@ -182,6 +182,7 @@ pub fn reference(
     c_old: Option<(&[f32], usize)>,
 ) -> (Vec<f64>, Vec<f64>) {
     let w16: Vec<f64> = w.iter().map(|&x| f16_to_f64(f16(x))).collect();
+    let a64: Vec<f64> = a16.iter().map(|&x| f16_to_f64(x)).collect();
     let mut out = vec![0.0; m * n];
     let mut mag = vec![0.0; m * n];
     for i in 0..m {
@@ -196,7 +197,7 @@ pub fn reference(
                 g += (c[i * ldc + j] as f64).abs();
             }
             for kk in 0..k {
-                let p = f16_to_f64(a16[i * lda + kk]) * w16[kk * ldw + j];
+                let p = a64[i * lda + kk] * w16[kk * ldw + j];
                 s += p;
                 g += p.abs();
             }

@@ -121,10 +121,10 @@ macro_rules! tile_kernel {
             "cbz {kp}, 70f",
             "mov {l}, {lhs}",
             "mov {r}, {rc}",
-            "sub {n}, {kp}, #1",
+            // n = (k-pairs left after set A) - 2; C clear (kp < 3) → tail.
+            "subs {n}, {kp}, #3",
             "ld1h z24.h, p0/z, [{l}]",
             $load_a,
-            "cmp {n}, #2",
             "b.lo 50f",
             "40:",
             "ld1h z25.h, p0/z, [{l}, #1, mul vl]",
@@ -141,11 +141,12 @@ macro_rules! tile_kernel {
             "fmopa za1.s, p0/m, p0/m, z25.h, z5.h",
             "fmopa za2.s, p0/m, p0/m, z25.h, z6.h",
             "fmopa za3.s, p0/m, p0/m, z25.h, z7.h",
-            "sub {n}, {n}, #2",
-            "cmp {n}, #2",
+            "subs {n}, {n}, #2",
             "b.hs 40b",
+            // n is -1 (one k-pair left after set A) or -2 (none).
             "50:",
-            "cbz {n}, 60f",
+            "cmn {n}, #1",
+            "b.ne 60f",
             // one k-pair left after set A
             "ld1h z25.h, p0/z, [{l}, #1, mul vl]",
             $load_b,
