@@ -1,0 +1,148 @@
+//! The parallel driver: exactly-once under contention, slowed workers get fewer tiles, and the
+//! parallel GEMM / GEMV equal the single-threaded ones bit for bit (same kernel, same tiles).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use hetero_sme::*;
+
+#[test]
+fn stress_exactly_once_with_slow_workers() {
+    let workers = 4;
+    let mut st = StealState::new(workers).unwrap();
+    for round in 0..20 {
+        let tiles = 200 + round * 7;
+        st.prepare(tiles).unwrap();
+        let counts: Vec<AtomicUsize> = (0..tiles).map(|_| AtomicUsize::new(0)).collect();
+        let per_worker: Vec<AtomicUsize> = (0..workers).map(|_| AtomicUsize::new(0)).collect();
+        std::thread::scope(|s| {
+            for w in 0..workers {
+                let (st, counts, per_worker) = (&st, &counts, &per_worker);
+                s.spawn(move || {
+                    st.run_worker(w, |t| {
+                        counts[t].fetch_add(1, Ordering::Relaxed);
+                        per_worker[w].fetch_add(1, Ordering::Relaxed);
+                        // Worker 0 is an "E-core": 20x slower per tile.
+                        let us = if w == 0 { 400 } else { 20 };
+                        std::thread::sleep(Duration::from_micros(us));
+                    })
+                    .unwrap();
+                });
+            }
+        });
+        for (t, c) in counts.iter().enumerate() {
+            assert_eq!(c.load(Ordering::Relaxed), 1, "round {round}: tile {t}");
+        }
+        let got: Vec<usize> = per_worker
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(got.iter().sum::<usize>(), tiles);
+        // Its own range is a quarter of the tiles; being 20x slower it must end with fewer.
+        assert!(
+            got[0] < tiles / workers,
+            "round {round}: slow worker ran {got:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_worker_index_is_an_error() {
+    let st = StealState::new(2).unwrap();
+    assert!(matches!(
+        st.run_worker(2, |_| {}),
+        Err(Error::BadWorkerCount { .. })
+    ));
+    assert!(StealState::new(0).is_err());
+}
+
+#[test]
+fn parallel_gemm_and_gemv_equal_serial() {
+    let mut rng = Rng::new(7);
+    let (m, k, n) = (100, 129, 300);
+    let a = rng.vec(m * k);
+    let wsrc = rng.vec(k * n);
+    let mut packed = vec![0u16; packed_len(k, n)];
+    let src = WeightSource {
+        data: &wsrc,
+        k,
+        n,
+        ld: n,
+        layout: Layout::RowMajor,
+    };
+    let workers = 3;
+    let mut st = StealState::new(workers).unwrap();
+    for kernel in kernels() {
+        let format = if kernel.supports(PackedFormat::F16) {
+            PackedFormat::F16
+        } else {
+            PackedFormat::Bf16
+        };
+        pack_f32(&src, 0..n, format, &mut packed).unwrap();
+        let w = PackedRef::new(&packed, k, n, format).unwrap();
+        let g = Gemm {
+            a: Lhs::F32(&a),
+            m,
+            lda: k,
+            w,
+            bias: None,
+            accumulate: false,
+        };
+        let mut serial = vec![f32::NAN; m * n];
+        kernel.gemm(&g, &mut serial, n).unwrap();
+        let mut par = vec![f32::NAN; m * n];
+        let plan = GemmPlan::new(kernel, &g, &mut par, n).unwrap();
+        st.prepare(plan.tiles()).unwrap();
+        std::thread::scope(|s| {
+            for wk in 0..workers {
+                let (plan, st) = (&plan, &st);
+                s.spawn(move || plan.run_worker(st, wk).unwrap());
+            }
+        });
+        drop(plan);
+        assert!(
+            serial
+                .iter()
+                .zip(&par)
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{}",
+            kernel.name()
+        );
+
+        let kq = 128;
+        let x = rng.vec(4 * kq);
+        let wq: Vec<BlockQ4_1> = (0..n * kq / 32)
+            .map(|_| BlockQ4_1 {
+                d: f16_bits(rng.f32() * 0.1),
+                m: f16_bits(rng.f32() * 0.1),
+                qs: core::array::from_fn(|_| rng.next_u64() as u8),
+            })
+            .collect();
+        let qg = QGemv {
+            x: &x,
+            m: 4,
+            k: kq,
+            w: QWeights::Q4_1(&wq),
+        };
+        let mut ys = vec![f32::NAN; 4 * n];
+        kernel.qgemv(&qg, &mut ys, n).unwrap();
+        let mut yp = vec![f32::NAN; 4 * n];
+        let plan = QGemvPlan::new(kernel, &qg, &mut yp, n).unwrap();
+        st.prepare(plan.tiles()).unwrap();
+        std::thread::scope(|s| {
+            for wk in 0..workers {
+                let (plan, st) = (&plan, &st);
+                s.spawn(move || plan.run_worker(st, wk).unwrap());
+            }
+        });
+        drop(plan);
+        assert!(
+            ys.iter().zip(&yp).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{}",
+            kernel.name()
+        );
+    }
+}
