@@ -102,7 +102,6 @@ fn parallel_gemm_and_gemv_equal_serial() {
                 s.spawn(move || plan.run_worker(st, wk).unwrap());
             }
         });
-        drop(plan);
         assert!(
             serial
                 .iter()
@@ -138,7 +137,6 @@ fn parallel_gemm_and_gemv_equal_serial() {
                 s.spawn(move || plan.run_worker(st, wk).unwrap());
             }
         });
-        drop(plan);
         assert!(
             ys.iter().zip(&yp).all(|(x, y)| x.to_bits() == y.to_bits()),
             "{}",
