@@ -20,6 +20,7 @@
 
 use crate::ffi::*;
 use crate::{Error, Session};
+
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::{null, null_mut};
@@ -113,9 +114,22 @@ pub enum Order {
     WeightFirstTransposedOutput,
 }
 
-/// HTP graph configs.
+/// How the caller's weight slice is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WeightLayout {
+    /// `W[K,N]` row-major (the math layout of `Y = X·W`).
+    #[default]
+    KxN,
+    /// `Wᵀ[N,K]` row-major: one row per output feature, as GGUF and PyTorch `Linear` store
+    /// weights. Used as is (Direct: `transpose_in1`; weight-first: operand 0), no host copy.
+    NxK,
+}
+
+/// HTP graph configs and the weight layout.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GraphOptions {
+    /// Layout of the weight slice passed to [`MatMulGraph::new`] (default `KxN`).
+    pub weights: WeightLayout,
     /// Float precision (default FP16: `QNN_PRECISION_FLOAT16`); `None` sends no config.
     pub precision: Option<Qnn_Precision_t>,
     /// VTCM size in MB; `None` sends no config.
@@ -128,6 +142,7 @@ pub struct GraphOptions {
 impl Default for GraphOptions {
     fn default() -> Self {
         Self {
+            weights: WeightLayout::KxN,
             precision: Some(QNN_PRECISION_FLOAT16),
             vtcm_mb: None,
             optimization_level: None,
@@ -285,8 +300,9 @@ fn bool_param(name: &'static core::ffi::CStr, value: bool) -> Qnn_Param_t {
 }
 
 impl<T: Element> MatMulGraph<T> {
-    /// Builds and finalizes the graph. `weights` is `W[K,N]` row-major (at least
-    /// `shape.weights_len()` elements; extra elements are ignored); it is copied into the graph.
+    /// Builds and finalizes the graph. `weights` is `W[K,N]` row-major, or `Wᵀ[N,K]` with
+    /// `opts.weights = WeightLayout::NxK` (at least `shape.weights_len()` elements; extra
+    /// elements are ignored); it is copied into the graph.
     pub fn new(
         session: &Arc<Session>,
         shape: MatMulShape,
@@ -389,33 +405,46 @@ impl<T: Element> MatMulGraph<T> {
         let (input, output) = match order {
             Order::Direct => {
                 let x = b.tensor("x", QNN_TENSOR_TYPE_APP_WRITE, dt, &[m, k], None)?;
+                let nxk = opts.weights == WeightLayout::NxK;
+                let w_dims = if nxk { [n, k] } else { [k, n] };
                 let w = b.tensor(
                     "w",
                     QNN_TENSOR_TYPE_STATIC,
                     dt,
-                    &[k, n],
+                    &w_dims,
                     Some((weights.as_ptr().cast(), shape.weights_len() * elem)),
                 )?;
                 let y = b.tensor("y", QNN_TENSOR_TYPE_APP_READ, dt, &[m, n], None)?;
                 let mut params = [
                     bool_param(c"transpose_in0", false),
-                    bool_param(c"transpose_in1", false),
+                    bool_param(c"transpose_in1", nxk),
                 ];
                 b.node("mm", c"MatMul", &mut params, &mut [x, w], &mut [y])?;
                 (x, y)
             }
             Order::WeightFirst | Order::WeightFirstTransposedOutput => {
-                // Wᵀ[N,K], transposed once here (build time, may allocate).
-                let mut wt: Vec<T> = Vec::with_capacity(shape.weights_len());
-                for j in 0..shape.n {
-                    wt.extend((0..shape.k).map(|kk| weights[kk * shape.n + j]));
-                }
+                // Wᵀ[N,K] as operand 0: the caller's slice as is, or transposed once here
+                // (build time, may allocate).
+                let wt: Vec<T> = match opts.weights {
+                    WeightLayout::NxK => Vec::new(),
+                    WeightLayout::KxN => {
+                        let mut wt = Vec::with_capacity(shape.weights_len());
+                        for j in 0..shape.n {
+                            wt.extend((0..shape.k).map(|kk| weights[kk * shape.n + j]));
+                        }
+                        wt
+                    }
+                };
+                let wt_slice: &[T] = match opts.weights {
+                    WeightLayout::NxK => &weights[..shape.weights_len()],
+                    WeightLayout::KxN => &wt,
+                };
                 let w = b.tensor(
                     "wt",
                     QNN_TENSOR_TYPE_STATIC,
                     dt,
                     &[n, k],
-                    Some((wt.as_ptr().cast(), wt.len() * elem)),
+                    Some((wt_slice.as_ptr().cast(), core::mem::size_of_val(wt_slice))),
                 )?;
                 let x = b.tensor("x", QNN_TENSOR_TYPE_APP_WRITE, dt, &[m, k], None)?;
                 let mut params = [

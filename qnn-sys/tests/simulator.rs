@@ -15,7 +15,7 @@ use common::{check, random, run_case};
 use half::f16;
 use hetero_tests::require;
 use qnn_sys::ffi::*;
-use qnn_sys::simple::{GraphOptions, MatMulGraph, MatMulShape, Order};
+use qnn_sys::simple::{GraphOptions, MatMulGraph, MatMulShape, Order, WeightLayout};
 use qnn_sys::{
     BackendLibrary, Error, Requirement, Session, SessionOptions, SystemLibrary, Version,
 };
@@ -194,6 +194,27 @@ fn matmul_fp32_io_fp16_precision() {
 }
 
 #[test]
+fn matmul_weights_given_as_n_by_k() {
+    let Some(s) = shared_session() else { return };
+    let opts = GraphOptions {
+        weights: WeightLayout::NxK,
+        ..Default::default()
+    };
+    for (i, order) in [
+        Order::Direct,
+        Order::WeightFirst,
+        Order::WeightFirstTransposedOutput,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        run_case::<f16>(&s, SHAPES[1], order, &opts, 110 + i as u64);
+        run_case::<f16>(&s, SHAPES[3], order, &opts, 120 + i as u64);
+    }
+    run_case::<f32>(&s, SHAPES[2], Order::Direct, &opts, 130);
+}
+
+#[test]
 fn graph_configs_are_accepted() {
     let Some(s) = shared_session() else { return };
     let shape = SHAPES[2];
@@ -202,11 +223,13 @@ fn graph_configs_are_accepted() {
             precision: Some(QNN_PRECISION_FLOAT16),
             vtcm_mb: Some(8),
             optimization_level: Some(3),
+            ..Default::default()
         },
         GraphOptions {
             precision: None,
             vtcm_mb: None,
             optimization_level: Some(1),
+            ..Default::default()
         },
     ] {
         run_case::<f16>(&s, shape, Order::Direct, &opts, 60);

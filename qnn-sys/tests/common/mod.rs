@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use half::f16;
-use qnn_sys::simple::{Element, GraphOptions, MatMulGraph, MatMulShape, Order};
+use qnn_sys::simple::{Element, GraphOptions, MatMulGraph, MatMulShape, Order, WeightLayout};
 use qnn_sys::Session;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -104,6 +104,14 @@ pub fn run_case<T: Elem>(
     let mut rng = StdRng::seed_from_u64(seed);
     let (x, xf) = random::<T>(&mut rng, shape.input_len(), 1.0);
     let (w, wf) = random::<T>(&mut rng, shape.weights_len(), 1.0 / (shape.k as f64).sqrt());
+    // The reference always uses W[K,N] (wf); the graph gets the layout `opts` names.
+    let w = match opts.weights {
+        WeightLayout::KxN => w,
+        WeightLayout::NxK => (0..shape.n)
+            .flat_map(|j| (0..shape.k).map(move |kk| (kk, j)))
+            .map(|(kk, j)| w[kk * shape.n + j])
+            .collect(),
+    };
     let g = match MatMulGraph::new(s, shape, &w, order, opts) {
         Ok(g) => g,
         Err(e) => panic!("{shape:?} {order:?}: build: {e}"),
@@ -117,8 +125,9 @@ pub fn run_case<T: Elem>(
             panic!("{shape:?} {order:?}: execute: {e}");
         }
         let what = format!(
-            "{} {shape:?} {order:?} run {run}",
-            std::any::type_name::<T>()
+            "{} {shape:?} {order:?} {:?} run {run}",
+            std::any::type_name::<T>(),
+            opts.weights
         );
         check(
             shape,
