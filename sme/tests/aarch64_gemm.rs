@@ -265,3 +265,53 @@ fn pack_lhs_layout() {
     }
     assert_eq!(&dst[24..], &[0xaaaa, 0xaaaa], "wrote past lhs_block_len");
 }
+
+#[test]
+fn crate_packer_matches_the_format_the_kernels_read() {
+    use hetero_sme::{pack_f32, packed_len, Layout, PackedFormat, WeightSource};
+    // The crate's packer (row-major source, a column range packed standalone) must produce
+    // exactly the layout this file's independent packer writes and the kernels consume.
+    let (k, n, n0, n1) = (37, 200, 17, 150);
+    let mut rng = Rng::new(99);
+    let w = rng.vec(k * n);
+    let mut dst = vec![0xffffu16; packed_len(k, n1 - n0)];
+    let src = WeightSource {
+        data: &w,
+        k,
+        n,
+        ld: n,
+        layout: Layout::RowMajor,
+    };
+    pack_f32(&src, n0..n1, PackedFormat::F16, &mut dst).unwrap();
+    let shard: Vec<f32> = (0..k)
+        .flat_map(|r| w[r * n + n0..r * n + n1].to_vec())
+        .collect();
+    assert_eq!(dst, pack_w(&shard, n1 - n0, k, n1 - n0));
+    for t in [sme2(), sme1()].into_iter().flatten() {
+        let m = 5;
+        let a = rng.vec(m * k);
+        let a16: Vec<u16> = a.iter().map(|&x| f16(x)).collect();
+        let mut c = vec![f32::NAN; m * (n1 - n0)];
+        drive(
+            t,
+            &A::F32(&a),
+            k,
+            m,
+            k,
+            n1 - n0,
+            &dst,
+            &mut c,
+            n1 - n0,
+            None,
+            false,
+            2,
+        );
+        let (want, mag) = reference(&a16, k, m, k, n1 - n0, &shard, n1 - n0, None, None);
+        for (i, (&g, (&wv, &mg))) in c.iter().zip(want.iter().zip(&mag)).enumerate() {
+            assert!(
+                (g as f64 - wv).abs() <= tolerance(k, mg),
+                "{t:?} C[{i}] = {g}, want {wv}"
+            );
+        }
+    }
+}
