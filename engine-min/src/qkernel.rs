@@ -33,12 +33,13 @@ pub struct PackedWeight {
     pub k: usize,
     /// `u` of every row (`k / 2` or `k` bytes per row).
     pub u: Vec<u8>,
-    /// Per-block scales, `dstride` floats per row (zero-padded to a multiple of 16).
-    pub d: Vec<f32>,
+    /// Per-block scales as f16 bits (as in the file: decode reads as few bytes as llama.cpp),
+    /// `k / 32` per row, rows contiguous.
+    pub d: Vec<u16>,
     /// Per-block offsets, same layout as `d`.
-    pub m: Vec<f32>,
-    /// Floats per row in `d` and `m`.
-    pub dstride: usize,
+    pub m: Vec<u16>,
+    /// Blocks per row (`k / 32`).
+    pub nb: usize,
 }
 
 fn h(b: &[u8], at: usize) -> f32 {
@@ -67,18 +68,18 @@ impl PackedWeight {
         if data.len() != n * nb * bb {
             return None;
         }
-        let ds = dstride(k);
         let ubytes = if kind == UKind::Nib4 { k / 2 } else { k };
         let mut u = vec![0u8; n * ubytes];
-        let mut d = vec![0f32; n * ds];
-        let mut m = vec![0f32; n * ds];
+        let mut d = vec![0u16; n * nb];
+        let mut m = vec![0u16; n * nb];
+        let bits = |v: f32| half::f16::from_f32(v).to_bits();
         for r in 0..n {
             let row = &data[r * nb * bb..(r + 1) * nb * bb];
             let ur = &mut u[r * ubytes..(r + 1) * ubytes];
             for b in 0..nb {
                 let blk = &row[b * bb..(b + 1) * bb];
                 let scale = h(blk, 0);
-                d[r * ds + b] = scale;
+                d[r * nb + b] = u16::from_le_bytes([blk[0], blk[1]]);
                 // Element j of the block as an unsigned integer.
                 let uj = |j: usize| -> u8 {
                     match ty {
@@ -87,10 +88,12 @@ impl PackedWeight {
                         _ => (blk[4 + j % 16] >> (4 * (j / 16))) & 15,
                     }
                 };
-                m[r * ds + b] = match ty {
-                    GgmlType::Q8_0 => -128.0 * scale,
-                    GgmlType::Q4_0 => -8.0 * scale,
-                    _ => h(blk, 2),
+                // -128 d and -8 d are exact in f16 (power-of-two multiples; an overflow to
+                // infinity would need |d| >= 512, far outside any quantized model).
+                m[r * nb + b] = match ty {
+                    GgmlType::Q8_0 => bits(-128.0 * scale),
+                    GgmlType::Q4_0 => bits(-8.0 * scale),
+                    _ => u16::from_le_bytes([blk[2], blk[3]]),
                 };
                 match kind {
                     UKind::Byte8 => {
@@ -114,8 +117,18 @@ impl PackedWeight {
             u,
             d,
             m,
-            dstride: ds,
+            nb,
         })
+    }
+
+    /// Scale of block `b` of row `r`.
+    pub fn d_at(&self, r: usize, b: usize) -> f32 {
+        half::f16::from_bits(self.d[r * self.nb + b]).to_f32()
+    }
+
+    /// Offset of block `b` of row `r`.
+    pub fn m_at(&self, r: usize, b: usize) -> f32 {
+        half::f16::from_bits(self.m[r * self.nb + b]).to_f32()
     }
 
     /// `u` of element `i` of row `r`.
@@ -226,7 +239,7 @@ pub fn dot_portable(
     mr: usize,
     out: &mut [[f32; 4]; 4],
 ) {
-    let (k, ds) = (w.k, w.dstride);
+    let (k, ds) = (w.k, dstride(w.k));
     for t in 0..mr {
         for r in 0..nr {
             let (row, tok) = (r0 + r, t0 + t);
@@ -237,8 +250,8 @@ pub fn dot_portable(
                     let i = b * 32 + j;
                     isum += i32::from(w.u_at(row, i)) * i32::from(a.q[tok * k + i]);
                 }
-                acc += w.d[row * ds + b] * a.d[tok * ds + b] * isum as f32
-                    + w.m[row * ds + b] * a.s[tok * ds + b];
+                acc += w.d_at(row, b) * a.d[tok * ds + b] * isum as f32
+                    + w.m_at(row, b) * a.s[tok * ds + b];
             }
             out[t][r] = acc;
         }
@@ -255,7 +268,17 @@ pub mod vnni {
     pub fn available() -> bool {
         std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// A mask of the first `min(n, 16)` 16-bit lanes.
+    fn lanes(n: usize) -> __mmask16 {
+        if n >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << n) - 1) as __mmask16
+        }
     }
 
     /// Same contract as [`super::dot_portable`] for `mr == MR` tokens and `nr <= NR` rows,
@@ -264,10 +287,10 @@ pub mod vnni {
     /// weight registers) to stay within the 32 vector registers.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI ([`available`]); `r0 + nr <=
+    /// The CPU must support AVX-512F, BW, VL and VNNI ([`available`]); `r0 + nr <=
     /// w.n`, `t0 + MR <= a.m`, `a.k == w.k`, `1 <= nr <= NR <= 4`, `1 <= MR <= 4`,
     /// `NIB == (w.kind == UKind::Nib4)`, and `w`/`a` hold the lengths their constructors give.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     #[allow(clippy::needless_range_loop)]
     pub unsafe fn dot<const MR: usize, const NR: usize, const NIB: bool>(
         w: &PackedWeight,
@@ -278,14 +301,14 @@ pub mod vnni {
         out: &mut [[f32; 4]; 4],
     ) {
         let mr = MR;
-        let (k, ds) = (w.k, w.dstride);
+        let (k, nb, ds) = (w.k, w.nb, super::dstride(w.k));
         let pairs = k / PAIR;
         let ubytes = if NIB { k / 2 } else { k };
         // Missing rows alias the last real one; their results are dropped.
         let urow: [*const u8; NR] =
             std::array::from_fn(|r| w.u[(r0 + r.min(nr - 1)) * ubytes..].as_ptr());
-        let drow: [*const f32; NR] =
-            std::array::from_fn(|r| w.d[(r0 + r.min(nr - 1)) * ds..].as_ptr());
+        let drow: [*const u16; NR] =
+            std::array::from_fn(|r| w.d[(r0 + r.min(nr - 1)) * nb..].as_ptr());
         let qrow: [*const i8; MR] = std::array::from_fn(|t| a.q[(t0 + t) * k..].as_ptr());
         let erow: [*const f32; MR] =
             std::array::from_fn(|t| a.dexp[(t0 + t) * pairs * 16..].as_ptr());
@@ -296,9 +319,10 @@ pub mod vnni {
         // Lane i of the expanded weight scale takes block 2p (i < 8) or 2p + 1.
         let idx_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
         // SAFETY: all pointers below index within the buffers whose lengths the caller
-        // guarantees: row r's `u` spans `ubytes`, its scales `ds >= k / 32` floats padded to a
-        // multiple of 16, token t's `q` spans `k`, its `dexp` `pairs * 16`; the CPU features
-        // are those this function is compiled for, which the caller guarantees.
+        // guarantees: row r's `u` spans `ubytes`, its scales `nb` halves (read with masked
+        // loads that touch only lanes < nb), token t's `q` spans `k`, its `dexp` `pairs * 16`,
+        // its `s` `ds` floats; the CPU features are those this function is compiled for,
+        // which the caller guarantees.
         unsafe {
             for p in 0..pairs {
                 let idx = _mm512_add_epi32(idx_base, _mm512_set1_epi32(((2 * p) % 16) as i32));
@@ -312,8 +336,10 @@ pub mod vnni {
                     } else {
                         _mm512_loadu_si512(urow[r].add(p * 64).cast())
                     };
-                    let d16 = _mm512_loadu_ps(drow[r].add((2 * p) / 16 * 16));
-                    sw[r] = _mm512_permutexvar_ps(idx, d16);
+                    let base = (2 * p) / 16 * 16;
+                    let mask = lanes(nb - base);
+                    let h16 = _mm256_maskz_loadu_epi16(mask, drow[r].add(base).cast());
+                    sw[r] = _mm512_permutexvar_ps(idx, _mm512_cvtph_ps(h16));
                 }
                 for t in 0..MR {
                     let xv = _mm512_loadu_si512(qrow[t].add(p * 64).cast());
@@ -332,10 +358,13 @@ pub mod vnni {
                     let rr = r0 + r;
                     let mut s = acc[t][r];
                     let mut b = 0;
-                    while b < ds {
-                        let mv = _mm512_loadu_ps(w.m.as_ptr().add(rr * ds + b));
+                    while b < nb {
+                        let h16 = _mm256_maskz_loadu_epi16(
+                            lanes(nb - b),
+                            w.m.as_ptr().add(rr * nb + b).cast(),
+                        );
                         let sv = _mm512_loadu_ps(a.s.as_ptr().add(tt * ds + b));
-                        s = _mm512_fmadd_ps(mv, sv, s);
+                        s = _mm512_fmadd_ps(_mm512_cvtph_ps(h16), sv, s);
                         b += 16;
                     }
                     out[t][r] = _mm512_reduce_add_ps(s);

@@ -204,8 +204,8 @@ fn quantized_kernels_match() {
             for r in 0..n {
                 for i in 0..k {
                     let b = i / 32;
-                    let v = packed.d[r * packed.dstride + b] * f32::from(packed.u_at(r, i))
-                        + packed.m[r * packed.dstride + b];
+                    // f32 evaluation of d*u + m, as the reference evaluates it.
+                    let v = packed.d_at(r, b) * f32::from(packed.u_at(r, i)) + packed.m_at(r, b);
                     let want = wf[r * k + i];
                     assert!(
                         (v - want).abs() <= 1e-6 * want.abs().max(1.0),
@@ -267,12 +267,11 @@ fn quantized_kernels_match() {
                                         // that cancel (Q8_0's m = -128 d): allow 1e-5 of the
                                         // terms' magnitude.
                                         let (row, tok) = (r0 + r, t0 + t);
-                                        let ds = packed.dstride;
                                         let mag: f32 = (0..k)
                                             .map(|i| {
-                                                (packed.d[row * ds + i / 32].abs()
+                                                (packed.d_at(row, i / 32).abs()
                                                     * f32::from(packed.u_at(row, i))
-                                                    + packed.m[row * ds + i / 32].abs())
+                                                    + packed.m_at(row, i / 32).abs())
                                                     * x[tok * k + i].abs()
                                             })
                                             .sum();
