@@ -277,6 +277,51 @@ fn main() -> Res<()> {
                         Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
                     })
                     .collect::<Result<_, _>>()?;
+                {
+                    let (nq, nd) = hetero_opencl_kernels::relayout_q4_0_x4_len(n, kk)?;
+                    let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+                    hetero_opencl_kernels::relayout_q4_0_x4(&w, n, kk, &mut q, &mut d)?;
+                    let bufs: Vec<(Buffer, Buffer)> = (0..copies)
+                        .map(|_| {
+                            Ok::<_, hetero_opencl_kernels::Error>((
+                                dev.upload(&q)?,
+                                dev.upload(&d)?,
+                            ))
+                        })
+                        .collect::<Result<_, _>>()?;
+                    for s in &sweep {
+                        let mut ls: Vec<Launch<'_>> = Vec::new();
+                        for (bq, bd) in &bufs {
+                            ls.push(k.gemv_q4_0_x4(bq, bd, &bx, &by, n, kk, *s)?);
+                        }
+                        let name = format!(
+                            "Q4_0-x4 {}",
+                            s.map(|s| format!("{}x{}", s.tpr, s.rows))
+                                .unwrap_or("default".into())
+                        );
+                        by.write(&vec![f32::NAN; n])?;
+                        ls[0].enqueue()?;
+                        let mut got = vec![0f32; n];
+                        by.read(&mut got)?;
+                        let e = reference::nmse(&got, &want);
+                        if e > 1e-8 {
+                            println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
+                            continue;
+                        }
+                        let sec = time(&dev, &mut ls, min_s)?;
+                        let gbs = (wb as f64 + io) / sec / 1e9;
+                        println!(
+                            "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy)",
+                            sec * 1e6,
+                            100.0 * gbs / copy_gbs
+                        );
+                        rows.push(Row {
+                            shape: (n, kk),
+                            what: name,
+                            gbs,
+                        });
+                    }
+                }
                 for per_item in [1, 2, 4] {
                     for s in sweep.iter().filter(|s| per_item == 1 || s.is_some()) {
                         let s = s.map(|s| RowShape { per_item, ..s });
@@ -318,9 +363,9 @@ fn main() -> Res<()> {
 
     println!("\nSUMMARY (copy {copy_gbs:.1} GB/s read+write; copy kernel {kcopy_gbs:.1} GB/s)");
     println!(
-        "| N x K | FP16 default | FP16 best (shape) | Q4_0 re-laid-out default | Q4_0 best (variant) |"
+        "| N x K | FP16 default | FP16 best (shape) | Q4_0 re-laid-out default | Q4_0 x4 default | Q4_0 best (variant) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for &(n, kk) in &shapes {
         let of = |pred: &dyn Fn(&str) -> bool| {
             rows.iter()
@@ -338,10 +383,11 @@ fn main() -> Res<()> {
             None => "-".into(),
         };
         println!(
-            "| {n} x {kk} | {} | {} | {} | {} |",
+            "| {n} x {kk} | {} | {} | {} | {} | {} |",
             fmt(of(&|w| w == "F16 default"), false),
             fmt(of(&|w| w.starts_with("F16")), true),
             fmt(of(&|w| w == "Q4_0-relayout default"), false),
+            fmt(of(&|w| w == "Q4_0-x4 default"), false),
             fmt(of(&|w| w.starts_with("Q4_0")), true),
         );
     }

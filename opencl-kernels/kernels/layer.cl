@@ -366,6 +366,58 @@ __kernel void gemv_f16_r2(__global const uint4* w, __global const float4* x, __g
     signal_done(sig, epoch);
 }
 
+// Q4_0 re-laid out for four rows at once ("x4"): rows are taken in groups of four and, for
+// each quant word i, the four rows' words are stored side by side, so one aligned 16-byte load
+// brings word i of four rows (neighbouring work-items: neighbouring words, coalesced), and the
+// four scales of a block sit in 8 bytes. Activation loads are shared by the four rows.
+// qs4[(g * nw + i)] = (word i of rows 4g..4g+3); d4[(g * nb + b) * 4 + j] = scale of row 4g+j.
+#define X4_LOAD(j, ii)                                                                          \
+    uint4 v##j = q4[(ii)];                                                                      \
+    float4 s##j = vload_half4((ii) >> 2, dg);                                                   \
+    float4 xl##j = x[((ii) >> 2) * 8u + ((ii) & 3u)];                                           \
+    float4 xh##j = x[((ii) >> 2) * 8u + ((ii) & 3u) + 4u];
+#define X4_ACC(j)                                                                               \
+    a.x += s##j.x * q4_part(v##j.x, xl##j, xh##j, Q4_BIAS_8);                                   \
+    a.y += s##j.y * q4_part(v##j.y, xl##j, xh##j, Q4_BIAS_8);                                   \
+    a.z += s##j.z * q4_part(v##j.z, xl##j, xh##j, Q4_BIAS_8);                                   \
+    a.w += s##j.w * q4_part(v##j.w, xl##j, xh##j, Q4_BIAS_8);
+
+__kernel void gemv_q4_0_x4(__global const uint4* qs4, __global const half* d4,
+                           __global const float4* x, __global float* y, uint N, uint K,
+                           __global volatile uint* sig, uint epoch) {
+    __local float red[MAX_WG];
+    uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);
+    uint g = get_global_id(1), row0 = g * 4u;
+    float4 a = (float4)(0.0f);
+    if (row0 < N) {
+        uint nw = K >> 3, nb = K >> 5;
+        __global const uint4* q4 = qs4 + (size_t)g * nw;
+        __global const half* dg = d4 + (size_t)g * nb * 4u;
+        uint i = t;
+        for (; i + tpr < nw; i += 2u * tpr) {
+            X4_LOAD(0, i)
+            X4_LOAD(1, i + tpr)
+            X4_ACC(0)
+            X4_ACC(1)
+        }
+        for (; i < nw; i += tpr) {
+            X4_LOAD(0, i)
+            X4_ACC(0)
+        }
+    }
+    a.x = row_sum(a.x, red, t, r, tpr);
+    a.y = row_sum(a.y, red, t, r, tpr);
+    a.z = row_sum(a.z, red, t, r, tpr);
+    a.w = row_sum(a.w, red, t, r, tpr);
+    if (t == 0 && row0 < N) {
+        y[row0] = a.x;
+        if (row0 + 1u < N) y[row0 + 1u] = a.y;
+        if (row0 + 2u < N) y[row0 + 2u] = a.z;
+        if (row0 + 3u < N) y[row0 + 3u] = a.w;
+    }
+    signal_done(sig, epoch);
+}
+
 // ---- small-M GEMM for prefill: Y[m][n] = sum_k X[m][k] W[n][k] ----------------------------
 // Same work-group shape as GEMV; each weight chunk is loaded once per tile of MT rows of X.
 #define MT 4

@@ -92,3 +92,48 @@ pub fn relayout_q4_0(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]
     }
     Ok(())
 }
+
+/// Sizes `(quant bytes, scale bytes)` of the four-row interleaved Q4_0 layout
+/// ([`relayout_q4_0_x4`]); rows are padded to a multiple of four.
+pub fn relayout_q4_0_x4_len(n: usize, k: usize) -> Result<(usize, usize)> {
+    WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let blocks = n.div_ceil(4) * 4 * (k / BLOCK);
+    Ok((blocks * 16, blocks * 2))
+}
+
+/// Re-lays GGUF Q4_0 blocks out for [`crate::Kernels::gemv_q4_0_x4`]: rows in groups of four;
+/// for each 32-bit quant word `i` of a row, the four rows' words side by side
+/// (`qs[((g * nw + i) * 4 + j) * 4..][..4]` = word `i` of row `4g + j`, `nw = k / 8`), and the
+/// four rows' f16 scales of block `b` side by side (`d[((g * nb + b) * 4 + j) * 2..][..2]`).
+/// Padding rows get zero scales. Done once at load.
+pub fn relayout_q4_0_x4(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]) -> Result<()> {
+    let need = WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let (nq, nd) = relayout_q4_0_x4_len(n, k)?;
+    for (what, needed, got) in [
+        ("src", need, src.len()),
+        ("qs", nq, qs.len()),
+        ("d", nd, d.len()),
+    ] {
+        if got < needed {
+            return Err(Error::BufferTooSmall { what, needed, got });
+        }
+    }
+    let nb = k / BLOCK;
+    let nw = nb * 4;
+    qs[..nq].fill(0);
+    d[..nd].fill(0);
+    for row in 0..n {
+        let (g, j) = (row / 4, row % 4);
+        for b in 0..nb {
+            let blk = &src[(row * nb + b) * 18..][..18];
+            let di = ((g * nb + b) * 4 + j) * 2;
+            d[di..di + 2].copy_from_slice(&blk[..2]);
+            for p in 0..4 {
+                let i = b * 4 + p;
+                let qi = ((g * nw + i) * 4 + j) * 4;
+                qs[qi..qi + 4].copy_from_slice(&blk[2 + 4 * p..6 + 4 * p]);
+            }
+        }
+    }
+    Ok(())
+}

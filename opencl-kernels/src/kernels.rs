@@ -3,7 +3,7 @@
 
 use crate::device::{check, Buffer, Device, Program};
 use crate::error::{Error, Result};
-use crate::format::{relayout_q4_0_len, WeightFormat};
+use crate::format::{relayout_q4_0_len, relayout_q4_0_x4_len, WeightFormat};
 use crate::loader::clf;
 use opencl_sys::*;
 use std::marker::PhantomData;
@@ -271,6 +271,39 @@ impl Kernels {
             name,
             2,
             [s.tpr, items.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
+        l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// GEMV over Q4_0 weights re-laid out by [`crate::relayout_q4_0_x4`]: each work-item reads
+    /// one 16-byte word holding the same quant word of four rows, and shares its activation
+    /// loads among them. `shape.per_item` is ignored (always four rows per work-item).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_q4_0_x4<'a>(
+        &'a self,
+        qs: &'a Buffer,
+        d: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch<'a>> {
+        let (nq, nd) = relayout_q4_0_x4_len(n, k)?;
+        need("qs", qs, nq)?;
+        need("d", d, nd)?;
+        need("x", x, k * 4)?;
+        need("y", y, n * 4)?;
+        let s = self.fit(shape.unwrap_or(RowShape::multi_row(k / 8, 8, 4)));
+        let groups = n.div_ceil(4);
+        let mut l = self.launch(
+            "gemv_q4_0_x4",
+            2,
+            [s.tpr, groups.div_ceil(s.rows) * s.rows],
             [s.tpr, s.rows],
         )?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;

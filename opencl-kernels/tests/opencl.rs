@@ -339,6 +339,50 @@ fn gemv_q4_0_relayout_matches_reference() {
 }
 
 #[test]
+fn gemv_q4_0_x4_relayout_matches_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(9);
+    for &(n, kk) in &[(1, 32), (2, 64), (3, 96), (5, 160), (77, 160), (130, 2048)] {
+        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
+        let (nq, nd) = ocl::relayout_q4_0_x4_len(n, kk).unwrap();
+        let (mut qs, mut ds) = (vec![0xAAu8; nq], vec![0xAAu8; nd]);
+        ocl::relayout_q4_0_x4(&w, n, kk, &mut qs, &mut ds).unwrap();
+        let x = randn(&mut r, kk);
+        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let (bq, bd, bx) = (
+            d.upload(&qs).unwrap(),
+            d.upload(&ds).unwrap(),
+            d.upload(&x).unwrap(),
+        );
+        for shape in [None, Some((1, 1)), Some((8, 8)), Some((64, 4))] {
+            let shape = shape.map(|(tpr, rows)| ocl::RowShape {
+                tpr,
+                rows,
+                per_item: 4,
+            });
+            let by = poisoned(k, n);
+            k.gemv_q4_0_x4(&bq, &bd, &bx, &by, n, kk, shape)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            let what = format!("gemv_q4_0_x4 {n}x{kk} {shape:?}");
+            check_mm(
+                &what,
+                &read(&by, n),
+                &want,
+                WeightFormat::Q4_0,
+                &w,
+                &x,
+                1,
+                n,
+                kk,
+            );
+        }
+    }
+}
+
+#[test]
 fn gemm_small_m_matches_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
