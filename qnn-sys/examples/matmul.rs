@@ -45,7 +45,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         lib.build_id()?
     );
 
-    // 2. One session per process: logger, backend, device (SoC 69 = SM8750, HTP v79), context.
+    // 2. A session: logger, backend, device (SoC 69 = SM8750, HTP v79), context. Keep one per
+    //    process (further contexts: `session.new_context()`); all live sessions must share
+    //    one device config.
     let opts = SessionOptions {
         soc_model: Some(69),
         ..Default::default()
