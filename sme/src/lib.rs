@@ -25,7 +25,7 @@ pub use quant::{
 };
 
 #[cfg(target_arch = "aarch64")]
-use arch::aarch64::{Sme1, Sme2};
+use arch::aarch64::{Neon, Sme1, Sme2};
 #[cfg(target_arch = "x86_64")]
 use arch::x86_64::{Amx, Avx512};
 
@@ -38,6 +38,8 @@ pub enum KernelKind {
     Avx512,
     /// x86-64 AMX-BF16 (reads [`PackedFormat::Bf16`] weights only).
     Amx,
+    /// aarch64 NEON: its own quantized GEMV; its GEMM is the portable tile.
+    Neon,
     /// aarch64 SME1 (FEAT_SME + F16F32 widening FMOPA), F16 weights only.
     Sme1,
     /// aarch64 SME2, F16 weights only.
@@ -45,8 +47,9 @@ pub enum KernelKind {
 }
 
 /// Every kind, worst to best.
-const KINDS: [KernelKind; 5] = [
+const KINDS: [KernelKind; 6] = [
     KernelKind::Portable,
+    KernelKind::Neon,
     KernelKind::Avx512,
     KernelKind::Amx,
     KernelKind::Sme1,
@@ -65,6 +68,9 @@ pub enum Kernel {
     /// See [`arch::x86_64::Amx`].
     #[cfg(target_arch = "x86_64")]
     Amx(Amx),
+    /// See [`arch::aarch64::Neon`].
+    #[cfg(target_arch = "aarch64")]
+    Neon(Neon),
     /// See [`arch::aarch64::Sme1`].
     #[cfg(target_arch = "aarch64")]
     Sme1(Sme1),
@@ -82,6 +88,8 @@ impl Kernel {
             KernelKind::Avx512 => Avx512::try_new().map(Kernel::Avx512),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => Amx::try_new().map(Kernel::Amx),
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Neon => Neon::try_new().map(Kernel::Neon),
             #[cfg(target_arch = "aarch64")]
             KernelKind::Sme1 => Sme1::try_new().map(Kernel::Sme1),
             #[cfg(target_arch = "aarch64")]
@@ -146,6 +154,8 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => KernelKind::Amx,
             #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(_) => KernelKind::Neon,
+            #[cfg(target_arch = "aarch64")]
             Kernel::Sme1(_) => KernelKind::Sme1,
             #[cfg(target_arch = "aarch64")]
             Kernel::Sme2(_) => KernelKind::Sme2,
@@ -162,6 +172,8 @@ impl Kernel {
             Kernel::Amx(_) => format == PackedFormat::Bf16,
             #[cfg(target_arch = "aarch64")]
             Kernel::Sme1(_) | Kernel::Sme2(_) => format == PackedFormat::F16,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(_) => true,
         }
     }
 
@@ -175,6 +187,8 @@ impl Kernel {
             Kernel::Amx(_) => false,
             #[cfg(target_arch = "aarch64")]
             Kernel::Sme1(_) | Kernel::Sme2(_) => false,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(_) => true,
         }
     }
 
@@ -186,6 +200,8 @@ impl Kernel {
             Kernel::Avx512(_) => arch::x86_64::AVX512_TILE_ROWS,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => 16,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(_) => 16,
             #[cfg(target_arch = "aarch64")]
             Kernel::Sme1(t) => t.tile_rows(),
             #[cfg(target_arch = "aarch64")]
@@ -206,6 +222,8 @@ impl Kernel {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Amx(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "aarch64")]
+                Kernel::Neon(_) => portable::gemm_tile(ctx, row0, rows, p),
+                #[cfg(target_arch = "aarch64")]
                 Kernel::Sme1(t) => {
                     sme_driver::sme_tile(sme_driver::SmeTok::S1(*t), ctx, row0, rows, p)
                 }
@@ -225,6 +243,8 @@ impl Kernel {
             match self {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx512(t) => t.gemv_rows(ctx, n0, n1),
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Neon(t) => t.gemv_rows(ctx, n0, n1),
                 _ => quant::gemv_rows_portable(ctx, n0, n1),
             }
         }
@@ -249,6 +269,7 @@ fn kind_name(k: KernelKind) -> &'static str {
         KernelKind::Portable => "portable",
         KernelKind::Avx512 => "avx512",
         KernelKind::Amx => "amx-bf16",
+        KernelKind::Neon => "neon",
         KernelKind::Sme1 => "sme1",
         KernelKind::Sme2 => "sme2",
     }

@@ -173,7 +173,14 @@ fn gemv_rejects_bad_input_without_writing() {
 
 #[test]
 fn unsupported_kernel_is_a_typed_error() {
-    for kind in [KernelKind::Portable, KernelKind::Avx512, KernelKind::Amx] {
+    for kind in [
+        KernelKind::Portable,
+        KernelKind::Avx512,
+        KernelKind::Amx,
+        KernelKind::Neon,
+        KernelKind::Sme1,
+        KernelKind::Sme2,
+    ] {
         match Kernel::new(kind) {
             Ok(k) => assert_eq!(k.kind(), kind),
             Err(e) => assert!(matches!(e, Error::Unsupported { .. }), "{e}"),

@@ -49,6 +49,7 @@ pub fn kernels() -> Vec<Kernel> {
         KernelKind::Portable,
         KernelKind::Avx512,
         KernelKind::Amx,
+        KernelKind::Neon,
         KernelKind::Sme1,
         KernelKind::Sme2,
     ] {
@@ -71,11 +72,14 @@ pub fn a_rounding(k: Kernel) -> fn(f32) -> f32 {
 
 /// The kernels the big grids run: all of them natively; under emulation (non-x86-64 targets run
 /// in QEMU here, ~50x slower) only the architecture's own kernels, since the portable one is
-/// the same Rust code already proven natively.
+/// the same Rust code already proven natively (NEON's GEMM is that portable tile).
 pub fn grid_kernels() -> Vec<Kernel> {
     kernels()
         .into_iter()
-        .filter(|k| cfg!(target_arch = "x86_64") || k.kind() != KernelKind::Portable)
+        .filter(|k| {
+            cfg!(target_arch = "x86_64")
+                || !matches!(k.kind(), KernelKind::Portable | KernelKind::Neon)
+        })
         .collect()
 }
 
