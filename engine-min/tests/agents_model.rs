@@ -285,4 +285,14 @@ fn every_configuration_is_lossless_on_the_model() {
             assert!(r.acceptance() > 0.0, "{}: no draft accepted", c.name());
         }
     }
+    // The model clock: calibrated per-row-count costs make a schedule replay exactly.
+    let t = v.calibrate(16, 64, 1).unwrap();
+    assert_eq!(t.len(), 16);
+    assert!(t.iter().all(|&c| c > 0.0 && c.is_finite()), "{t:?}");
+    let a = sched::run(&w, &prompts, Config::HalSy, &opts, &mut v).unwrap();
+    let b = sched::run(&w, &prompts, Config::HalSy, &opts, &mut v).unwrap();
+    assert_eq!(a, b, "model clock: the same schedule and times twice");
+    for (x, want) in a.agents.iter().zip(&reference) {
+        assert_eq!(&x.tokens, want);
+    }
 }

@@ -3,13 +3,60 @@
 //! (16) token slots; HAL budgets steer slots to the agents whose drafts get accepted; agents
 //! waiting on tools step aside without losing their KV cache (suspend-and-yield).
 //!
-//! - [`workload`]: the JSON workload format and its validation.
+//! # Modules
+//!
+//! - [`workload`]: the JSON workload format and its validation (format documented in
+//!   `engine-min/workloads/README.md`).
 //! - [`trace`]: the seeded trace generator (reasoning : code : tool = 1:2:2, Poisson arrivals).
-//! - [`draft`]: prompt-lookup drafting.
+//! - [`draft`]: prompt lookup (longest suffix n-gram, 3 down to 1, latest earlier match in the
+//!   agent's own prompt + output; proposes what followed, up to the budget).
 //! - [`sched`]: budgets, batched verification, acceptance and rollback, tool stalls,
 //!   suspend-and-yield, the report; generic over a [`sched::Verifier`].
-//! - [`model`]: the verifier on the real model ([`crate::batch::BatchEngine`]).
+//! - [`model`]: the verifier on the real model, over [`crate::batch::BatchEngine`] (one
+//!   forward pass for all agents' rows, one KV cache per agent, rows bit-for-bit independent
+//!   of the batch composition).
 //! - [`cli`]: `engine-min agents gen-trace|run`.
+//!
+//! # What one step does
+//!
+//! An agent's budget `L_i` counts slots: its last accepted token (not yet in its cache) plus
+//! up to `L_i - 1` drafts. The batch holds every running agent's slots, `sum L_i <= 16`.
+//! Greedy acceptance keeps the longest draft prefix equal to the argmax after each slot, plus
+//! the bonus token; the cache is truncated to the accepted positions (rejected entries are
+//! overwritten later). With greedy decoding the text is therefore exactly each agent's own
+//! non-speculative greedy text, in every configuration and across suspend/resume (tested).
+//!
+//! - **Batch-AR**: 1 slot per running agent (no drafts).
+//! - **Batch-SD**: static `L_i = 16 / N` (N = agents that may be in the batch at once).
+//! - **HAL**: `hetero_partition::DraftBudget` (γ 0.3, A(0) 4.0, τ 1, L_total 16, L_min 2):
+//!   `A_i` updated with the accepted draft count after each step the agent takes part in.
+//! - **HAL + suspend-and-yield**: as HAL; an agent that starts a tool call leaves the batch at
+//!   the next verification boundary (its cache is frozen, its slots go to the others through
+//!   the allocator's active mask) and rejoins when the tool returns, without re-prefill (the
+//!   scheduler checks the cache length is unchanged on resume and counts prefills).
+//!
+//! **Baseline without suspend-and-yield** (Batch-AR, Batch-SD, HAL): synchronous batching as in
+//! the paper's baseline (its Fig. 14): while any agent in the batch is waiting on a tool, the
+//! next verification step does not start; the clock advances to that tool's return
+//! (head-of-line blocking; reported as "blocked on tools"). The stalled agent keeps its place
+//! and its budget.
+//!
+//! At most `L_total / L_min` (8) agents are in the batch at once; later arrivals queue and are
+//! admitted (and prefilled, alone) at the next step boundary when there is room.
+//!
+//! # Clock
+//!
+//! Time is virtual: each prefill and verification step advances the clock by its measured wall
+//! time; tool calls are waits on that clock (nothing sleeps); idle periods jump to the next
+//! arrival or tool return. Makespan = the clock when the last agent finishes; global tokens/s
+//! = generated tokens / makespan. Measured step times include whatever else loads the machine.
+//!
+//! # Not done
+//!
+//! - Tool results are not fed back into the agent's context (the agent resumes its own greedy
+//!   continuation); a real agent loop would prefill the tool's output after the resume.
+//! - Sampling is greedy only (lossless speculative sampling with temperature is not done).
+//! - Drafts are linear (no draft tree); the verifier runs on the CPU backend only.
 
 pub mod draft;
 pub mod model;
@@ -31,8 +78,11 @@ pub const USAGE: &str = "usage:
                               [--interarrival SECONDS] [--tool-ms MIN:MAX] [--tool-calls N]
   engine-min agents run --workload FILE [--config batch-ar|batch-sd|hal|hal-sy|all]
                         [--model PATH] [--threads N] [--ctx N] [--tau T] [--l-min N] [--check]
+                        [--clock measured|model]
 The model defaults to $HETERO_MODEL. --check also decodes every agent alone without drafts
-and fails unless every configuration produced exactly that text.";
+and fails unless every configuration produced exactly that text. --clock model first times a
+verification pass of 1..16 rows (median of 3) and charges every step that calibrated cost (and
+each agent's prefill its first measured time), so configurations compare without load noise.";
 
 struct Args(Vec<String>);
 
@@ -165,6 +215,12 @@ fn run_cmd(mut a: Args) -> Result<(), String> {
     opts.budget.tau = a.parsed("--tau", opts.budget.tau)?;
     opts.budget.l_min = a.parsed("--l-min", opts.budget.l_min)?;
     let check = a.flag("--check");
+    let clock = a.value("--clock")?.unwrap_or_else(|| "measured".into());
+    if clock != "measured" && clock != "model" {
+        return Err(format!(
+            "--clock is `measured` or `model`, not `{clock}`\n{USAGE}"
+        ));
+    }
     a.finish()?;
     // Everything that can be refused is refused before the model runs.
     let w = Workload::read(&path).map_err(|e| e.to_string())?;
@@ -179,13 +235,28 @@ fn run_cmd(mut a: Args) -> Result<(), String> {
         opts.budget.l_total as usize,
     )
     .map_err(|e| e.to_string())?;
+    if clock == "model" {
+        let n = prompts.len().max(1);
+        let mean_prompt = prompts.iter().map(Vec::len).sum::<usize>() / n;
+        let mean_out = w.agents.iter().map(|a| a.max_tokens).sum::<usize>() / n;
+        let l = opts.budget.l_total as usize;
+        let t = v
+            .calibrate(l, mean_prompt + mean_out / 2, 3)
+            .map_err(|e| e.to_string())?;
+        let ms: Vec<String> = t.iter().map(|s| format!("{:.1}", s * 1e3)).collect();
+        println!(
+            "model clock: verification pass of 1..{l} rows at context {} costs (ms): {}",
+            mean_prompt + mean_out / 2,
+            ms.join(" ")
+        );
+    }
     let reference = if check {
         Some(sched::greedy_reference(&w, &prompts, &mut v).map_err(|e| e.to_string())?)
     } else {
         None
     };
     println!(
-        "workload {path}: {} agents; {threads} thread(s); L_total {}, L_min {}, gamma {}, A(0) {}, tau {}",
+        "workload {path}: {} agents; {threads} thread(s); clock {clock}; L_total {}, L_min {}, gamma {}, A(0) {}, tau {}",
         w.agents.len(),
         opts.budget.l_total,
         opts.budget.l_min,

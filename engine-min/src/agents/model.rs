@@ -24,6 +24,11 @@ pub struct ModelVerifier {
     logits: Vec<f32>,
     prefills: u64,
     verifies: u64,
+    /// Calibrated cost of a verification pass of `m` rows at `[m - 1]` (model clock).
+    cost_table: Option<Vec<f64>>,
+    /// First measured prefill time of each agent (model clock reuses it).
+    prefill_cost: Vec<Option<f64>>,
+    last_cost: Option<f64>,
 }
 
 impl ModelVerifier {
@@ -56,7 +61,55 @@ impl ModelVerifier {
             logits: vec![0.0; max_batch * vocab],
             prefills: 0,
             verifies: 0,
+            cost_table: None,
+            prefill_cost: vec![None; agents],
+            last_cost: None,
         })
+    }
+
+    /// Switches to the model clock: measures a verification pass of `m = 1..=max_rows` rows
+    /// (one sequence at a context of `ctx_len` tokens; median of `reps` runs each) and from
+    /// then on reports those costs instead of wall time, and each agent's first measured
+    /// prefill time for its later prefills. Every configuration then sees the same costs, so
+    /// their makespans differ only by scheduling, not by the machine's load at the time.
+    /// Returns the table (seconds per pass, index `m - 1`).
+    pub fn calibrate(
+        &mut self,
+        max_rows: usize,
+        ctx_len: usize,
+        reps: usize,
+    ) -> Result<Vec<f64>, AgentError> {
+        let vocab = self.engine.model().config.vocab;
+        let max_rows = max_rows.min(self.engine.max_batch()).max(1);
+        let ctx_len = ctx_len
+            .min(self.engine.context().saturating_sub(max_rows))
+            .max(1);
+        let filler: Vec<u32> = (0..ctx_len as u32).map(|i| 100 + i % 1000).collect();
+        self.cost_table = None;
+        self.prefill(0, &filler)?;
+        let mut table = Vec::with_capacity(max_rows);
+        let mut times = Vec::with_capacity(reps.max(1));
+        for m in 1..=max_rows {
+            times.clear();
+            for _ in 0..reps.max(1) {
+                let b = [SeqTokens {
+                    seq: 0,
+                    tokens: &filler[..m],
+                }];
+                let t0 = std::time::Instant::now();
+                self.engine
+                    .forward(&b, Logits::All, &mut self.logits[..m * vocab])
+                    .map_err(eng)?;
+                times.push(t0.elapsed().as_secs_f64());
+                self.engine.truncate(0, ctx_len).map_err(eng)?;
+            }
+            times.sort_by(f64::total_cmp);
+            table.push(times[times.len() / 2]);
+        }
+        self.engine.truncate(0, 0).map_err(eng)?;
+        self.prefills = 0;
+        self.cost_table = Some(table.clone());
+        Ok(table)
     }
 
     /// Positions per agent cache.
@@ -92,6 +145,45 @@ impl Verifier for ModelVerifier {
 
     fn prefill(&mut self, agent: usize, prompt: &[u32]) -> Result<u32, AgentError> {
         self.prefills += 1;
+        let t0 = std::time::Instant::now();
+        let next = self.prefill_inner(agent, prompt)?;
+        let wall = t0.elapsed().as_secs_f64();
+        self.last_cost = match (&self.cost_table, self.prefill_cost.get_mut(agent)) {
+            (Some(_), Some(c)) => Some(*c.get_or_insert(wall)),
+            _ => None,
+        };
+        Ok(next)
+    }
+
+    fn verify(
+        &mut self,
+        rows: &[BatchRow],
+        tokens: &[u32],
+        out: &mut [u32],
+    ) -> Result<(), AgentError> {
+        self.verify_inner(rows, tokens, out)?;
+        self.last_cost = self
+            .cost_table
+            .as_ref()
+            .and_then(|t| t.get(tokens.len().max(1) - 1).copied());
+        Ok(())
+    }
+
+    fn truncate(&mut self, agent: usize, len: usize) -> Result<(), AgentError> {
+        self.engine.truncate(agent, len).map_err(eng)
+    }
+
+    fn cache_len(&self, agent: usize) -> usize {
+        self.engine.len(agent)
+    }
+
+    fn last_cost_s(&self) -> Option<f64> {
+        self.last_cost
+    }
+}
+
+impl ModelVerifier {
+    fn prefill_inner(&mut self, agent: usize, prompt: &[u32]) -> Result<u32, AgentError> {
         let vocab = self.engine.model().config.vocab;
         // A fresh sequence: forget whatever a previous run left in this cache.
         self.engine.truncate(agent, 0).map_err(eng)?;
@@ -112,7 +204,7 @@ impl Verifier for ModelVerifier {
         Ok(next)
     }
 
-    fn verify(
+    fn verify_inner(
         &mut self,
         rows: &[BatchRow],
         tokens: &[u32],
@@ -157,13 +249,5 @@ impl Verifier for ModelVerifier {
             at += r.len;
         }
         Ok(())
-    }
-
-    fn truncate(&mut self, agent: usize, len: usize) -> Result<(), AgentError> {
-        self.engine.truncate(agent, len).map_err(eng)
-    }
-
-    fn cache_len(&self, agent: usize) -> usize {
-        self.engine.len(agent)
     }
 }

@@ -143,8 +143,10 @@ fn code_prompt(rng: &mut StdRng) -> String {
 }
 
 fn reasoning_prompt(rng: &mut StdRng) -> String {
+    // ChatML (SmolLM2's template; the special tokens are parsed when the prompt is encoded):
+    // a plain completion prompt makes the instruct model stop at once.
     let q = QUESTIONS[rng.gen_range(0..QUESTIONS.len())];
-    format!("Question: {q}\nLet us think step by step.\nAnswer:")
+    format!("<|im_start|>user\n{q} Think step by step.<|im_end|>\n<|im_start|>assistant\n")
 }
 
 /// Generates a workload: each agent's kind drawn from `mix`, its prompt from templates of that
