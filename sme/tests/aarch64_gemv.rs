@@ -195,3 +195,113 @@ fn neon_gemv_wrappers_and_bad_input() {
     Neon::new().gemv_q4_0(&[], 0, k, &w, &mut y, n).unwrap();
     assert!(y.iter().all(|v| v.to_bits() == GUARD));
 }
+
+/// NEON GEMM/GEMV on packed FP16 and BF16 panels vs an f64 reference from the rounded weights
+/// (A is used in FP32 as given: the NEON kernel does not round it) and vs the portable kernel.
+#[test]
+fn neon_packed_gemm_matches_reference() {
+    use hetero_sme::{
+        pack_f32, packed_len, Gemm, Layout, Lhs, PackedFormat, PackedRef, WeightSource,
+    };
+    let mut rng = Rng::new(0x5151);
+    let ms = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 33];
+    let ns = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129];
+    let ks = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129];
+    let mut idx = 0usize;
+    for &n in &ns {
+        for &k in &ks {
+            let m = ms[idx % ms.len()];
+            let format = [PackedFormat::F16, PackedFormat::Bf16][idx % 2];
+            let (bias_on, acc) = ((idx / 2) % 2 == 1, (idx / 4) % 2 == 1);
+            let f16_lhs = idx % 3 == 2;
+            idx += 1;
+            let (lda, ldc) = (k + 2, n + 1);
+            let a = rng.vec(m * lda);
+            let a16: Vec<u16> = a.iter().map(|&x| f16(x)).collect();
+            let w = rng.vec(k * n);
+            let bias = rng.vec(n);
+            let mut packed = vec![0u16; packed_len(k, n)];
+            let src = WeightSource {
+                data: &w,
+                k,
+                n,
+                ld: n,
+                layout: Layout::RowMajor,
+            };
+            pack_f32(&src, 0..n, format, &mut packed).unwrap();
+            let wr: Vec<f64> = w
+                .iter()
+                .map(|&x| match format {
+                    PackedFormat::Bf16 => half::bf16::from_f32(x).to_f64(),
+                    _ => half::f16::from_f32(x).to_f64(),
+                })
+                .collect();
+            let ar: Vec<f64> = if f16_lhs {
+                a16.iter()
+                    .map(|&x| half::f16::from_bits(x).to_f64())
+                    .collect()
+            } else {
+                a.iter().map(|&x| x as f64).collect()
+            };
+            let mut c = vec![f32::from_bits(GUARD); m * ldc];
+            for i in 0..m {
+                for j in 0..n {
+                    c[i * ldc + j] = if acc { rng.unit() } else { f32::NAN };
+                }
+            }
+            let c_old = c.clone();
+            let g = Gemm {
+                a: if f16_lhs {
+                    Lhs::F16(&a16)
+                } else {
+                    Lhs::F32(&a)
+                },
+                m,
+                lda,
+                w: PackedRef::new(&packed, k, n, format).unwrap(),
+                bias: bias_on.then_some(&bias[..]),
+                accumulate: acc,
+            };
+            let mut cp = c.clone();
+            Neon::new().gemm(&g, &mut c, ldc).unwrap();
+            Kernel::new(KernelKind::Portable)
+                .unwrap()
+                .gemm(&g, &mut cp, ldc)
+                .unwrap();
+            for i in 0..m {
+                for j in 0..ldc {
+                    let got = c[i * ldc + j];
+                    if j >= n {
+                        assert_eq!(got.to_bits(), GUARD, "guard ({i},{j}) m{m} n{n} k{k}");
+                        continue;
+                    }
+                    let (mut s, mut mag) = (0.0f64, 0.0f64);
+                    if bias_on {
+                        s += bias[j] as f64;
+                        mag += (bias[j] as f64).abs();
+                    }
+                    if acc {
+                        s += c_old[i * ldc + j] as f64;
+                        mag += (c_old[i * ldc + j] as f64).abs();
+                    }
+                    for kk in 0..k {
+                        let p = ar[i * lda + kk] * wr[kk * n + j];
+                        s += p;
+                        mag += p.abs();
+                    }
+                    // FP32 FMA accumulation of K products plus bias and C, one rounding each.
+                    let t = tol(k, mag);
+                    assert!(
+                        (got as f64 - s).abs() <= t,
+                        "{format:?} m{m} n{n} k{k} bias={bias_on} acc={acc}: C[{i}][{j}] = {got}, want {s}"
+                    );
+                    let port = cp[i * ldc + j];
+                    assert!(
+                        (got - port).abs() as f64 <= 2.0 * t,
+                        "NEON {got} vs portable {port}"
+                    );
+                }
+            }
+        }
+    }
+}

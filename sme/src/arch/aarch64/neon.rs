@@ -1,14 +1,22 @@
-//! NEON decode GEMV (M ≤ 16) on GGUF block-quantized weights: each 32-value block is
-//! dequantized in registers (nibbles/bytes → i32 → f32, times the FP16 scale, plus the offset
-//! for Q4_1) and multiplied into FP32 accumulators for every activation row while it is live, so
-//! the weights stream from memory once per call.
+//! NEON kernels for every aarch64 CPU (with or without SME):
+//!
+//! * decode GEMV (M ≤ 16) on GGUF block-quantized weights: each 32-value block is dequantized in
+//!   registers (nibbles/bytes → i32 → f32, times the FP16 scale, plus the offset for Q4_1) and
+//!   multiplied into FP32 accumulators for every activation row while it is live, so the weights
+//!   stream from memory once per call;
+//! * GEMM (and so FP16 GEMV) on the packed panels (FP16 or BF16), 4 rows × 16 columns per
+//!   register block, weights widened with `fcvtl` (BF16: shift), FP32 accumulation.
 
 use core::arch::aarch64::*;
 use core::arch::asm;
 
 use super::Neon;
-use crate::quant::{validate, QCtx, WPtr};
-use crate::{BlockQ4_0, BlockQ4_1, BlockQ8_0, Error, QGemv, QWeights, GEMV_MAX_ROWS, QK};
+use crate::gemm::{validate, APtr, Ctx};
+use crate::quant::{validate as qvalidate, QCtx, WPtr};
+use crate::{
+    BlockQ4_0, BlockQ4_1, BlockQ8_0, Error, Gemm, Kernel, KernelKind, PackedFormat, QGemv,
+    QWeights, GEMV_MAX_ROWS, QK,
+};
 
 /// FP16 bits → f32 with the base-ARMv8 `fcvt` (no FEAT_FP16 needed).
 #[inline(always)]
@@ -179,7 +187,7 @@ impl Neon {
     /// with NEON dequantization in registers. Same checks and errors as
     /// [`crate::Kernel::qgemv`]; on error nothing is written.
     pub fn qgemv(self, g: &QGemv<'_>, y: &mut [f32], ldy: usize) -> Result<(), Error> {
-        let ctx = validate(g, y, ldy)?;
+        let ctx = qvalidate(g, y, ldy)?;
         // SAFETY: ctx validated against `y`, which we borrow exclusively; the full column range.
         unsafe { self.gemv_rows(&ctx, 0, ctx.n) };
         Ok(())
@@ -249,5 +257,185 @@ impl Neon {
             y,
             ldy,
         )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FP16 / BF16 packed-panel GEMM (and so GEMV, M <= 16) for aarch64 CPUs without SME.
+// ---------------------------------------------------------------------------------------------
+
+/// FP16 → f32 of the low four lanes (`fcvtl`, base ARMv8 FP/SIMD).
+#[inline]
+#[target_feature(enable = "neon")]
+fn cvt_lo(v: uint16x8_t) -> float32x4_t {
+    let o: float32x4_t;
+    // SAFETY: FCVTL is base Advanced SIMD; register-only.
+    unsafe {
+        asm!("fcvtl {o:v}.4s, {i:v}.4h", i = in(vreg) v, o = lateout(vreg) o,
+             options(pure, nomem, nostack, preserves_flags))
+    };
+    o
+}
+
+/// FP16 → f32 of the high four lanes (`fcvtl2`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn cvt_hi(v: uint16x8_t) -> float32x4_t {
+    let o: float32x4_t;
+    // SAFETY: FCVTL2 is base Advanced SIMD; register-only.
+    unsafe {
+        asm!("fcvtl2 {o:v}.4s, {i:v}.8h", i = in(vreg) v, o = lateout(vreg) o,
+             options(pure, nomem, nostack, preserves_flags))
+    };
+    o
+}
+
+/// Eight packed weights (FP16 or BF16 bits) → two f32x4.
+#[inline]
+#[target_feature(enable = "neon")]
+fn widen<const BF16: bool>(v: uint16x8_t) -> [float32x4_t; 2] {
+    if BF16 {
+        [
+            vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(v))),
+            vreinterpretq_f32_u32(vshll_high_n_u16::<16>(v)),
+        ]
+    } else {
+        [cvt_lo(v), cvt_hi(v)]
+    }
+}
+
+/// A[i][kk] as f32.
+///
+/// # Safety
+/// `i < ctx.m`, `kk < ctx.k`.
+#[inline(always)]
+unsafe fn a_at(ctx: &Ctx, i: usize, kk: usize) -> f32 {
+    // SAFETY: the validated A holds rows 0..m of k elements at stride lda.
+    unsafe {
+        match ctx.a {
+            APtr::F32(a) => *a.add(i * ctx.lda + kk),
+            APtr::F16(a) => h2f(*a.add(i * ctx.lda + kk)),
+        }
+    }
+}
+
+/// Rows `row0..row0 + R` × columns `c0..c0 + 16` (clipped to the panel's `cols`) of panel `p`.
+///
+/// # Safety
+/// `ctx` validated; `row0 + R <= ctx.m`; `p < ctx.np`; `c0 < ctx.panel_cols(p)`, `c0 % 16 == 0`;
+/// exclusive access to that region of C.
+#[target_feature(enable = "neon")]
+unsafe fn block16<const R: usize, const BF16: bool>(ctx: &Ctx, row0: usize, p: usize, c0: usize) {
+    let panel = ctx.panel_ptr(p);
+    let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+    let full = ctx.k / 2; // k-pairs with both k inside K
+    for q in 0..ctx.kp {
+        // SAFETY: q < kp and c0 + 16 <= 64: 32 u16 inside panel p's row q.
+        let (v0, v1) = unsafe {
+            let wp = panel.add(q * 128 + c0 * 2);
+            (vld2q_u16(wp), vld2q_u16(wp.add(16)))
+        };
+        // w0[j]: k = 2q for columns c0 + 4j..; w1[j]: k = 2q + 1.
+        let (a, b) = (widen::<BF16>(v0.0), widen::<BF16>(v1.0));
+        let w0 = [a[0], a[1], b[0], b[1]];
+        let (a, b) = (widen::<BF16>(v0.1), widen::<BF16>(v1.1));
+        let w1 = [a[0], a[1], b[0], b[1]];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: row0 + r < m; 2q < k, and 2q + 1 < k when q < full.
+            let (x0, x1) = unsafe {
+                let x0 = a_at(ctx, row0 + r, 2 * q);
+                (
+                    x0,
+                    if q < full {
+                        a_at(ctx, row0 + r, 2 * q + 1)
+                    } else {
+                        0.0
+                    },
+                )
+            };
+            for j in 0..4 {
+                acc[j] = vfmaq_n_f32(acc[j], w0[j], x0);
+                acc[j] = vfmaq_n_f32(acc[j], w1[j], x1);
+            }
+        }
+    }
+    let cols = ctx.panel_cols(p);
+    let col = p * 64 + c0;
+    for (r, acc) in acc.iter().enumerate() {
+        let mut vals = [0f32; 16];
+        for (j, &v) in acc.iter().enumerate() {
+            // SAFETY: 4 floats at vals[4j..], j < 4.
+            unsafe { vst1q_f32(vals.as_mut_ptr().add(4 * j), v) };
+        }
+        for (j, &v) in vals.iter().enumerate().take(cols - c0) {
+            // SAFETY: row0 + r < m, col + j < n: inside the validated C (and bias).
+            unsafe {
+                let cp = ctx.c.add((row0 + r) * ctx.ldc + col + j);
+                let mut s = v;
+                if !ctx.bias.is_null() {
+                    s += *ctx.bias.add(col + j);
+                }
+                *cp = if ctx.accumulate { *cp + s } else { s };
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As [`block16`] with `1 <= rows <= 4` in place of `R`.
+#[target_feature(enable = "neon")]
+unsafe fn block16_rows<const BF16: bool>(ctx: &Ctx, row0: usize, rows: usize, p: usize, c0: usize) {
+    // SAFETY: every arm calls block16 with R == rows; the rest is forwarded from the caller.
+    unsafe {
+        match rows {
+            1 => block16::<1, BF16>(ctx, row0, p, c0),
+            2 => block16::<2, BF16>(ctx, row0, p, c0),
+            3 => block16::<3, BF16>(ctx, row0, p, c0),
+            4 => block16::<4, BF16>(ctx, row0, p, c0),
+            _ => {}
+        }
+    }
+}
+
+impl Neon {
+    /// One GEMM tile on NEON: rows `row0..row0 + rows` × panel `p` (any `rows`; processed four
+    /// rows × 16 columns at a time, weights widened in registers, FP32 accumulation).
+    ///
+    /// # Safety
+    /// `ctx` validated (`crate::gemm::validate`); `row0 + rows <= ctx.m`; `p < ctx.np`; exclusive
+    /// access to the tile's region of C.
+    pub(crate) unsafe fn gemm_tile(self, ctx: &Ctx, row0: usize, rows: usize, p: usize) {
+        let bf16 = ctx.format == PackedFormat::Bf16;
+        let mut c0 = 0;
+        while c0 < ctx.panel_cols(p) {
+            let mut r = row0;
+            while r < row0 + rows {
+                let rn = (row0 + rows - r).min(4);
+                // SAFETY: r + rn <= row0 + rows <= m; c0 < panel cols, multiple of 16; the rest
+                // forwarded; NEON is architectural on aarch64.
+                unsafe {
+                    if bf16 {
+                        block16_rows::<true>(ctx, r, rn, p, c0)
+                    } else {
+                        block16_rows::<false>(ctx, r, rn, p, c0)
+                    }
+                }
+                r += rn;
+            }
+            c0 += 16;
+        }
+    }
+
+    /// `C (= or +=) A·W (+ bias)` on NEON for either packed format, single-threaded; the same
+    /// checks and errors as [`crate::Kernel::gemm`] (on error nothing is written). For decode
+    /// (M ≤ 16) this is the FP16 GEMV on aarch64 CPUs without SME.
+    pub fn gemm(self, g: &Gemm<'_>, c: &mut [f32], ldc: usize) -> Result<(), Error> {
+        // The portable kernel accepts both formats, so this validates shapes only.
+        let ctx = validate(Kernel::new(KernelKind::Portable)?, g, c, ldc)?;
+        for p in 0..ctx.np {
+            // SAFETY: ctx validated against `c`, borrowed exclusively here; all rows, panel p.
+            unsafe { self.gemm_tile(&ctx, 0, ctx.m, p) };
+        }
+        Ok(())
     }
 }
