@@ -33,6 +33,17 @@ impl SiteState {
         }
     }
 
+    /// A site that already predicts `mean_ns` with jitter `jitter_ns` and a known OS sleep
+    /// overshoot, e.g. seeded from an offline profile (it keeps learning from there).
+    pub const fn seeded(mean_ns: u64, jitter_ns: u64, overshoot_ns: u64) -> Self {
+        Self {
+            mean_ns,
+            dev_ns: jitter_ns,
+            overshoot_ns,
+            samples: 1,
+        }
+    }
+
     /// The predicted wait (ns from the wait's start to completion), once a sample was seen.
     pub fn predicted_ns(&self) -> Option<u64> {
         (self.samples > 0).then_some(self.mean_ns)

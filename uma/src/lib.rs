@@ -2,7 +2,6 @@
 
 mod backing;
 mod error;
-mod freemap;
 mod pool;
 mod primitive;
 mod sizing;

@@ -5,7 +5,6 @@ use std::sync::atomic::AtomicU32 as StdAtomicU32;
 use hetero_sync::CompletionFlag;
 
 use crate::backing::Backing;
-use crate::freemap::FreeMap;
 use crate::primitive::{AtomicU32, Ordering};
 use crate::UmaError;
 
@@ -21,19 +20,24 @@ pub const MAX_SLOTS: usize = 1 << 16;
 /// The largest mapping a pool may make (1 TiB).
 pub const MAX_POOL_BYTES: usize = 1 << 40;
 
-/// The per-slot header, at `header_offset(i)` in the mapping: the slot's completion flag (the
-/// sync crate's 32-bit epoch word) at offset 0 and its generation at offset 4.
+/// Bit 0 of a slot's state word: the slot is free.
+const FREE: u32 = 1;
+
+/// The per-slot header, at `HEADER_STRIDE * i` in the mapping: the slot's completion flag (the
+/// sync crate's 32-bit epoch word) at offset 0 and its state word at offset 4: `generation << 1
+/// | free`. Acquire is one CAS on it (free → held, same generation); release is one Release
+/// store (held → free, generation + 1), made only by the handle's unique holder.
 #[repr(C, align(128))]
 pub(crate) struct SlotHeader {
     pub(crate) flag: CompletionFlag,
-    pub(crate) generation: AtomicU32,
+    pub(crate) state: AtomicU32,
 }
 
 #[cfg(not(loom))]
 const _: () = {
     assert!(std::mem::size_of::<SlotHeader>() == HEADER_STRIDE);
     assert!(std::mem::offset_of!(SlotHeader, flag) == 0);
-    assert!(std::mem::offset_of!(SlotHeader, generation) == 4);
+    assert!(std::mem::offset_of!(SlotHeader, state) == 4);
 };
 
 /// Bytes taken by one header in the mapping (128, or more under loom's larger atomics).
@@ -93,7 +97,7 @@ impl Handle {
 }
 
 /// A copyable name of one acquisition of a slot (see [`Handle::id`]). It grants nothing by
-/// itself; [`Pool::resolve`] checks it. The generation is 32-bit: an id kept across 2^32
+/// itself; [`Pool::resolve`] checks it. The generation is 31-bit: an id kept across 2^31
 /// re-acquisitions of one slot would alias (not reachable at one acquisition per layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlotId {
@@ -181,7 +185,6 @@ pub struct Pool {
     slots: usize,
     slot_size: usize,
     data_offset: usize,
-    free: FreeMap,
     backing: Backing,
     closed: bool,
 }
@@ -198,7 +201,7 @@ impl std::fmt::Debug for Pool {
             .field("id", &self.id)
             .field("slots", &self.slots)
             .field("slot_size", &self.slot_size)
-            .field("free", &self.free.free_count())
+            .field("free", &self.free_slots())
             .finish()
     }
 }
@@ -206,7 +209,7 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// Maps the pool: a header region (one [`HEADER_STRIDE`] line per slot, rounded up to
     /// [`SLOT_ALIGN`]) followed by `slots` data regions of `slot_size` bytes, zero-filled.
-    /// The only allocations the pool ever makes happen here.
+    /// Nothing is allocated on the heap, here or later (only the mapping is made).
     ///
     /// Errors: [`UmaError::ZeroSlots`], [`UmaError::TooManySlots`], [`UmaError::ZeroSlotSize`],
     /// [`UmaError::MisalignedSlotSize`], [`UmaError::TooLarge`], [`UmaError::Map`].
@@ -244,7 +247,7 @@ impl Pool {
                     .cast::<SlotHeader>()
                     .write(SlotHeader {
                         flag: CompletionFlag::new(),
-                        generation: AtomicU32::new(0),
+                        state: AtomicU32::new(FREE),
                     });
             }
         }
@@ -253,7 +256,6 @@ impl Pool {
             slots: cfg.slots,
             slot_size: cfg.slot_size,
             data_offset,
-            free: FreeMap::new(cfg.slots),
             backing,
             closed: false,
         })
@@ -271,7 +273,11 @@ impl Pool {
 
     /// Slots free now (a snapshot).
     pub fn free_slots(&self) -> usize {
-        self.free.free_count()
+        (0..self.slots).filter(|&i| self.is_free(i)).count()
+    }
+
+    fn is_free(&self, slot: usize) -> bool {
+        self.header(slot).state.load(Ordering::Relaxed) & FREE != 0
     }
 
     /// Bytes of the whole mapping (headers + data).
@@ -307,19 +313,38 @@ impl Pool {
         }
     }
 
-    /// Claims a free slot: lock-free (one CAS on the free bitmap when uncontended), no
-    /// allocation. Its data keeps whatever the previous holder wrote; its flag keeps its epoch
-    /// (epochs only move forward, so no reset race). Error: [`UmaError::Exhausted`].
+    /// Claims a free slot (the lowest-numbered one): lock-free, one CAS on the slot's state
+    /// word when uncontended, no allocation. Its data keeps whatever the previous holder wrote;
+    /// its flag keeps its epoch (epochs only move forward, so no reset race).
+    /// Error: [`UmaError::Exhausted`].
     #[inline]
     pub fn acquire(&self) -> Result<Handle, UmaError> {
-        let slot = self.free.acquire().ok_or(UmaError::Exhausted)?;
-        // Relaxed: the bitmap CAS (Acquire) already ordered the last release's bump before us.
-        let generation = self.header(slot).generation.load(Ordering::Relaxed);
-        Ok(Handle {
-            pool: self.id,
-            slot: slot as u32,
-            generation,
-        })
+        for slot in 0..self.slots {
+            let st = &self.header(slot).state;
+            // Relaxed: only a hint; the CAS below validates it.
+            let mut cur = st.load(Ordering::Relaxed);
+            while cur & FREE != 0 {
+                // Acquire on success pairs with the Release store in `release`: the previous
+                // holder's writes to the slot happen-before ours. A failed CAS means another
+                // thread took (or released) the slot: progress was made, so this is lock-free.
+                match st.compare_exchange_weak(
+                    cur,
+                    cur & !FREE,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        return Ok(Handle {
+                            pool: self.id,
+                            slot: slot as u32,
+                            generation: cur >> 1,
+                        })
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        Err(UmaError::Exhausted)
     }
 
     fn check(&self, pool: u32, slot: u32) -> Result<usize, UmaError> {
@@ -333,22 +358,37 @@ impl Pool {
     /// acquisition go stale. A handle of another pool is refused and returned unchanged.
     #[inline]
     pub fn release(&self, handle: Handle) -> Result<(), ReleaseError> {
+        self.release_with(handle, Ordering::Release)
+    }
+
+    /// Loom-only test hook: `release` with a Relaxed store. The loom suite keeps a test
+    /// expecting the model to catch the resulting race between two holders.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn release_relaxed_for_loom(&self, handle: Handle) -> Result<(), ReleaseError> {
+        self.release_with(handle, Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn release_with(&self, handle: Handle, order: Ordering) -> Result<(), ReleaseError> {
         let slot = match self.check(handle.pool, handle.slot) {
             Ok(s) => s,
             Err(error) => return Err(ReleaseError { error, handle }),
         };
-        let h = self.header(slot);
-        if h.generation.load(Ordering::Relaxed) != handle.generation || self.free.is_free(slot) {
+        let st = &self.header(slot).state;
+        // Relaxed: only the holder writes a held slot's state, and we are the holder.
+        let held = handle.generation << 1;
+        if st.load(Ordering::Relaxed) != held {
             // Unreachable through the safe API (handles are unique); kept as a guard.
             return Err(ReleaseError {
                 error: UmaError::StaleHandle,
                 handle,
             });
         }
-        // Relaxed: published to the next acquirer by the bitmap's Release below.
-        h.generation
-            .store(handle.generation.wrapping_add(1), Ordering::Relaxed);
-        self.free.release(slot);
+        // A plain store suffices: while the slot is held no other thread writes its state (an
+        // acquirer's CAS fails on a held slot). Release hands our writes to the next acquirer.
+        let next = handle.generation.wrapping_add(1) & (u32::MAX >> 1);
+        st.store(next << 1 | FREE, order);
         Ok(())
     }
 
@@ -356,9 +396,7 @@ impl Pool {
     /// Best effort for copies handed around: only the [`Handle`] is proof of ownership.
     pub fn resolve(&self, id: SlotId) -> Result<usize, UmaError> {
         let slot = self.check(id.pool, id.slot)?;
-        if self.header(slot).generation.load(Ordering::Acquire) != id.generation
-            || self.free.is_free(slot)
-        {
+        if self.header(slot).state.load(Ordering::Acquire) != id.generation << 1 {
             return Err(UmaError::StaleHandle);
         }
         Ok(slot)
@@ -418,7 +456,7 @@ impl Pool {
         let mut first = [u32::MAX; 8];
         let mut held = 0;
         for i in 0..self.slots {
-            if !self.free.is_free(i) {
+            if !self.is_free(i) {
                 if held < first.len() {
                     first[held] = i as u32;
                 }

@@ -1,5 +1,6 @@
 //! Loom model of acquire/release: no slot is granted twice, none is lost, and a slot's data
-//! written by one holder is visible to the next. Run:
+//! written by one holder is visible to the next; a Relaxed release (a broken twin) must be
+//! caught. Run:
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --target-dir target/loom -p hetero-uma --test loom`
 
 #![cfg(loom)]
@@ -21,7 +22,17 @@ unsafe impl Sync for Shared {}
 
 #[test]
 fn acquire_release_grants_each_slot_once() {
-    loom::model(|| {
+    model(false);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn relaxed_release_is_caught() {
+    model(true);
+}
+
+fn model(weak: bool) {
+    loom::model(move || {
         let s = Arc::new(Shared {
             pool: Pool::new(PoolConfig {
                 slots: 2,
@@ -38,7 +49,11 @@ fn acquire_release_grants_each_slot_once() {
                         let c = &s.cells[h.slot()];
                         // SAFETY: we hold the slot; loom reports any concurrent holder.
                         c.with_mut(|v| unsafe { *v = *v * 10 + t + 1 });
-                        s.pool.release(h).unwrap();
+                        if weak {
+                            s.pool.release_relaxed_for_loom(h).unwrap();
+                        } else {
+                            s.pool.release(h).unwrap();
+                        }
                         true
                     } else {
                         false
