@@ -758,44 +758,66 @@ impl OpModel<'_> {
                 );
             }
         }
-        // Families: (lower bound, x, kind). kind < MAX_STANDARD: NPU row split / hybrid on
-        // that standard shape with X; MAX_STANDARD + i: NPU column split with X, NPU running
-        // all rows with `npu_full[i]`; CPU_GPU: the CPU–GPU column split.
-        const CPU_GPU: usize = MAX_STANDARD + 2;
-        let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); 2 * (MAX_STANDARD + 2) + 1];
+        // Families: (lower bound, x, kind). kind = ROW + i / HYB + i: NPU row split / hybrid on
+        // standard shape i with X; WC + i: NPU column split with X, the NPU running all rows
+        // with `npu_full[i]`; CPU_GPU: the CPU–GPU column split.
+        const ROW: usize = 0;
+        const HYB: usize = MAX_STANDARD;
+        const WC: usize = 2 * MAX_STANDARD;
+        const CPU_GPU: usize = 2 * MAX_STANDARD + 2;
+        const CAP: usize = 2 * (2 * MAX_STANDARD + 2) + 1;
+        let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); CAP];
         let mut len = 0;
-        // max(ρ·A, β·(mn − A))/n over A >= ρβm/(ρ+β).
-        let balance = |rho: f64, beta: f64| rho * beta * m as f64 / (rho + beta);
+        let mf = m as f64;
+        // Lower bound of max(p + ρ·a, β·(m − a)) over a in [0, a_max] (a: full-width rows'
+        // worth of output on the first backend): convex in a, least at the crossing.
+        let bound = |p: f64, rho: f64, beta: f64, a_max: f64| {
+            let a = ((beta * mf - p) / (rho + beta)).clamp(0.0, a_max);
+            let v = (p + rho * a).max(beta * (mf - a));
+            if v.is_nan() {
+                0.0
+            } else {
+                v
+            }
+        };
         if let (true, Some(cpu), Some(gpu)) = (fam.columns[0], self.cpu, self.gpu) {
             // The CPU block of c columns (c a multiple of 64) costs full · c / ceil64(n).
-            let rho = cpu.full_us / m as f64 * (n as f64 / ceil_to(n, COL_TILE) as f64);
-            let beta = gpu.full_us / m as f64;
-            fams[len] = (
-                balance(rho, beta) + cpu.sync_us + gpu.sync_us,
-                Backend::Gpu,
-                CPU_GPU,
-            );
+            let rho = cpu.full_us / mf * (n as f64 / ceil_to(n, COL_TILE) as f64);
+            let lb = bound(0.0, rho, gpu.full_us / mf, mf) + cpu.sync_us + gpu.sync_us;
+            fams[len] = (lb, Backend::Gpu, CPU_GPU);
             len += 1;
         }
         if let Some(npu) = self.npu.as_ref() {
+            let copy = ELEM_BYTES * npu.copy;
             for x in [Backend::Cpu, Backend::Gpu] {
                 let Some(side) = self.side(x) else { continue };
                 let beta = side.per_row_lb;
                 let syncs = npu.sync_us + side.sync_us;
-                // The NPU also copies out every output element it computes: per full-width
-                // row, n elements.
-                let out_copy = n as f64 * ELEM_BYTES * npu.copy;
-                let bound = |rho: f64| balance(rho + out_copy, beta) + syncs;
-                if fam.npu_rows_with[x.index()] || fam.hybrid_with[x.index()] {
-                    for (i, &s) in npu.standard.iter().enumerate() {
-                        if s >= m {
-                            break;
-                        }
-                        let t = npu.std_us[i][0].min(npu.std_us[i][1]);
-                        if t.is_finite() {
-                            fams[len] = (bound(t / s as f64), x, i);
-                            len += 1;
-                        }
+                for (i, &s) in npu.standard.iter().enumerate() {
+                    if s >= m {
+                        break;
+                    }
+                    let t = npu.std_us[i][0].min(npu.std_us[i][1]);
+                    if !t.is_finite() {
+                        continue;
+                    }
+                    let sf = s as f64;
+                    if fam.npu_rows_with[x.index()] {
+                        // j chunks cost exactly j·A on the NPU; X at least β·(m − j·s).
+                        let a1 = t + sf * (self.k as f64 + n as f64) * copy;
+                        let j_max = ((m - 1) / s) as f64;
+                        let jc = (beta * mf / (a1 + beta * sf)).clamp(1.0, j_max);
+                        let at = |j: f64| (j * a1).max(beta * (mf - j * sf));
+                        let lb = at(jc.floor()).min(at(jc.ceil()));
+                        fams[len] = (lb + syncs, x, ROW + i);
+                        len += 1;
+                    }
+                    if fam.hybrid_with[x.index()] {
+                        // NPU: s rows on c columns, a = s·c/n rows' worth, a <= s.
+                        let p = sf * self.k as f64 * copy;
+                        let rho = t / sf + n as f64 * copy;
+                        fams[len] = (bound(p, rho, beta, sf) + syncs, x, HYB + i);
+                        len += 1;
                     }
                 }
                 let col = if x == Backend::Cpu { 1 } else { 2 };
@@ -803,7 +825,15 @@ impl OpModel<'_> {
                     for (i, e) in npu_full.iter().enumerate() {
                         if let Some(e) = e {
                             let t = e.chunks as f64 * self.npu_graph_us(e.graph_m, e.order);
-                            fams[len] = (bound(t / m as f64), x, MAX_STANDARD + i);
+                            let prep = if e.online {
+                                npu.prepare.unwrap_or(0.0)
+                            } else {
+                                0.0
+                            };
+                            let p = prep + mf * self.k as f64 * copy;
+                            let rho = t / mf + n as f64 * copy;
+                            let lb = bound(p, rho, side.full_us / mf, mf) + syncs;
+                            fams[len] = (lb, x, WC + i);
                             len += 1;
                         }
                     }
@@ -811,7 +841,7 @@ impl OpModel<'_> {
             }
         }
         // Visit in increasing (bound, kind, backend); selection, as few are usually visited.
-        let mut done = [false; 2 * (MAX_STANDARD + 2) + 1];
+        let mut done = [false; CAP];
         let key = |e: &(f64, Backend, usize), f: &(f64, Backend, usize)| {
             e.0.total_cmp(&f.0).then(e.2.cmp(&f.2)).then(e.1.cmp(&f.1))
         };
@@ -826,7 +856,7 @@ impl OpModel<'_> {
             done[i] = true;
             let (lb, x, kind) = fams[i];
             // A small margin keeps rounding in the bound from cutting a tie-level candidate.
-            if best.best.is_some_and(|(_, bt)| lb * (1.0 - 1e-12) >= bt) {
+            if best.best.is_some_and(|(_, bt)| lb * (1.0 - 1e-9) >= bt) {
                 break;
             }
             if kind == CPU_GPU {
@@ -841,20 +871,20 @@ impl OpModel<'_> {
                 continue;
             }
             let Some(npu) = self.npu.as_ref() else { break };
-            if kind >= MAX_STANDARD {
-                let e = npu_full[kind - MAX_STANDARD];
+            if kind >= WC {
                 let base = Split {
                     a: Backend::Npu,
                     b: Some(x),
                     rows: m,
                     cols: n,
-                    npu: e,
+                    npu: npu_full[kind - WC],
                 };
                 self.offer_columns(&mut best, base);
                 continue;
             }
-            let s = npu.standard[kind];
-            let order = if npu.std_us[kind][1] < npu.std_us[kind][0] {
+            let idx = kind % MAX_STANDARD;
+            let s = npu.standard[idx];
+            let order = if npu.std_us[idx][1] < npu.std_us[idx][0] {
                 Order::WeightFirst
             } else {
                 Order::ActivationFirst
@@ -871,31 +901,30 @@ impl OpModel<'_> {
                     order,
                 }),
             };
-            if fam.npu_rows_with[x.index()] {
-                // Smallest j with NPU time >= other time; the optimum is j or j - 1.
-                // The NPU side is j runs of one chunk, chunk copies included: j times the
-                // one-chunk time (to rounding; the candidates are then costed exactly).
-                let (c1, p1) = self.a_time(&split(1));
-                let per_chunk = c1 + p1;
-                let j_max = (m - 1) / s;
-                let (mut lo, mut hi) = (1u32, j_max + 1);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    let (cb, pb) = self.b_time(&split(mid));
-                    if mid as f64 * per_chunk >= cb + pb {
-                        hi = mid;
-                    } else {
-                        lo = mid + 1;
-                    }
-                }
-                for j in [lo.saturating_sub(1), lo] {
-                    if (1..=j_max).contains(&j) {
-                        best.offer(self, split(j));
-                    }
+            if kind >= HYB {
+                self.offer_columns(&mut best, split(1));
+                continue;
+            }
+            // Smallest j with NPU time >= other time; the optimum is j or j - 1. The NPU
+            // side is j runs of one chunk, chunk copies included: j times the one-chunk time
+            // (to rounding; the candidates are then costed exactly).
+            let (c1, p1) = self.a_time(&split(1));
+            let per_chunk = c1 + p1;
+            let j_max = (m - 1) / s;
+            let (mut lo, mut hi) = (1u32, j_max + 1);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let (cb, pb) = self.b_time(&split(mid));
+                if mid as f64 * per_chunk >= cb + pb {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
                 }
             }
-            if fam.hybrid_with[x.index()] {
-                self.offer_columns(&mut best, split(1));
+            for j in [lo.saturating_sub(1), lo] {
+                if (1..=j_max).contains(&j) {
+                    best.offer(self, split(j));
+                }
             }
         }
         best.best.map(|(s, _)| s)

@@ -31,6 +31,11 @@ impl Rng {
 fn random_profile(seed: u64) -> Profile {
     let mut r = Rng(seed);
     let mut backends = Vec::new();
+    // Half the profiles share one measured shape and use latencies `floor + rate * m` of
+    // comparable size across backends, so that two-backend splits often win and every
+    // family of the solver is exercised; the rest are unrelated random curves.
+    let shared = r.chance(50);
+    let (k0, n0) = (8 + r.below(500) as u32, 8 + r.below(500) as u32);
     let mask = 1 + r.below(7);
     for (bit, name) in [(1, "cpu"), (2, "gpu"), (4, "npu")] {
         if mask & bit == 0 {
@@ -38,9 +43,14 @@ fn random_profile(seed: u64) -> Profile {
         }
         let npu = name == "npu";
         let mut bp = backend(name, Vec::new());
-        let shapes = 1 + r.below(2);
+        let shapes = if shared { 1 } else { 1 + r.below(2) };
+        let (floor, rate) = (r.f(1.0, 100.0), r.f(0.1, 5.0));
         for _ in 0..shapes {
-            let (k, n) = (8 + r.below(500) as u32, 8 + r.below(500) as u32);
+            let (k, n) = if shared {
+                (k0, n0)
+            } else {
+                (8 + r.below(500) as u32, 8 + r.below(500) as u32)
+            };
             let orders: &[Order] = if npu && r.chance(50) {
                 &[Order::ActivationFirst, Order::WeightFirst]
             } else {
@@ -52,7 +62,12 @@ fn random_profile(seed: u64) -> Profile {
                 ms.sort_unstable();
                 ms.dedup();
                 for m in ms {
-                    bp.points.push(pto(k, n, m, r.f(1.0, 1000.0), o));
+                    let us = if shared {
+                        (floor + rate * m as f64) * r.f(0.8, 1.2)
+                    } else {
+                        r.f(1.0, 1000.0)
+                    };
+                    bp.points.push(pto(k, n, m, us, o));
                 }
             }
         }
