@@ -37,6 +37,8 @@ pub enum BackendError {
     Unsupported(GgmlType),
     /// `k` exceeds what the backend's scratch allows.
     TooWide(usize),
+    /// A kernel from another crate refused the call.
+    Kernel(String),
 }
 
 impl fmt::Display for BackendError {
@@ -45,6 +47,7 @@ impl fmt::Display for BackendError {
             Self::Shape(w) => write!(f, "shape mismatch: {w}"),
             Self::Unsupported(t) => write!(f, "tensor type {t:?} unsupported by this backend"),
             Self::TooWide(k) => write!(f, "row length {k} exceeds the backend's limit {MAX_K}"),
+            Self::Kernel(e) => write!(f, "kernel error: {e}"),
         }
     }
 }
@@ -98,6 +101,10 @@ pub enum CpuKernel {
     /// take the AVX-512 f32 path.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
+    /// The `hetero-sme` crate's quantized decode GEMV (`gemv_q4_0/q4_1/q8_0`, f32 activations,
+    /// dequantized in registers, its own dispatch) on row ranges spread over the pool, for
+    /// `m <= hetero_sme::GEMV_MAX_ROWS`; other shapes and types take the best f32 path.
+    SmeGemv,
 }
 
 impl CpuKernel {
@@ -108,6 +115,7 @@ impl CpuKernel {
         if std::is_x86_feature_detected!("avx512f") {
             v.push(CpuKernel::Avx512);
         }
+        v.push(CpuKernel::SmeGemv);
         #[cfg(target_arch = "x86_64")]
         if crate::qkernel::vnni::available() {
             v.push(CpuKernel::Avx512Vnni);
@@ -213,8 +221,23 @@ impl Backend for CpuBackend {
                 return Ok(());
             }
         }
+        if self.kernel == CpuKernel::SmeGemv
+            && m <= hetero_sme::GEMV_MAX_ROWS
+            && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+        {
+            return self.matmul_sme(w, rb, x, m, out);
+        }
+        // The f32 fallback of the SME-GEMV kernel: the best f32 kernel this CPU has.
+        let base = match self.kernel {
+            CpuKernel::SmeGemv => CpuKernel::available()
+                .into_iter()
+                .filter(|&c| c != CpuKernel::SmeGemv)
+                .find(|&c| c != CpuKernel::Portable)
+                .unwrap_or(CpuKernel::Portable),
+            other => other,
+        };
         let kernel = if k % 16 == 0 {
-            self.kernel
+            base
         } else {
             CpuKernel::Portable
         };
@@ -252,7 +275,62 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Output rows per pool task of the SME GEMV (its tiles are 64 columns).
+const SME_ROWS_PER_TASK: usize = 64;
+
 impl CpuBackend {
+    fn matmul_sme(
+        &self,
+        w: &WeightView<'_>,
+        rb: usize,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
+        let (n, k) = (w.n, w.k);
+        let outs = SharedMut::new(out);
+        let failed: Mutex<Option<String>> = Mutex::new(None);
+        let task = |t: usize, _thread: usize| {
+            let r0 = t * SME_ROWS_PER_TASK;
+            let nr = (n - r0).min(SME_ROWS_PER_TASK);
+            let bytes = &w.data[r0 * rb..(r0 + nr) * rb];
+            // Results for this row range: straight into `out` for one token, else through a
+            // local buffer (the rows of several tokens are not contiguous in `out`).
+            let mut local = [0f32; hetero_sme::GEMV_MAX_ROWS * SME_ROWS_PER_TASK];
+            let (y, ldy): (&mut [f32], usize) = if m == 1 {
+                // SAFETY: tasks own disjoint row ranges [r0, r0 + nr) of the single output row.
+                (unsafe { outs.slice(r0, nr) }, nr)
+            } else {
+                (&mut local[..m * nr], nr)
+            };
+            let r = match w.ty {
+                GgmlType::Q4_0 => BlockQ4_0::slice_from_bytes(bytes)
+                    .and_then(|b| hetero_sme::gemv_q4_0(x, m, k, b, y, ldy)),
+                GgmlType::Q4_1 => BlockQ4_1::slice_from_bytes(bytes)
+                    .and_then(|b| hetero_sme::gemv_q4_1(x, m, k, b, y, ldy)),
+                _ => BlockQ8_0::slice_from_bytes(bytes)
+                    .and_then(|b| hetero_sme::gemv_q8_0(x, m, k, b, y, ldy)),
+            };
+            if let Err(e) = r {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{e:?}"));
+                return;
+            }
+            if m > 1 {
+                for tok in 0..m {
+                    // SAFETY: tasks own disjoint row ranges [r0, r0 + nr) of every output row.
+                    let o = unsafe { outs.slice(tok * n + r0, nr) };
+                    o.copy_from_slice(&local[tok * nr..(tok + 1) * nr]);
+                }
+            }
+        };
+        self.pool.run(n.div_ceil(SME_ROWS_PER_TASK), &task);
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(BackendError::Kernel(format!("hetero-sme: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     fn matmul_packed(&self, w: &PackedWeight, x: &[f32], m: usize, out: &mut [f32]) {
         let (n, k) = (w.n, w.k);
         let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
@@ -394,7 +472,7 @@ pub fn dot_block(
     acc: &mut [[f32; NR]; MR],
 ) {
     match kernel {
-        CpuKernel::Portable => dot_block_portable(w, nr, x, mr, k, acc),
+        CpuKernel::Portable | CpuKernel::SmeGemv => dot_block_portable(w, nr, x, mr, k, acc),
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx512 | CpuKernel::Avx512Vnni => {
             assert!(

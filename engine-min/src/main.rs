@@ -14,6 +14,7 @@ use engine_min::sample::{Sampler, SamplerOptions};
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
                  [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu]
+                 [--kernel portable|avx512|avx512-vnni|sme-gemv]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
 The model defaults to $HETERO_MODEL.";
@@ -197,6 +198,22 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let threads: usize = args.parsed("--threads", default_threads)?;
     let ctx: usize = args.parsed("--ctx", 2048)?;
     let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
+    let kernel = match args.value("--kernel")? {
+        None => CpuKernel::best(),
+        Some(name) => CpuKernel::available()
+            .into_iter()
+            .find(|k| kernel_name(*k) == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = CpuKernel::available()
+                    .into_iter()
+                    .map(kernel_name)
+                    .collect();
+                usage(format!(
+                    "--kernel `{name}` is not available on this CPU (available: {})",
+                    names.join(", ")
+                ))
+            })?,
+    };
     args.finish()?;
     if plan != "cpu" {
         return Err(Fail(
@@ -214,7 +231,6 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
     let pool = Arc::new(Pool::new(threads));
-    let kernel = CpuKernel::best();
     let backend = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
     let mut engine = Engine::new(
         Arc::clone(&model),
@@ -361,6 +377,18 @@ fn cpu_time() -> Duration {
         return Duration::ZERO;
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The CLI name of a CPU kernel.
+fn kernel_name(k: CpuKernel) -> &'static str {
+    match k {
+        CpuKernel::Portable => "portable",
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx512 => "avx512",
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx512Vnni => "avx512-vnni",
+        CpuKernel::SmeGemv => "sme-gemv",
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -84,6 +84,8 @@ fn tol(kernel: CpuKernel) -> f32 {
         CpuKernel::Avx512 => TOL_F32,
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx512Vnni => TOL_Q8,
+        // f32 activations, weights dequantized exactly: same accuracy class as the f32 kernels.
+        CpuKernel::SmeGemv => TOL_F32,
     }
 }
 
