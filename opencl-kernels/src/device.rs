@@ -93,6 +93,7 @@ pub struct Device {
     pub(crate) queue: cl_command_queue,
     info: DeviceInfo,
     cache_dir: Option<PathBuf>,
+    pub(crate) profiling: bool,
 }
 
 // SAFETY: the context, queue and device handles are reference-counted OpenCL objects whose
@@ -253,6 +254,17 @@ impl Device {
         platform: Option<&Selector>,
         device: Option<&Selector>,
     ) -> Result<Arc<Device>> {
+        Device::open_with(api, platform, device, false)
+    }
+
+    /// [`Device::open`] with a profiling queue (`CL_QUEUE_PROFILING_ENABLE`) when `profiling`
+    /// is true, so that [`crate::Launch::enqueue_profiled`] can read kernel start/end times.
+    pub fn open_with(
+        api: Arc<Api>,
+        platform: Option<&Selector>,
+        device: Option<&Selector>,
+        profiling: bool,
+    ) -> Result<Arc<Device>> {
         let plats = platforms(&api)?;
         let pnames: Vec<String> = plats
             .iter()
@@ -303,8 +315,13 @@ impl Device {
             clf!(api, clCreateContext)(ptr::null(), 1, &d, None, ptr::null_mut(), &mut err)
         };
         check("clCreateContext", err)?;
-        // SAFETY: context and device are valid; properties 0 = in-order, no profiling.
-        let queue = unsafe { clf!(api, clCreateCommandQueue)(context, d, 0, &mut err) };
+        let props = if profiling {
+            CL_QUEUE_PROFILING_ENABLE
+        } else {
+            0
+        };
+        // SAFETY: context and device are valid; in-order queue, profiling as asked.
+        let queue = unsafe { clf!(api, clCreateCommandQueue)(context, d, props, &mut err) };
         if err != CL_SUCCESS {
             // SAFETY: releasing the context created above, once.
             unsafe { clf!(api, clReleaseContext)(context) };
@@ -320,6 +337,7 @@ impl Device {
             queue,
             info,
             cache_dir: default_cache_dir(),
+            profiling,
         }))
     }
 

@@ -699,6 +699,35 @@ impl<'a> Launch<'a> {
         self.nd()
     }
 
+    /// Enqueues the kernel and returns its event, from which [`Profiled::seconds`] reads the
+    /// device's start/end timestamps. Needs a device opened with profiling
+    /// ([`Device::open_with`]); for measurement, not the hot path.
+    pub fn enqueue_profiled(&mut self) -> Result<Profiled> {
+        let dev = self.kernels.device.clone();
+        if !dev.profiling {
+            return Err(Error::NotApplicable(
+                "enqueue_profiled needs a device opened with profiling",
+            ));
+        }
+        self.set_epoch(0)?;
+        let mut ev: cl_event = ptr::null_mut();
+        // SAFETY: as in `nd`, plus an event out-pointer that the returned Profiled releases.
+        check("clEnqueueNDRangeKernel", unsafe {
+            clf!(dev.api, clEnqueueNDRangeKernel)(
+                dev.queue,
+                self.kernel,
+                self.dims,
+                ptr::null(),
+                self.global.as_ptr(),
+                self.local.as_ptr(),
+                0,
+                ptr::null(),
+                &mut ev,
+            )
+        })?;
+        Ok(Profiled { device: dev, ev })
+    }
+
     /// Enqueues the kernel so that its last work-group stores `epoch` into the bound flag
     /// (see [`Flag`]); call [`Device::flush`] to make sure it starts.
     pub fn enqueue_signaled(&mut self, epoch: NonZeroU32) -> Result<()> {
@@ -819,6 +848,55 @@ impl Flag {
             } else {
                 std::thread::yield_now();
             }
+        }
+    }
+}
+
+/// The event of a profiled launch ([`Launch::enqueue_profiled`]); released on drop.
+pub struct Profiled {
+    device: Arc<Device>,
+    ev: cl_event,
+}
+
+impl std::fmt::Debug for Profiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profiled").finish()
+    }
+}
+
+impl Profiled {
+    /// Waits for the kernel and returns its device time (`COMMAND_END - COMMAND_START`), in s.
+    pub fn seconds(&self) -> Result<f64> {
+        let api = &self.device.api;
+        // SAFETY: one valid event.
+        check("clWaitForEvents", unsafe {
+            clf!(api, clWaitForEvents)(1, &self.ev)
+        })?;
+        let mut t = [0u64; 2];
+        for (slot, what) in t
+            .iter_mut()
+            .zip([CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END])
+        {
+            // SAFETY: a cl_ulong out-value of the size given.
+            check("clGetEventProfilingInfo", unsafe {
+                clf!(api, clGetEventProfilingInfo)(
+                    self.ev,
+                    what,
+                    8,
+                    (slot as *mut u64).cast(),
+                    ptr::null_mut(),
+                )
+            })?;
+        }
+        Ok(t[1].saturating_sub(t[0]) as f64 * 1e-9)
+    }
+}
+
+impl Drop for Profiled {
+    fn drop(&mut self) {
+        if let Some(f) = self.device.api.clReleaseEvent {
+            // SAFETY: the event came from the enqueue and is released once.
+            unsafe { f(self.ev) };
         }
     }
 }

@@ -166,6 +166,15 @@ macro_rules! paste_t {
     (clFinish) => {
         ft::clFinish_t
     };
+    (clWaitForEvents) => {
+        ft::clWaitForEvents_t
+    };
+    (clReleaseEvent) => {
+        ft::clReleaseEvent_t
+    };
+    (clGetEventProfilingInfo) => {
+        ft::clGetEventProfilingInfo_t
+    };
 }
 
 api_table!(
@@ -196,6 +205,9 @@ api_table!(
     clEnqueueUnmapMemObject,
     clFlush,
     clFinish,
+    clWaitForEvents,
+    clReleaseEvent,
+    clGetEventProfilingInfo,
 );
 
 // SAFETY: the table holds plain function pointers into a library that stays loaded while the

@@ -751,3 +751,19 @@ fn relayout_and_format_sizes() {
         Err(Error::BufferTooSmall { what: "qs", .. })
     ));
 }
+
+#[test]
+fn profiled_launch_reports_device_time() {
+    let Some(k) = kernels() else { return };
+    let b = k.device().upload(&[1f32; 64]).unwrap();
+    let mut l = k.add(&b, &b, &b, 64).unwrap();
+    assert!(matches!(l.enqueue_profiled(), Err(Error::NotApplicable(_))));
+    let api = Arc::new(ocl::Api::load().unwrap());
+    let dev = Device::open_with(api, None, None, true).unwrap();
+    let k2 = Kernels::new(&dev).unwrap();
+    let b2 = dev.upload(&[1f32; 64]).unwrap();
+    let mut l2 = k2.add(&b2, &b2, &b2, 64).unwrap();
+    let s = l2.enqueue_profiled().unwrap().seconds().unwrap();
+    assert!((0.0..10.0).contains(&s), "{s}");
+    assert_eq!(read(&b2, 64), vec![2f32; 64]);
+}
