@@ -653,9 +653,15 @@ impl OpModel<'_> {
         };
         let m = self.m;
         let mut static_best: Option<(NpuExec, f64)> = None;
-        for &s in npu.standard {
+        for (&s, st) in npu.standard.iter().zip(&npu.std_us) {
             let chunks = m.div_ceil(s);
-            if let Some((order, t)) = self.best_order(s) {
+            // ActivationFirst wins ties.
+            let (order, t) = if st[1] < st[0] {
+                (Order::WeightFirst, st[1])
+            } else {
+                (Order::ActivationFirst, st[0])
+            };
+            if t.is_finite() {
                 let t = t * chunks as f64;
                 if static_best.is_none_or(|(_, bt)| t < bt) {
                     static_best = Some((
@@ -768,6 +774,15 @@ impl OpModel<'_> {
         const CAP: usize = 2 * (2 * MAX_STANDARD + 2) + 1;
         let mut fams = [(f64::INFINITY, Backend::Cpu, 0usize); CAP];
         let mut len = 0;
+        // Families whose bound already reaches the best single-backend plan are never visited.
+        let cutoff = best.best.map_or(f64::INFINITY, |(_, bt)| bt);
+        let mut push = |lb: f64, x: Backend, kind: usize| {
+            // A small margin keeps rounding in the bound from cutting a tie-level candidate.
+            if lb * (1.0 - 1e-9) < cutoff {
+                fams[len] = (lb, x, kind);
+                len += 1;
+            }
+        };
         let mf = m as f64;
         // Lower bound of max(p + ρ·a, β·(m − a)) over a in [0, a_max] (a: full-width rows'
         // worth of output on the first backend): convex in a, least at the crossing.
@@ -784,8 +799,7 @@ impl OpModel<'_> {
             // The CPU block of c columns (c a multiple of 64) costs full · c / ceil64(n).
             let rho = cpu.full_us / mf * (n as f64 / ceil_to(n, COL_TILE) as f64);
             let lb = bound(0.0, rho, gpu.full_us / mf, mf) + cpu.sync_us + gpu.sync_us;
-            fams[len] = (lb, Backend::Gpu, CPU_GPU);
-            len += 1;
+            push(lb, Backend::Gpu, CPU_GPU);
         }
         if let Some(npu) = self.npu.as_ref() {
             let copy = ELEM_BYTES * npu.copy;
@@ -809,15 +823,13 @@ impl OpModel<'_> {
                         let jc = (beta * mf / (a1 + beta * sf)).clamp(1.0, j_max);
                         let at = |j: f64| (j * a1).max(beta * (mf - j * sf));
                         let lb = at(jc.floor()).min(at(jc.ceil()));
-                        fams[len] = (lb + syncs, x, ROW + i);
-                        len += 1;
+                        push(lb + syncs, x, ROW + i);
                     }
                     if fam.hybrid_with[x.index()] {
                         // NPU: s rows on c columns, a = s·c/n rows' worth, a <= s.
                         let p = sf * self.k as f64 * copy;
                         let rho = t / sf + n as f64 * copy;
-                        fams[len] = (bound(p, rho, beta, sf) + syncs, x, HYB + i);
-                        len += 1;
+                        push(bound(p, rho, beta, sf) + syncs, x, HYB + i);
                     }
                 }
                 let col = if x == Backend::Cpu { 1 } else { 2 };
@@ -833,8 +845,7 @@ impl OpModel<'_> {
                             let p = prep + mf * self.k as f64 * copy;
                             let rho = t / mf + n as f64 * copy;
                             let lb = bound(p, rho, side.full_us / mf, mf) + syncs;
-                            fams[len] = (lb, x, WC + i);
-                            len += 1;
+                            push(lb, x, WC + i);
                         }
                     }
                 }
@@ -911,11 +922,36 @@ impl OpModel<'_> {
             let (c1, p1) = self.a_time(&split(1));
             let per_chunk = c1 + p1;
             let j_max = (m - 1) / s;
-            let (mut lo, mut hi) = (1u32, j_max + 1);
+            let pred = |j: u32| {
+                let (cb, pb) = self.b_time(&split(j));
+                j as f64 * per_chunk >= cb + pb
+            };
+            // Below the crossing of j·A with β·(m − j·s) the NPU side is surely shorter
+            // (X costs at least β per row), so the search starts there and gallops up.
+            let beta = self.side(x).map_or(0.0, |sd| sd.per_row_lb);
+            let jc = beta * m as f64 / (per_chunk + beta * s as f64);
+            let mut lo = if jc.is_finite() && jc >= 2.0 {
+                (jc.floor() as u32 - 1).clamp(1, j_max)
+            } else {
+                1
+            };
+            let mut step = 1u32;
+            let mut hi = j_max + 1;
+            while lo < hi {
+                let probe = lo.saturating_add(step - 1);
+                if probe >= hi {
+                    break;
+                }
+                if pred(probe) {
+                    hi = probe;
+                    break;
+                }
+                lo = probe + 1;
+                step = step.saturating_mul(2);
+            }
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                let (cb, pb) = self.b_time(&split(mid));
-                if mid as f64 * per_chunk >= cb + pb {
+                if pred(mid) {
                     hi = mid;
                 } else {
                     lo = mid + 1;
