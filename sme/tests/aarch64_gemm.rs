@@ -315,3 +315,71 @@ fn crate_packer_matches_the_format_the_kernels_read() {
         }
     }
 }
+
+#[test]
+fn pack_lhs_f32_rounds_like_half() {
+    // The vector path (8 at a time, fcvtn) and the scalar tail must both round like
+    // half::f16::from_f32: ties, overflow to infinity, subnormals, signed zero, NaN.
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        6.0e-8,
+        2.9e-8,
+        3.0e-8,
+        1.0e-5,
+        -1.0e-5,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        f32::MIN_POSITIVE,
+        0.1,
+        1.0 / 3.0,
+        2049.0,
+        2051.0,
+    ];
+    let mut rng = Rng::new(5);
+    for &(rows, k, tr) in &[(3, 23, 4), (16, 40, 16), (1, 8, 8), (8, 17, 8), (2, 1, 16)] {
+        let lda = k + 3;
+        let a: Vec<f32> = (0..rows * lda)
+            .map(|i| {
+                if i % 5 == 0 {
+                    specials[(i / 5) % specials.len()]
+                } else {
+                    rng.unit() * 100.0
+                }
+            })
+            .collect();
+        let mut dst = vec![0xaaaau16; lhs_block_len(tr, k) + 3];
+        pack_lhs_f32(&a, lda, rows, k, tr, &mut dst);
+        for q in 0..k.div_ceil(2) {
+            for i in 0..tr {
+                for j in 0..2 {
+                    let kk = 2 * q + j;
+                    let want = if i < rows && kk < k {
+                        f16(a[i * lda + kk])
+                    } else {
+                        0
+                    };
+                    assert_eq!(
+                        dst[(q * tr + i) * 2 + j],
+                        want,
+                        "rows{rows} k{k} q{q} i{i} j{j}"
+                    );
+                }
+            }
+        }
+        assert!(dst[lhs_block_len(tr, k)..].iter().all(|&v| v == 0xaaaa));
+    }
+    // NaN stays NaN (payload may differ).
+    let a = [f32::NAN; 8];
+    let mut dst = vec![0u16; lhs_block_len(1, 8)];
+    pack_lhs_f32(&a, 8, 1, 8, 1, &mut dst);
+    assert!(dst.iter().all(|&h| h & 0x7c00 == 0x7c00 && h & 0x03ff != 0));
+}

@@ -95,6 +95,24 @@ unsafe fn read_svl_bytes() -> usize {
     svl
 }
 
+/// TPIDR2_EL0: non-zero while an SME-aware caller has ZA live in the dormant (lazy-save) state.
+///
+/// # Safety
+/// The CPU must implement FEAT_SME (TPIDR2_EL0 exists only then).
+unsafe fn tpidr2_el0() -> u64 {
+    let v: u64;
+    // SAFETY: the caller guarantees FEAT_SME; EL0 may read TPIDR2_EL0; register-only.
+    unsafe {
+        core::arch::asm!(
+            ".arch_extension sme",
+            "mrs {0}, tpidr2_el0",
+            out(reg) v,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    v
+}
+
 /// Checks SME + F16F32 (+ SME2 when `need_sme2`) and reads the SVL.
 fn probe_sme(need_sme2: bool) -> Result<usize, SmeUnavailable> {
     let caps = hwcap2();
@@ -206,7 +224,7 @@ pub fn pack_lhs_f32(
     tile_rows: usize,
     dst: &mut [u16],
 ) {
-    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| {
+    pack_lhs(a, lda, rows, k, tile_rows, dst, f32x8_to_f16, |x| {
         half::f16::from_f32(x).to_bits()
     });
 }
@@ -223,9 +241,34 @@ pub fn pack_lhs_f16(
     tile_rows: usize,
     dst: &mut [u16],
 ) {
-    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| x);
+    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| *x, |x| x);
 }
 
+/// Eight f32 → eight FP16 bits, round to nearest even (`fcvtn`/`fcvtn2` under the default
+/// FPCR, the same result as `half::f16::from_f32` including NaN, infinity and subnormals).
+fn f32x8_to_f16(x: &[f32; 8]) -> [u16; 8] {
+    use core::arch::aarch64::{uint16x8_t, vld1q_f32, vst1q_u16};
+    let mut out = [0u16; 8];
+    // SAFETY: `x` holds 8 f32 (two 4-lane loads) and `out` 8 u16 (one 8-lane store); FCVTN and
+    // FCVTN2 are base Advanced SIMD, register-only; `o` is an early-clobber output, so it does
+    // not share a register with `b`, which the second instruction reads after `o` is written.
+    unsafe {
+        let (va, vb) = (vld1q_f32(x.as_ptr()), vld1q_f32(x.as_ptr().add(4)));
+        let o: uint16x8_t;
+        core::arch::asm!(
+            "fcvtn {o:v}.4h, {a:v}.4s",
+            "fcvtn2 {o:v}.8h, {b:v}.4s",
+            a = in(vreg) va,
+            b = in(vreg) vb,
+            o = out(vreg) o,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        vst1q_u16(out.as_mut_ptr(), o);
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
 fn pack_lhs<T: Copy>(
     a: &[T],
     lda: usize,
@@ -233,6 +276,7 @@ fn pack_lhs<T: Copy>(
     k: usize,
     tile_rows: usize,
     dst: &mut [u16],
+    conv8: impl Fn(&[T; 8]) -> [u16; 8],
     conv: impl Fn(T) -> u16,
 ) {
     let len = lhs_block_len(tile_rows, k);
@@ -249,11 +293,21 @@ fn pack_lhs<T: Copy>(
     }
     let dst = &mut dst[..len];
     dst.fill(0);
+    let tr2 = 2 * tile_rows; // u16 between k-pair q and q+1 of one row
     for i in 0..rows {
         let row = &a[i * lda..i * lda + k];
-        for (kk, &v) in row.iter().enumerate() {
-            let (q, j) = (kk / 2, kk % 2);
-            dst[(q * tile_rows + i) * 2 + j] = conv(v);
+        let mut chunks = row.chunks_exact(8);
+        let mut base = 2 * i; // dst index of (q, i, j = 0)
+        for c in &mut chunks {
+            let h = conv8(c.try_into().expect("chunks_exact(8)"));
+            for pair in h.chunks_exact(2) {
+                dst[base] = pair[0];
+                dst[base + 1] = pair[1];
+                base += tr2;
+            }
+        }
+        for (t, &v) in chunks.remainder().iter().enumerate() {
+            dst[base + (t / 2) * tr2 + t % 2] = conv(v);
         }
     }
 }
@@ -292,6 +346,9 @@ impl Sme2 {
         bias: *const f32,
     ) {
         debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
+        // SAFETY: the token proves FEAT_SME.
+        let tpidr2 = unsafe { tpidr2_el0() };
+        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
         if rows == 0 || cols == 0 {
             return;
         }
@@ -334,6 +391,9 @@ impl Sme1 {
         bias: *const f32,
     ) {
         debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
+        // SAFETY: the token proves FEAT_SME.
+        let tpidr2 = unsafe { tpidr2_el0() };
+        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
         if rows == 0 || cols == 0 {
             return;
         }
