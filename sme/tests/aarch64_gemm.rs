@@ -7,7 +7,7 @@
 mod aarch64_common;
 
 use aarch64_common::*;
-use hetero_sme::arch::aarch64::{lhs_block_len, pack_lhs_f32, Sme1, Sme2};
+use hetero_sme::arch::aarch64::{lhs_block_len, pack_lhs_f32, Sme1, Sme2, SmeUnavailable};
 
 const EDGE: [usize; 12] = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129];
 /// Sentinel for C cells the kernel must not touch (a NaN with a payload).
@@ -237,6 +237,20 @@ fn tokens_agree_with_hwcap2() {
     );
     if caps & HWCAP2_SME == 0 {
         assert!(Sme1::try_new().is_none() && Sme2::try_new().is_none());
+    }
+    // SVLs other than 128/256/512 bits are refused with a typed reason, never run.
+    for r in [
+        Sme2::probe().map(|t| t.svl_bits()),
+        Sme1::probe().map(|t| t.svl_bits()),
+    ] {
+        match r {
+            Ok(bits) => assert!([128, 256, 512].contains(&bits)),
+            Err(SmeUnavailable::UnsupportedSvl { bits }) => {
+                assert!(bits > 512 || bits < 128);
+                eprintln!("refused: {}", SmeUnavailable::UnsupportedSvl { bits });
+            }
+            Err(_) => {}
+        }
     }
     if let (Some(a), Some(b)) = (Sme2::try_new(), Sme1::try_new()) {
         assert_eq!(a.tile_rows(), b.tile_rows());
