@@ -317,85 +317,104 @@ impl Dec for D80 {
 /// # Safety
 /// As [`crate::Kernel::gemv_rows`], with the AVX-512 features present.
 unsafe fn qgemv_dispatch(ctx: &QCtx, n0: usize, n1: usize) {
-    macro_rules! by_m {
-        ($d:ty, $w:expr) => {
-            match ctx.m {
-                0 => {}
-                1 => qrows::<1, $d>(ctx, $w, n0, n1),
-                2 => qrows::<2, $d>(ctx, $w, n0, n1),
-                3 => qrows::<3, $d>(ctx, $w, n0, n1),
-                4 => qrows::<4, $d>(ctx, $w, n0, n1),
-                5 => qrows::<5, $d>(ctx, $w, n0, n1),
-                6 => qrows::<6, $d>(ctx, $w, n0, n1),
-                7 => qrows::<7, $d>(ctx, $w, n0, n1),
-                8 => qrows::<8, $d>(ctx, $w, n0, n1),
-                9 => qrows::<9, $d>(ctx, $w, n0, n1),
-                10 => qrows::<10, $d>(ctx, $w, n0, n1),
-                11 => qrows::<11, $d>(ctx, $w, n0, n1),
-                12 => qrows::<12, $d>(ctx, $w, n0, n1),
-                13 => qrows::<13, $d>(ctx, $w, n0, n1),
-                14 => qrows::<14, $d>(ctx, $w, n0, n1),
-                15 => qrows::<15, $d>(ctx, $w, n0, n1),
-                _ => qrows::<16, $d>(ctx, $w, n0, n1),
-            }
-        };
-    }
     // SAFETY: forwarded; m <= 16 was validated.
     unsafe {
         match ctx.w {
-            WPtr::Q4_0(w) => by_m!(D40, w),
-            WPtr::Q4_1(w) => by_m!(D41, w),
-            WPtr::Q8_0(w) => by_m!(D80, w),
+            WPtr::Q4_0(w) => qrows::<D40>(ctx, w, n0, n1),
+            WPtr::Q4_1(w) => qrows::<D41>(ctx, w, n0, n1),
+            WPtr::Q8_0(w) => qrows::<D80>(ctx, w, n0, n1),
         }
     }
 }
 
-/// Rows `n0..n1` of W against M rows of x. M ≤ 2: four accumulators per row of x (two blocks in
-/// flight) to hide FMA latency; M ≤ 8: two; otherwise one (register budget).
+/// Rows `n0..n1` of W against the M rows of x, in register blocks of up to 4 rows of x × 4 rows
+/// of W: each x vector loaded feeds 4 weight rows and each dequantized weight vector feeds up to
+/// 4 x rows (so x, which is re-read per weight row group from L1/L2, costs a quarter of what a
+/// row-at-a-time loop costs); the weight rows of a group stay in L1 across x-row groups, so
+/// memory sees each weight byte once.
 ///
 /// # Safety
-/// `ctx.m == M`; `w` is ctx's validated block pointer; `n0 <= n1 <= ctx.n`; exclusive access to
-/// y columns `n0..n1`; avx512f+f16c+fma present.
+/// `w` is ctx's validated block pointer; `n0 <= n1 <= ctx.n`; exclusive access to y columns
+/// `n0..n1`; avx512f+f16c+fma present.
 #[target_feature(enable = "avx512f,f16c,fma")]
-unsafe fn qrows<const M: usize, D: Dec>(ctx: &QCtx, w: *const D::B, n0: usize, n1: usize) {
+unsafe fn qrows<D: Dec>(ctx: &QCtx, w: *const D::B, n0: usize, n1: usize) {
+    macro_rules! by_g {
+        ($r:literal, $g:expr, $m0:expr, $n:expr) => {
+            match $g {
+                1 => blk::<1, $r, D>(ctx, w, $m0, $n),
+                2 => blk::<2, $r, D>(ctx, w, $m0, $n),
+                3 => blk::<3, $r, D>(ctx, w, $m0, $n),
+                _ => blk::<4, $r, D>(ctx, w, $m0, $n),
+            }
+        };
+    }
+    let mut n = n0;
+    while n < n1 {
+        let four = n1 - n >= 4;
+        let mut m0 = 0;
+        while m0 < ctx.m {
+            let g = (ctx.m - m0).min(4);
+            // SAFETY: rows n..n+R <= n1 and x rows m0..m0+g <= m; forwarded otherwise.
+            unsafe {
+                if four {
+                    by_g!(4, g, m0, n)
+                } else {
+                    by_g!(1, g, m0, n)
+                }
+            }
+            m0 += g;
+        }
+        n += if four { 4 } else { 1 };
+    }
+}
+
+/// One register block: x rows `m0..m0+G` × weight rows `n..n+R`, over all of K. With few
+/// accumulators (G·R ≤ 8) the low and high halves of a block go to separate accumulators, so
+/// enough FMA chains are in flight to hide their latency.
+///
+/// # Safety
+/// `m0 + G <= ctx.m`, `n + R <= ctx.n`; the rest as [`qrows`].
+#[inline]
+#[target_feature(enable = "avx512f,f16c,fma")]
+unsafe fn blk<const G: usize, const R: usize, D: Dec>(
+    ctx: &QCtx,
+    w: *const D::B,
+    m0: usize,
+    n: usize,
+) {
     let nb = ctx.k / QK;
-    let (s_hi, s2) = if M <= 2 {
-        (1, 2)
-    } else if M <= 8 {
-        (1, 0)
-    } else {
-        (0, 0)
-    };
-    for n in n0..n1 {
-        let mut acc = [[_mm512_setzero_ps(); 4]; M];
-        // SAFETY: n < N and block indices < nb are inside the validated weight; x offsets
-        // m*k + 32b + 32 <= M*k are inside x.
-        unsafe {
-            let row = w.add(n * nb);
-            let mut b = 0;
-            while b + 2 <= nb {
-                let (l0, h0) = D::dec(row.add(b));
-                let (l1, h1) = D::dec(row.add(b + 1));
-                for (m, a) in acc.iter_mut().enumerate() {
-                    let xp = ctx.x.add(m * ctx.k + b * QK);
-                    a[0] = _mm512_fmadd_ps(l0, _mm512_loadu_ps(xp), a[0]);
-                    a[s_hi] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xp.add(16)), a[s_hi]);
-                    a[s2] = _mm512_fmadd_ps(l1, _mm512_loadu_ps(xp.add(32)), a[s2]);
-                    a[s2 + s_hi] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(xp.add(48)), a[s2 + s_hi]);
-                }
-                b += 2;
+    let split = G * R <= 8;
+    let mut lo = [[_mm512_setzero_ps(); R]; G];
+    let mut hi = [[_mm512_setzero_ps(); R]; G];
+    // SAFETY: block (n+r)*nb + b < N*nb; x offsets (m0+g)*k + 32b + 32 <= M*k; y (m0+g, n+r)
+    // inside the validated y, in columns the caller owns.
+    unsafe {
+        for b in 0..nb {
+            let mut wl = [_mm512_setzero_ps(); R];
+            let mut wh = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                let (l, h) = D::dec(w.add((n + r) * nb + b));
+                wl[r] = l;
+                wh[r] = h;
             }
-            if b < nb {
-                let (l0, h0) = D::dec(row.add(b));
-                for (m, a) in acc.iter_mut().enumerate() {
-                    let xp = ctx.x.add(m * ctx.k + b * QK);
-                    a[0] = _mm512_fmadd_ps(l0, _mm512_loadu_ps(xp), a[0]);
-                    a[s_hi] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xp.add(16)), a[s_hi]);
+            for g in 0..G {
+                let xp = ctx.x.add((m0 + g) * ctx.k + b * QK);
+                let x0 = _mm512_loadu_ps(xp);
+                let x1 = _mm512_loadu_ps(xp.add(16));
+                for r in 0..R {
+                    lo[g][r] = _mm512_fmadd_ps(wl[r], x0, lo[g][r]);
+                    if split {
+                        hi[g][r] = _mm512_fmadd_ps(wh[r], x1, hi[g][r]);
+                    } else {
+                        lo[g][r] = _mm512_fmadd_ps(wh[r], x1, lo[g][r]);
+                    }
                 }
             }
-            for (m, a) in acc.iter().enumerate() {
-                let s = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-                *ctx.y.add(m * ctx.ldy + n) = _mm512_reduce_add_ps(s);
+        }
+        for g in 0..G {
+            for r in 0..R {
+                let s = _mm512_add_ps(lo[g][r], hi[g][r]);
+                *ctx.y.add((m0 + g) * ctx.ldy + n + r) = _mm512_reduce_add_ps(s);
             }
         }
     }
