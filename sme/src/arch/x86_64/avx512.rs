@@ -51,8 +51,15 @@ unsafe fn tile<const BF16: bool>(ctx: &Ctx, row0: usize, rows: usize, p: usize) 
         let qn = (ctx.kp - q0).min(KC);
         let last = q0 + qn >= ctx.kp;
         let first = q0 == 0;
-        for half in 0..2 {
-            let hcols = cols.saturating_sub(32 * half).min(32);
+        // Up to 2 rows: one pass over whole 256-byte k-pair rows (8 weight vectors, a plain
+        // stream for the prefetcher; the decode / GEMV case). More rows: half panels, 6 rows.
+        let full = rows <= 2;
+        for half in 0..(if full { 1 } else { 2 }) {
+            let hcols = if full {
+                cols
+            } else {
+                cols.saturating_sub(32 * half).min(32)
+            };
             if hcols == 0 {
                 continue;
             }
@@ -110,13 +117,15 @@ unsafe fn tile<const BF16: bool>(ctx: &Ctx, row0: usize, rows: usize, p: usize) 
                 // abuf; w covers qn k-pairs of this half panel; c covers r rows × hcols columns
                 // of the caller's tile; bias (if non-null) covers hcols elements.
                 unsafe {
-                    match r {
-                        1 => uk::<1, BF16>(&args),
-                        2 => uk::<2, BF16>(&args),
-                        3 => uk::<3, BF16>(&args),
-                        4 => uk::<4, BF16>(&args),
-                        5 => uk::<5, BF16>(&args),
-                        _ => uk::<6, BF16>(&args),
+                    match (full, r) {
+                        (true, 1) => uk::<1, 8, BF16>(&args),
+                        (true, _) => uk::<2, 8, BF16>(&args),
+                        (false, 1) => uk::<1, 4, BF16>(&args),
+                        (false, 2) => uk::<2, 4, BF16>(&args),
+                        (false, 3) => uk::<3, 4, BF16>(&args),
+                        (false, 4) => uk::<4, 4, BF16>(&args),
+                        (false, 5) => uk::<5, 4, BF16>(&args),
+                        (false, _) => uk::<6, 4, BF16>(&args),
                     }
                 }
                 i += r;
@@ -180,42 +189,39 @@ unsafe fn load_w<const BF16: bool>(p: *const u16) -> __m512 {
 
 /// # Safety
 /// See the call site in `tile`: `a` readable for R rows (stride lda) of `2*pairs` (+1 if tail)
-/// f32; `w` readable for `pairs + tail` k-pair rows (stride 128) of 64 u16; `c` writable (and
+/// f32; `w` readable for `pairs + tail` k-pair rows (stride 128) of `16 * NW` u16; `c` writable (and
 /// readable if load_c) for R rows (stride ldc) of `cols` f32; bias null or `cols` readable f32.
 #[target_feature(enable = "avx512f,f16c,fma")]
-unsafe fn uk<const R: usize, const BF16: bool>(u: &Uk) {
-    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+unsafe fn uk<const R: usize, const NW: usize, const BF16: bool>(u: &Uk) {
+    let mut acc = [[_mm512_setzero_ps(); NW]; R];
     // SAFETY: every pointer offset below stays inside the extents in this function's contract.
     unsafe {
         for q in 0..u.pairs {
             let wp = u.w.add(q * PAIR_ELEMS);
-            let w0 = load_w::<BF16>(wp);
-            let w1 = load_w::<BF16>(wp.add(16));
-            let w2 = load_w::<BF16>(wp.add(32));
-            let w3 = load_w::<BF16>(wp.add(48));
+            let mut ws = [_mm512_setzero_ps(); NW];
+            for (j, wv) in ws.iter_mut().enumerate() {
+                *wv = load_w::<BF16>(wp.add(16 * j));
+            }
             for (r, acc_r) in acc.iter_mut().enumerate() {
                 let pair = core::ptr::read_unaligned(u.a.add(r * u.lda + 2 * q) as *const f64);
                 let av = _mm512_castpd_ps(_mm512_set1_pd(pair));
-                acc_r[0] = _mm512_fmadd_ps(av, w0, acc_r[0]);
-                acc_r[1] = _mm512_fmadd_ps(av, w1, acc_r[1]);
-                acc_r[2] = _mm512_fmadd_ps(av, w2, acc_r[2]);
-                acc_r[3] = _mm512_fmadd_ps(av, w3, acc_r[3]);
+                for j in 0..NW {
+                    acc_r[j] = _mm512_fmadd_ps(av, ws[j], acc_r[j]);
+                }
             }
         }
         if u.tail {
             let q = u.pairs;
             let wp = u.w.add(q * PAIR_ELEMS);
-            let ws = [
-                load_w::<BF16>(wp),
-                load_w::<BF16>(wp.add(16)),
-                load_w::<BF16>(wp.add(32)),
-                load_w::<BF16>(wp.add(48)),
-            ];
+            let mut ws = [_mm512_setzero_ps(); NW];
+            for (j, wv) in ws.iter_mut().enumerate() {
+                *wv = load_w::<BF16>(wp.add(16 * j));
+            }
             for (r, acc_r) in acc.iter_mut().enumerate() {
                 // Only a[2q] exists; the pair is (a[2q], 0).
                 let a0 = *u.a.add(r * u.lda + 2 * q);
                 let av = _mm512_castsi512_ps(_mm512_set1_epi64(a0.to_bits() as i64));
-                for j in 0..4 {
+                for j in 0..NW {
                     acc_r[j] = _mm512_fmadd_ps(av, ws[j], acc_r[j]);
                 }
             }
@@ -223,7 +229,7 @@ unsafe fn uk<const R: usize, const BF16: bool>(u: &Uk) {
         let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
         for (r, acc_r) in acc.iter().enumerate() {
-            for h in 0..2 {
+            for h in 0..NW / 2 {
                 let cnt = u.cols.saturating_sub(16 * h).min(16);
                 if cnt == 0 {
                     continue;
