@@ -287,6 +287,8 @@ struct NpuSide<'p> {
     sync_us: f64,
     copy: f64,
     standard: &'p [u32],
+    /// `1 / standard[i]`.
+    inv_standard: &'p [f64],
     prepare: Option<f64>,
     /// Latency of each standard graph in each order (INFINITY without a curve), cached.
     std_us: [[f64; 2]; MAX_STANDARD],
@@ -306,16 +308,9 @@ impl<'p> OpModel<'p> {
                         } else {
                             m
                         };
-                        // latency(q)/q on a linear piece a + b q is monotone in q, so its
-                        // minimum over [1, m] is at a curve point or at m (beyond the last
-                        // point the ratio is constant). The CPU's 16-row steps only raise the
-                        // latency, so the unstepped curve bounds it from below.
-                        let mut lb = curve.at(m) / m as f64;
-                        for (&mi, &t) in curve.m.iter().zip(&curve.us) {
-                            if mi <= m {
-                                lb = lb.min(t / mi as f64);
-                            }
-                        }
+                        // The CPU's 16-row steps only raise the latency, so the unstepped
+                        // curve's bound holds for it too.
+                        let lb = curve.per_row_lb(m, 1.0 / m as f64);
                         Side {
                             curve,
                             scale,
@@ -342,6 +337,7 @@ impl<'p> OpModel<'p> {
                 sync_us: bm.sync_us,
                 copy: bm.copy_us_per_byte,
                 standard: &bm.standard_m,
+                inv_standard: &bm.inv_standard_m,
                 prepare: bm.prepare_us,
                 std_us,
             }
@@ -714,8 +710,9 @@ impl OpModel<'_> {
             return;
         }
         let x = c_lo as f64 + (c_hi - c_lo) as f64 * (-h_lo / (h_hi - h_lo));
-        let tiles = (x / COL_TILE as f64).floor();
-        let below = (tiles as u32).saturating_mul(COL_TILE).clamp(c_lo, c_hi);
+        // x >= c_lo > 0 here: the saturating cast truncates, i.e. floors.
+        let tiles = (x * (1.0 / COL_TILE as f64)) as u32;
+        let below = tiles.saturating_mul(COL_TILE).clamp(c_lo, c_hi);
         for c in [below, below.saturating_add(COL_TILE)] {
             if (c_lo..=c_hi).contains(&c) {
                 best.offer(self, at(c));
@@ -816,19 +813,22 @@ impl OpModel<'_> {
                         continue;
                     }
                     let sf = s as f64;
+                    let inv_s = npu.inv_standard[i];
                     if fam.npu_rows_with[x.index()] {
                         // j chunks cost exactly j·A on the NPU; X at least β·(m − j·s).
                         let a1 = t + sf * (self.k as f64 + n as f64) * copy;
                         let j_max = ((m - 1) / s) as f64;
                         let jc = (beta * mf / (a1 + beta * sf)).clamp(1.0, j_max);
                         let at = |j: f64| (j * a1).max(beta * (mf - j * sf));
-                        let lb = at(jc.floor()).min(at(jc.ceil()));
+                        // jc >= 1: truncation floors; floor + 1 covers the ceiling.
+                        let j0 = (jc as u32) as f64;
+                        let lb = at(j0).min(at((j0 + 1.0).min(j_max)));
                         push(lb + syncs, x, ROW + i);
                     }
                     if fam.hybrid_with[x.index()] {
                         // NPU: s rows on c columns, a = s·c/n rows' worth, a <= s.
                         let p = sf * self.k as f64 * copy;
-                        let rho = t / sf + n as f64 * copy;
+                        let rho = t * inv_s + n as f64 * copy;
                         push(bound(p, rho, beta, sf) + syncs, x, HYB + i);
                     }
                 }
@@ -931,7 +931,7 @@ impl OpModel<'_> {
             let beta = self.side(x).map_or(0.0, |sd| sd.per_row_lb);
             let jc = beta * m as f64 / (per_chunk + beta * s as f64);
             let mut lo = if jc.is_finite() && jc >= 2.0 {
-                (jc.floor() as u32 - 1).clamp(1, j_max)
+                ((jc as u32) - 1).clamp(1, j_max)
             } else {
                 1
             };

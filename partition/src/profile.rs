@@ -214,6 +214,12 @@ pub(crate) struct Curve {
     pub us: Vec<f64>,
     /// NPU curves: latency at each standard shape (rounded up to 32 rows), precomputed.
     pub std_us: Vec<f64>,
+    /// `slope[i]`: µs per row between points `i - 1` and `i` (`slope[0]` unused).
+    pub slope: Vec<f64>,
+    /// `row_min[i]`: the least `us[j] / m[j]` over `j <= i`.
+    pub row_min: Vec<f64>,
+    /// `us[last] / m[last]`: the slope beyond the last point.
+    pub tail: f64,
 }
 
 impl Curve {
@@ -226,13 +232,24 @@ impl Curve {
             return self.us[0];
         }
         if m >= ms[last] {
-            return self.us[last] * (m as f64 / ms[last] as f64);
+            return self.tail * m as f64;
         }
         // First index with ms[i] >= m; i >= 1 here.
         let i = ms.partition_point(|&x| x < m);
-        let (m0, m1) = (ms[i - 1] as f64, ms[i] as f64);
-        let (t0, t1) = (self.us[i - 1], self.us[i]);
-        t0 + (t1 - t0) * ((m as f64 - m0) / (m1 - m0))
+        self.us[i - 1] + self.slope[i] * (m - ms[i - 1]) as f64
+    }
+
+    /// A lower bound of `at(q) / q` over `1 <= q <= m`: on a linear piece `a + b·q` the ratio
+    /// is monotone in `q`, so its least value is at a point or at `m` (beyond the last point
+    /// the ratio is constant).
+    pub(crate) fn per_row_lb(&self, m: u32, inv_m: f64) -> f64 {
+        let k = self.m.partition_point(|&x| x <= m);
+        let at_m = self.at(m) * inv_m;
+        if k == 0 {
+            at_m
+        } else {
+            at_m.min(self.row_min[k - 1])
+        }
     }
 }
 
@@ -246,6 +263,8 @@ pub(crate) struct BackendModel {
     pub bandwidth_gbps: Option<f64>,
     /// Sorted, deduplicated (NPU only).
     pub standard_m: Vec<u32>,
+    /// `1 / standard_m[i]`.
+    pub inv_standard_m: Vec<f64>,
     pub prepare_us: Option<f64>,
 }
 
@@ -411,6 +430,9 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
                     m: Vec::new(),
                     us: Vec::new(),
                     std_us: Vec::new(),
+                    slope: Vec::new(),
+                    row_min: Vec::new(),
+                    tail: 0.0,
                 });
                 curves.len() - 1
             }
@@ -435,6 +457,26 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
                 c.us[i] = c.us[i - 1];
             }
         }
+        let last = c.m.len() - 1;
+        c.tail = c.us[last] / c.m[last] as f64;
+        c.slope = (0..c.m.len())
+            .map(|i| {
+                if i == 0 {
+                    0.0
+                } else {
+                    (c.us[i] - c.us[i - 1]) / (c.m[i] - c.m[i - 1]) as f64
+                }
+            })
+            .collect();
+        let mut least = f64::INFINITY;
+        c.row_min =
+            c.m.iter()
+                .zip(&c.us)
+                .map(|(&mi, &t)| {
+                    least = least.min(t / mi as f64);
+                    least
+                })
+                .collect();
         let at = |g: u32| c.at(g.div_ceil(32).saturating_mul(32));
         c.std_us = standard_m.iter().map(|&g| at(g)).collect();
     }
@@ -443,6 +485,7 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
         sync_us: bp.sync_us,
         copy_us_per_byte,
         bandwidth_gbps: bp.bandwidth_gbps,
+        inv_standard_m: standard_m.iter().map(|&s| 1.0 / s as f64).collect(),
         standard_m,
         prepare_us: bp.graph_prepare_us,
     })
