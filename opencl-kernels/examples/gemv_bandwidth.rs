@@ -9,7 +9,8 @@
 //!
 //! Environment: the crate's (`HETERO_OPENCL_LIB`, `HETERO_OPENCL_PLATFORM`, ...), plus
 //! `BW_LIB` (load exactly this library), `BW_ROTATE_MB`, `BW_MIN_SECONDS` (per variant, default
-//! 0.2), `BW_COPY_MB` (copy size, default 1024 on GPUs, 256 otherwise), `BW_SHAPES` ("NxK,...").
+//! 0.2), `BW_COPY_MB` (copy size, default 1024 on GPUs, 256 otherwise), `BW_SHAPES` ("NxK,..."),
+//! `BW_DEFAULT_ONLY` (skip the work-group shape sweep).
 
 use half::f16;
 use hetero_opencl_kernels::{
@@ -202,6 +203,7 @@ fn main() -> Res<()> {
             .collect(),
         Err(_) => vec![(4096, 4096), (14336, 4096), (4096, 14336), (49152, 576)],
     };
+    let default_only = std::env::var_os("BW_DEFAULT_ONLY").is_some();
     let sweep: Vec<Option<RowShape>> = std::iter::once(None)
         .chain(
             [
@@ -220,7 +222,8 @@ fn main() -> Res<()> {
                     rows,
                     per_item: 1,
                 })
-            }),
+            })
+            .filter(|_| !default_only),
         )
         .collect();
     let mut rows: Vec<Row> = Vec::new();
