@@ -111,7 +111,8 @@ impl Kernel {
     }
 
     /// The best GEMM implementation for weights packed as `format` on this CPU, chosen once
-    /// (per format) and cached.
+    /// (per format) and cached. AMX is not chosen automatically yet: its kernel has not run on
+    /// AMX hardware (ask for it with `Kernel::new(KernelKind::Amx)`).
     pub fn best(format: PackedFormat) -> Kernel {
         static F16: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
         static BF16: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
@@ -123,7 +124,7 @@ impl Kernel {
             Kernel::available()
                 .into_iter()
                 .rev()
-                .find(|k| k.supports(format))
+                .find(|k| k.supports(format) && k.kind() != KernelKind::Amx)
                 .unwrap_or(Kernel::Portable(Portable))
         })
     }
