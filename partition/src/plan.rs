@@ -265,6 +265,12 @@ pub(crate) struct OpModel<'p> {
     k: u32,
     n: u32,
     m: u32,
+    /// `1 / m`.
+    inv_m: f64,
+    /// `1 / n`.
+    inv_n: f64,
+    /// `1 / ceil64(n)`.
+    inv_n64: f64,
     cpu: Option<Side<'p>>,
     gpu: Option<Side<'p>>,
     npu: Option<NpuSide<'p>>,
@@ -299,6 +305,7 @@ impl<'p> OpModel<'p> {
         if k == 0 || n == 0 || m == 0 {
             return Err(PlanError::ZeroShape);
         }
+        let inv_m = 1.0 / m as f64;
         let side = |b: Backend| {
             p.model(b).and_then(|bm| {
                 bm.curve(k, n, Order::ActivationFirst)
@@ -310,7 +317,7 @@ impl<'p> OpModel<'p> {
                         };
                         // The CPU's 16-row steps only raise the latency, so the unstepped
                         // curve's bound holds for it too.
-                        let lb = curve.per_row_lb(m, 1.0 / m as f64);
+                        let lb = curve.per_row_lb(m, inv_m);
                         Side {
                             curve,
                             scale,
@@ -346,6 +353,9 @@ impl<'p> OpModel<'p> {
             k,
             n,
             m,
+            inv_m,
+            inv_n: 1.0 / n as f64,
+            inv_n64: 1.0 / ceil_to(n, COL_TILE) as f64,
             cpu: side(Backend::Cpu),
             gpu: side(Backend::Gpu),
             npu,
@@ -376,8 +386,8 @@ impl<'p> OpModel<'p> {
             return 1.0;
         }
         match b {
-            Backend::Cpu => ceil_to(cols, COL_TILE) as f64 / ceil_to(self.n, COL_TILE) as f64,
-            _ => cols as f64 / self.n as f64,
+            Backend::Cpu => ceil_to(cols, COL_TILE) as f64 * self.inv_n64,
+            _ => cols as f64 * self.inv_n,
         }
     }
 
@@ -590,6 +600,8 @@ impl CheckedProfile {
 /// Keeps the cheapest candidate; the first one wins ties (determinism).
 struct Best {
     best: Option<(Split, f64)>,
+    /// The cost of `best`.
+    cost: Option<Cost>,
 }
 
 impl Best {
@@ -598,6 +610,7 @@ impl Best {
         let t = c.total_us;
         if t.is_finite() && self.best.is_none_or(|(_, bt)| t < bt) {
             self.best = Some((s, t));
+            self.cost = Some(c);
         }
         c
     }
@@ -729,9 +742,12 @@ impl OpModel<'_> {
     /// `β·(m − r)`, so
     /// `max >= ρβm/(ρ+β)`, plus both syncs. Families are visited in increasing bound and the
     /// search stops once the bound reaches the best cost found.
-    pub(crate) fn solve(&self, fam: Families) -> Option<Split> {
+    pub(crate) fn solve(&self, fam: Families) -> Option<(Split, Cost)> {
         let (m, n) = (self.m, self.n);
-        let mut best = Best { best: None };
+        let mut best = Best {
+            best: None,
+            cost: None,
+        };
         for b in [Backend::Cpu, Backend::Gpu] {
             if fam.single[b.index()] && self.side(b).is_some() {
                 best.offer(
@@ -781,6 +797,7 @@ impl OpModel<'_> {
             }
         };
         let mf = m as f64;
+        let inv_m = self.inv_m;
         // Lower bound of max(p + ρ·a, β·(m − a)) over a in [0, a_max] (a: full-width rows'
         // worth of output on the first backend): convex in a, least at the crossing.
         let bound = |p: f64, rho: f64, beta: f64, a_max: f64| {
@@ -794,8 +811,13 @@ impl OpModel<'_> {
         };
         if let (true, Some(cpu), Some(gpu)) = (fam.columns[0], self.cpu, self.gpu) {
             // The CPU block of c columns (c a multiple of 64) costs full · c / ceil64(n).
-            let rho = cpu.full_us / mf * (n as f64 / ceil_to(n, COL_TILE) as f64);
-            let lb = bound(0.0, rho, gpu.full_us / mf, mf) + cpu.sync_us + gpu.sync_us;
+            let tiles = if n % COL_TILE == 0 {
+                1.0
+            } else {
+                n as f64 / ceil_to(n, COL_TILE) as f64
+            };
+            let rho = cpu.full_us * inv_m * tiles;
+            let lb = bound(0.0, rho, gpu.full_us * inv_m, mf) + cpu.sync_us + gpu.sync_us;
             push(lb, Backend::Gpu, CPU_GPU);
         }
         if let Some(npu) = self.npu.as_ref() {
@@ -843,8 +865,8 @@ impl OpModel<'_> {
                                 0.0
                             };
                             let p = prep + mf * self.k as f64 * copy;
-                            let rho = t / mf + n as f64 * copy;
-                            let lb = bound(p, rho, side.full_us / mf, mf) + syncs;
+                            let rho = t * inv_m + n as f64 * copy;
+                            let lb = bound(p, rho, side.full_us * inv_m, mf) + syncs;
                             push(lb, x, WC + i);
                         }
                     }
@@ -963,7 +985,7 @@ impl OpModel<'_> {
                 }
             }
         }
-        best.best.map(|(s, _)| s)
+        best.best.map(|(s, _)| s).zip(best.cost)
     }
 }
 
@@ -982,7 +1004,14 @@ pub(crate) fn solve_with(
 ) -> Result<OpPlan, PlanError> {
     let om = OpModel::new(p, k, n, m)?;
     om.solve(fam)
-        .map(|s| om.plan(s))
+        .map(|(s, cost)| OpPlan {
+            k,
+            n,
+            m,
+            split: s,
+            strategy: classify(&s, m, n),
+            cost,
+        })
         .ok_or(PlanError::Infeasible)
 }
 
@@ -1079,7 +1108,10 @@ impl OpPlan {
         let npu = if a == Backend::Npu {
             let [st, on] = om.npu_full_execs();
             // Pick the cheaper way to run the NPU's block at this width.
-            let mut best = Best { best: None };
+            let mut best = Best {
+                best: None,
+                cost: None,
+            };
             for e in [st, on].into_iter().flatten() {
                 best.offer(
                     &om,
