@@ -129,13 +129,14 @@ impl CompletionFlag {
         let mut slept = Duration::ZERO;
         if let Some(s) = site.as_deref_mut() {
             let sleep_ns = s.sleep_ns();
-            if sleep_ns > 0 {
-                let mut wake = start + Duration::from_nanos(sleep_ns);
-                if let Some(d) = deadline {
-                    wake = wake.min(d);
-                }
+            // Checked: a huge prediction (e.g. a bad seed) must not overflow the Instant.
+            let wake = match (start.checked_add(Duration::from_nanos(sleep_ns)), deadline) {
+                (Some(w), Some(d)) => Some(w.min(d)),
+                (w, d) => w.or(d),
+            };
+            if let (true, Some(wake)) = (sleep_ns > 0, wake) {
                 let now = Instant::now();
-                if wake > now + cfg.min_sleep {
+                if now.checked_add(cfg.min_sleep).is_some_and(|t| wake > t) {
                     let req = wake - now;
                     std::thread::sleep(req);
                     slept = now.elapsed();
@@ -148,7 +149,7 @@ impl CompletionFlag {
         }
 
         // Phase 2: poll with a spin hint and bounded backoff.
-        let spin_end = Instant::now() + cfg.spin;
+        let spin_end = Instant::now().checked_add(cfg.spin);
         let mut backoff = 1u32;
         loop {
             if self.is_reached(target) {
@@ -160,9 +161,13 @@ impl CompletionFlag {
             backoff = (backoff * 2).min(MAX_BACKOFF);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(self.timeout(target));
+                return if self.is_reached(target) {
+                    finish(Phase::Poll, slept, site)
+                } else {
+                    Err(self.timeout(target))
+                };
             }
-            if now >= spin_end {
+            if spin_end.is_some_and(|e| now >= e) {
                 break;
             }
         }
@@ -280,6 +285,27 @@ mod tests {
             f.wait(WAITERS_BIT | 1, &WaitConfig::default(), None),
             Err(SyncError::InvalidEpoch(WAITERS_BIT | 1))
         );
+    }
+
+    #[test]
+    fn huge_settings_do_not_panic() {
+        let f = CompletionFlag::new();
+        let mut s = SiteState::seeded(u64::MAX, 0, 0);
+        let cfg = WaitConfig {
+            timeout: Duration::from_millis(2),
+            spin: Duration::MAX,
+            min_sleep: Duration::MAX,
+            ..Default::default()
+        };
+        assert!(matches!(
+            f.wait(1, &cfg, Some(&mut s)),
+            Err(SyncError::Timeout { .. })
+        ));
+        let cfg = WaitConfig {
+            timeout: Duration::from_millis(2),
+            ..Default::default()
+        };
+        assert!(f.wait(1, &cfg, Some(&mut s)).is_err());
     }
 
     #[test]

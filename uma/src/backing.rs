@@ -23,6 +23,7 @@ unsafe impl Send for Backing {}
 // SAFETY: as above; all concurrent access to the memory goes through the pool's rules.
 unsafe impl Sync for Backing {}
 
+#[cfg(all(target_os = "linux", not(any(miri, loom))))]
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
