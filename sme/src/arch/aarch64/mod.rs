@@ -18,7 +18,7 @@ mod sme;
 use core::fmt;
 
 /// `AT_HWCAP2` from `<elf.h>`.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 const AT_HWCAP2: libc::c_ulong = 26;
 /// Linux uapi `asm/hwcap.h`: `HWCAP2_SME (1 << 23)`.
 pub const HWCAP2_SME: u64 = 1 << 23;
@@ -27,23 +27,64 @@ pub const HWCAP2_SME_F16F32: u64 = 1 << 27;
 /// Linux uapi `asm/hwcap.h`: `HWCAP2_SME2 (1UL << 37)`.
 pub const HWCAP2_SME2: u64 = 1 << 37;
 
-/// The process's `AT_HWCAP2` word (0 where the OS does not provide one).
+/// The process's `AT_HWCAP2` word (Linux and Android; 0 elsewhere).
 pub fn hwcap2() -> u64 {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         // SAFETY: getauxval has no preconditions; it returns 0 for an absent entry.
         unsafe { libc::getauxval(AT_HWCAP2) as u64 }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         0
+    }
+}
+
+/// A `hw.optional.*` integer sysctl, false when absent (macOS/iOS).
+#[cfg(target_vendor = "apple")]
+fn sysctl_flag(name: &core::ffi::CStr) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len: libc::size_t = core::mem::size_of::<libc::c_int>();
+    // SAFETY: `name` is NUL-terminated; `v`/`len` describe a writable c_int; no new value is set.
+    let rc = unsafe {
+        libc::sysctlbyname(
+            name.as_ptr(),
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    rc == 0 && v != 0
+}
+
+/// (FEAT_SME, FEAT_SME2, SME_F16F32) as the OS reports them: HWCAP2 on Linux/Android, sysctl
+/// `hw.optional.arm.{FEAT_SME, FEAT_SME2, SME_F16F32}` on Apple (untested here: no macOS
+/// machine), nothing elsewhere.
+fn os_caps() -> (bool, bool, bool) {
+    #[cfg(target_vendor = "apple")]
+    {
+        (
+            sysctl_flag(c"hw.optional.arm.FEAT_SME"),
+            sysctl_flag(c"hw.optional.arm.FEAT_SME2"),
+            sysctl_flag(c"hw.optional.arm.SME_F16F32"),
+        )
+    }
+    #[cfg(not(target_vendor = "apple"))]
+    {
+        let c = hwcap2();
+        (
+            c & HWCAP2_SME != 0,
+            c & HWCAP2_SME2 != 0,
+            c & HWCAP2_SME_F16F32 != 0,
+        )
     }
 }
 
 /// Why an SME capability token could not be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SmeUnavailable {
-    /// HWCAP2_SME clear: no SME at all (or an OS this crate cannot query yet).
+    /// No SME at all (HWCAP2_SME clear, sysctl FEAT_SME 0, or an OS this crate cannot query).
     NoSme,
     /// HWCAP2_SME2 clear (SME1-only CPU, e.g. Snapdragon 8 Elite Gen 5): use [`Sme1`].
     NoSme2,
@@ -59,7 +100,7 @@ pub enum SmeUnavailable {
 impl fmt::Display for SmeUnavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoSme => write!(f, "CPU/OS reports no SME (HWCAP2_SME clear)"),
+            Self::NoSme => write!(f, "CPU/OS reports no SME (HWCAP2_SME / FEAT_SME)"),
             Self::NoSme2 => write!(f, "CPU reports SME but not SME2 (HWCAP2_SME2 clear)"),
             Self::NoF16F32 => {
                 write!(
@@ -115,14 +156,14 @@ unsafe fn tpidr2_el0() -> u64 {
 
 /// Checks SME + F16F32 (+ SME2 when `need_sme2`) and reads the SVL.
 fn probe_sme(need_sme2: bool) -> Result<usize, SmeUnavailable> {
-    let caps = hwcap2();
-    if caps & HWCAP2_SME == 0 {
+    let (sme, sme2, f16f32) = os_caps();
+    if !sme {
         return Err(SmeUnavailable::NoSme);
     }
-    if need_sme2 && caps & HWCAP2_SME2 == 0 {
+    if need_sme2 && !sme2 {
         return Err(SmeUnavailable::NoSme2);
     }
-    if caps & HWCAP2_SME_F16F32 == 0 {
+    if !f16f32 {
         return Err(SmeUnavailable::NoF16F32);
     }
     // SAFETY: HWCAP2_SME is set.
