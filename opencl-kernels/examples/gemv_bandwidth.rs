@@ -10,7 +10,8 @@
 //! Environment: the crate's (`HETERO_OPENCL_LIB`, `HETERO_OPENCL_PLATFORM`, ...), plus
 //! `BW_LIB` (load exactly this library), `BW_ROTATE_MB`, `BW_MIN_SECONDS` (per variant, default
 //! 0.2), `BW_COPY_MB` (copy size, default 1024 on GPUs, 256 otherwise), `BW_SHAPES` ("NxK,..."),
-//! `BW_DEFAULT_ONLY` (skip the work-group shape sweep).
+//! `BW_DEFAULT_ONLY` (skip the work-group shape sweep), `BW_DUMP` (write the program binary to
+//! this path and exit).
 
 use half::f16;
 use hetero_opencl_kernels::{
@@ -148,6 +149,12 @@ fn main() -> Res<()> {
         t.elapsed().as_secs_f64(),
         k.from_cache()
     );
+    if let Ok(path) = std::env::var("BW_DUMP") {
+        // Write the program binary (PTX on NVIDIA) and stop.
+        std::fs::write(&path, k.binary()?)?;
+        println!("program binary written to {path}");
+        return Ok(());
+    }
     let gpu = !info.host_unified_memory;
     let min_s = env_f("BW_MIN_SECONDS", 0.2);
     let rotate = (env_f("BW_ROTATE_MB", 512.0) * 1048576.0) as usize;

@@ -120,6 +120,11 @@ impl Kernels {
         })
     }
 
+    /// The program's device binary (PTX text on NVIDIA, for inspection; what the cache stores).
+    pub fn binary(&self) -> Result<Vec<u8>> {
+        self.program.binary()
+    }
+
     /// Whether the program came from the on-disk cache.
     pub fn from_cache(&self) -> bool {
         self.program.from_cache()
