@@ -102,24 +102,34 @@ pub enum CpuKernel {
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
     /// The `hetero-sme` crate's quantized decode GEMV (`gemv_q4_0/q4_1/q8_0`, f32 activations,
-    /// dequantized in registers, its own dispatch) on row ranges spread over the pool, for
-    /// `m <= hetero_sme::GEMV_MAX_ROWS`; other shapes and types take the best f32 path.
+    /// dequantized in registers, its own dispatch) on row ranges spread over the pool, tokens
+    /// in groups of `hetero_sme::GEMV_MAX_ROWS`; other tensor types take the best f32 path. Not
+    /// batch-invariant (the GEMV's per-row result depends on M), so only in [`CpuKernel::all`].
     SmeGemv,
 }
 
 impl CpuKernel {
-    /// Every kernel this CPU can run, best last.
+    /// Every batch-invariant kernel this CPU can run, best last (a token's result does not
+    /// depend on the other tokens of the call).
     pub fn available() -> Vec<CpuKernel> {
         let mut v = vec![CpuKernel::Portable];
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx512f") {
             v.push(CpuKernel::Avx512);
         }
-        v.push(CpuKernel::SmeGemv);
         #[cfg(target_arch = "x86_64")]
         if crate::qkernel::vnni::available() {
             v.push(CpuKernel::Avx512Vnni);
         }
+        v
+    }
+
+    /// [`available`](Self::available) plus the kernels that are not batch-invariant (a token's
+    /// result may depend on how many tokens share the call), which batched engines must not
+    /// use: [`CpuKernel::SmeGemv`]. Tests and `run --kernel` go through this list.
+    pub fn all() -> Vec<CpuKernel> {
+        let mut v = Self::available();
+        v.push(CpuKernel::SmeGemv);
         v
     }
 
@@ -143,7 +153,7 @@ impl CpuBackend {
     /// A CPU backend on `pool` using `kernel` (which must be in [`CpuKernel::available`]; an
     /// unavailable one is replaced by the portable kernel).
     pub fn new(pool: Arc<Pool>, kernel: CpuKernel) -> Self {
-        let kernel = if CpuKernel::available().contains(&kernel) {
+        let kernel = if CpuKernel::all().contains(&kernel) {
             kernel
         } else {
             CpuKernel::Portable
@@ -222,16 +232,29 @@ impl Backend for CpuBackend {
             }
         }
         if self.kernel == CpuKernel::SmeGemv
-            && m <= hetero_sme::GEMV_MAX_ROWS
             && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
         {
-            return self.matmul_sme(w, rb, x, m, out);
+            // Tokens in groups of at most GEMV_MAX_ROWS: every token takes the same kernel
+            // whatever the batch size (results do not depend on batching).
+            let g = hetero_sme::GEMV_MAX_ROWS;
+            let mut t0 = 0;
+            while t0 < m {
+                let mm = (m - t0).min(g);
+                self.matmul_sme(
+                    w,
+                    rb,
+                    &x[t0 * k..(t0 + mm) * k],
+                    mm,
+                    &mut out[t0 * n..(t0 + mm) * n],
+                )?;
+                t0 += mm;
+            }
+            return Ok(());
         }
         // The f32 fallback of the SME-GEMV kernel: the best f32 kernel this CPU has.
         let base = match self.kernel {
             CpuKernel::SmeGemv => CpuKernel::available()
                 .into_iter()
-                .filter(|&c| c != CpuKernel::SmeGemv)
                 .find(|&c| c != CpuKernel::Portable)
                 .unwrap_or(CpuKernel::Portable),
             other => other,

@@ -200,14 +200,11 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
     let kernel = match args.value("--kernel")? {
         None => CpuKernel::best(),
-        Some(name) => CpuKernel::available()
+        Some(name) => CpuKernel::all()
             .into_iter()
             .find(|k| kernel_name(*k) == name)
             .ok_or_else(|| {
-                let names: Vec<&str> = CpuKernel::available()
-                    .into_iter()
-                    .map(kernel_name)
-                    .collect();
+                let names: Vec<&str> = CpuKernel::all().into_iter().map(kernel_name).collect();
                 usage(format!(
                     "--kernel `{name}` is not available on this CPU (available: {})",
                     names.join(", ")

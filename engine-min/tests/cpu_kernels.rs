@@ -53,7 +53,7 @@ fn every_kernel_matches_reference() {
         GgmlType::Q4_1,
         GgmlType::Q8_0,
     ];
-    for kernel in CpuKernel::available() {
+    for kernel in CpuKernel::all() {
         let be = CpuBackend::new(Arc::clone(&pool), kernel);
         assert_eq!(be.kernel(), kernel);
         for ty in types {
@@ -194,7 +194,7 @@ fn quantized_kernels_match() {
     use engine_min::qkernel::{PackedWeight, QuantActs};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let pool = Arc::new(Pool::new(2));
-    let kernels: Vec<CpuKernel> = CpuKernel::available();
+    let kernels: Vec<CpuKernel> = CpuKernel::all();
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         for &(n, k) in &[(1, 64), (3, 128), (4, 576), (5, 64), (33, 1536), (70, 576)] {
             let data = random_weight(&mut rng, ty, n, k);
