@@ -305,3 +305,71 @@ fn neon_packed_gemm_matches_reference() {
         }
     }
 }
+
+#[test]
+fn neon_gemm_degenerate_shapes_and_bad_input() {
+    use hetero_sme::{Gemm, Lhs, PackedFormat, PackedRef};
+    let n = 70;
+    let bias: Vec<f32> = (0..n).map(|j| j as f32).collect();
+    // K = 0: an empty packed weight; C = bias, or C + bias when accumulating.
+    let w = PackedRef::new(&[], 0, n, PackedFormat::F16).unwrap();
+    let mut c = vec![f32::NAN; 3 * n];
+    let mut g = Gemm {
+        a: Lhs::F32(&[]),
+        m: 3,
+        lda: 0,
+        w,
+        bias: Some(&bias),
+        accumulate: false,
+    };
+    Neon::new().gemm(&g, &mut c, n).unwrap();
+    assert!(c.iter().enumerate().all(|(i, &v)| v == (i % n) as f32));
+    g.accumulate = true;
+    Neon::new().gemm(&g, &mut c, n).unwrap();
+    assert!(c
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == 2.0 * (i % n) as f32));
+    // M = 0 writes nothing; bad shapes are typed errors and write nothing.
+    let packed = vec![0u16; hetero_sme::packed_len(4, n)];
+    let w = PackedRef::new(&packed, 4, n, PackedFormat::F16).unwrap();
+    let a = [1.0f32; 8];
+    let mut c = vec![f32::from_bits(GUARD); 2 * n];
+    let g0 = Gemm {
+        a: Lhs::F32(&a),
+        m: 0,
+        lda: 4,
+        w,
+        bias: None,
+        accumulate: false,
+    };
+    Neon::new().gemm(&g0, &mut c, n).unwrap();
+    let bad_lda = Gemm { m: 2, lda: 3, ..g0 };
+    assert!(matches!(
+        Neon::new().gemm(&bad_lda, &mut c, n),
+        Err(Error::BadStride { .. })
+    ));
+    let short_a = Gemm {
+        a: Lhs::F32(&a[..5]),
+        m: 2,
+        ..g0
+    };
+    assert!(matches!(
+        Neon::new().gemm(&short_a, &mut c, n),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    let ok = Gemm { m: 2, ..g0 };
+    assert!(matches!(
+        Neon::new().gemm(&ok, &mut c[..n + 5], n),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    let short_bias = Gemm {
+        bias: Some(&bias[..5]),
+        ..ok
+    };
+    assert!(matches!(
+        Neon::new().gemm(&short_bias, &mut c, n),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(c.iter().all(|v| v.to_bits() == GUARD), "written on error");
+}
