@@ -48,7 +48,10 @@ mod tests {
     fn absent_backend_skips_when_not_required() {
         // A name no caller lists in HETERO_REQUIRE, unless it says `all`.
         if !is_required("never-required-test-backend") {
-            assert_eq!(require::<u8, _>("never-required-test-backend", Err("gone")), None);
+            assert_eq!(
+                require::<u8, _>("never-required-test-backend", Err("gone")),
+                None
+            );
         }
     }
 }
