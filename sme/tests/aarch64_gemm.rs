@@ -397,3 +397,95 @@ fn pack_lhs_f32_rounds_like_half() {
     pack_lhs_f32(&a, 8, 1, 8, 1, &mut dst);
     assert!(dst.iter().all(|&h| h & 0x7c00 == 0x7c00 && h & 0x03ff != 0));
 }
+
+/// `len` elements of `T` placed so that the last one ends exactly at a PROT_NONE guard page:
+/// any access past the extent faults (the test process dies), under QEMU as on hardware.
+struct Guarded<T> {
+    map: *mut libc::c_void,
+    map_len: usize,
+    ptr: *mut T,
+}
+
+impl<T: Copy> Guarded<T> {
+    fn new(data: &[T]) -> Self {
+        let page = 65536; // covers 4K/16K/64K pages
+        let bytes = core::mem::size_of_val(data);
+        let body = bytes.div_ceil(page) * page;
+        let map_len = body + page;
+        // SAFETY: anonymous private mapping, no file; checked for MAP_FAILED below.
+        let map = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        // SAFETY: `map + body` is the last page of the mapping we own.
+        let rc =
+            unsafe { libc::mprotect(map.cast::<u8>().add(body).cast(), page, libc::PROT_NONE) };
+        assert_eq!(rc, 0);
+        // SAFETY: body >= bytes, so ptr..ptr+bytes lies in the writable part, ending at the guard;
+        // it is aligned for T because the guard is page aligned and bytes is a multiple of size_of T.
+        let ptr = unsafe { map.cast::<u8>().add(body - bytes).cast::<T>() };
+        // SAFETY: ptr is valid for `data.len()` writes of T (above) and does not overlap `data`.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+        Self { map, map_len, ptr }
+    }
+}
+
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference into it outlives self.
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+#[test]
+fn kernels_touch_nothing_past_their_extents() {
+    for t in [sme2(), sme1()].into_iter().flatten() {
+        let tr = t.tile_rows();
+        for &(rows, cols, npanels, k, acc) in &[
+            (tr, 64, 1, 1usize, false),
+            (1, 1, 1, 2, true),
+            (tr - 1, 130, 3, 7, true),
+            (tr, 192, 3, 64, false),
+            (3, 65, 2, 3, true),
+        ] {
+            let kp = k.div_ceil(2);
+            let ldc = cols + 1;
+            let mut rng = Rng::new(k as u64);
+            let lhs: Vec<u16> = (0..lhs_block_len(tr, k)).map(|_| f16(rng.unit())).collect();
+            let panels: Vec<u16> = (0..npanels * kp * 128).map(|_| f16(rng.unit())).collect();
+            let bias = rng.vec(cols);
+            let c0 = rng.vec((rows - 1) * ldc + cols);
+            let (gl, gp, gb, gc) = (
+                Guarded::new(&lhs),
+                Guarded::new(&panels),
+                Guarded::new(&bias),
+                Guarded::new(&c0),
+            );
+            // SAFETY: each pointer is valid for exactly the extent the contract names (and faults
+            // one element later); rows <= tile_rows; cols <= 64 * npanels.
+            unsafe {
+                t.block(
+                    gl.ptr, gp.ptr, kp, npanels, gc.ptr, ldc, rows, cols, acc, gb.ptr,
+                )
+            };
+            // SAFETY: gc.ptr holds c0.len() initialized floats.
+            let c = unsafe { core::slice::from_raw_parts(gc.ptr, c0.len()) };
+            // Spot-check the result so the call is known to have run: first element.
+            let mut s = if acc { c0[0] as f64 } else { 0.0 } + bias[0] as f64;
+            // Raw buffers: the kernel multiplies whole k-pairs (packers zero the padding).
+            for kk in 0..2 * kp {
+                let (q, j) = (kk / 2, kk % 2);
+                s += aarch64_common::f16_to_f64(lhs[q * tr * 2 + j])
+                    * aarch64_common::f16_to_f64(panels[q * 128 + j]);
+            }
+            assert!((c[0] as f64 - s).abs() < 1e-4, "{t:?}: {} vs {s}", c[0]);
+        }
+    }
+}
