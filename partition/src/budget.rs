@@ -166,20 +166,16 @@ impl DraftBudget {
             });
         }
         let spare = (p.l_total as u64 - needed) as f64;
-        // Stable softmax over the active agents: subtract the largest A/τ.
+        // Stable softmax over the active agents: (A_i − max A)/τ is <= 0 and never NaN, even
+        // when A/τ alone would overflow (tiny τ); the largest agent's term is exactly 1.
         let avg = &self.avg[..self.n];
-        let live = || {
-            avg.iter()
-                .zip(active)
-                .filter(|(_, &a)| a)
-                .map(|(&x, _)| x / p.tau)
-        };
+        let live = || avg.iter().zip(active).filter(|(_, &a)| a).map(|(&x, _)| x);
         let max = live().fold(f64::NEG_INFINITY, f64::max);
-        let sum: f64 = live().map(|x| (x - max).exp()).sum();
+        let sum: f64 = live().map(|x| ((x - max) / p.tau).exp()).sum();
         let mut given = 0u64;
         for ((o, &x), &a) in out.iter_mut().zip(avg).zip(active) {
             *o = if a {
-                let share = (x / p.tau - max).exp() / sum;
+                let share = ((x - max) / p.tau).exp() / sum;
                 // share <= 1 up to rounding; clamp so the floor never exceeds `spare`.
                 let extra = (spare * share).floor().clamp(0.0, spare) as u32;
                 p.l_min + extra

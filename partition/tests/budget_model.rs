@@ -206,3 +206,26 @@ fn model_errors() {
         PlanError::MissingBackend(Backend::Gpu)
     );
 }
+
+#[test]
+fn tiny_and_huge_temperatures() {
+    // τ -> 0: all spare slots go to the best agent; no NaN from overflowing A/τ.
+    let p = BudgetParams {
+        tau: 1e-300,
+        ..BudgetParams::EDGE_AGENT
+    };
+    let mut d = DraftBudget::new(3, p).unwrap();
+    d.update(1, 10.0).unwrap();
+    let mut out = [0u32; 3];
+    assert_eq!(d.allocate(&[true; 3], &mut out).unwrap(), 16);
+    assert_eq!(out, [1, 14, 1]);
+    // τ huge: shares equal.
+    let p = BudgetParams {
+        tau: 1e300,
+        ..BudgetParams::EDGE_AGENT
+    };
+    let mut d = DraftBudget::new(3, p).unwrap();
+    d.update(1, 10.0).unwrap();
+    d.allocate(&[true; 3], &mut out).unwrap();
+    assert_eq!(out, [5, 5, 5]);
+}
