@@ -39,7 +39,7 @@ aarch64_test() { # RUNNER REQUIRE
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$1" HETERO_REQUIRE="$2" \
     RUSTC="$RUSTC_AARCH64" RUSTDOC="$RUSTDOC_AARCH64" \
     cargo test --profile ci --target "$AARCH64" --target-dir target/aarch64-emu \
-      -p hetero-sme -p hetero-sync -p hetero-uma --lib --tests
+      -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
 run_stage() { # NAME
