@@ -143,6 +143,13 @@ impl Verifier for ModelVerifier {
         self.engine.model().tokenizer.decode(tokens, false)
     }
 
+    fn append_text(&self, token: u32, out: &mut Vec<u8>) {
+        self.engine
+            .model()
+            .tokenizer
+            .decode_token(token, false, out);
+    }
+
     fn prefill(&mut self, agent: usize, prompt: &[u32]) -> Result<u32, AgentError> {
         self.prefills += 1;
         let t0 = std::time::Instant::now();

@@ -130,8 +130,14 @@ impl From<BudgetError> for AgentError {
 pub trait Verifier {
     /// Whether `token` ends a sequence (EOS or another control token).
     fn is_stop(&self, token: u32) -> bool;
-    /// The text of `tokens` (for tool-call markers).
+    /// The text of `tokens` (for reports and tests).
     fn text(&self, tokens: &[u32]) -> String;
+    /// Appends the bytes of `token` to `out` (for tool-call markers; the scheduler reserves
+    /// `out` up front, so an implementation that only pushes bytes does not allocate). The
+    /// default goes through [`Verifier::text`].
+    fn append_text(&self, token: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.text(&[token]).as_bytes());
+    }
     /// Fills agent `agent`'s empty cache with `prompt` and returns the greedy next token.
     fn prefill(&mut self, agent: usize, prompt: &[u32]) -> Result<u32, AgentError>;
     /// One forward pass over all `rows` (each appended to its agent's cache); writes the greedy
@@ -250,7 +256,10 @@ struct Agent {
     prompt_len: usize,
     /// Prompt followed by the generated tokens (the last one not yet in the cache).
     seq: Vec<u32>,
-    markers_seen: usize,
+    /// Bytes of the generated text (tool agents only).
+    text: Vec<u8>,
+    /// Marker search resumes here (just after the last marker found).
+    scan_from: usize,
     out: AgentOutcome,
 }
 
@@ -260,11 +269,21 @@ impl Agent {
     }
 }
 
-fn count_markers(text: &str, markers: &[String]) -> usize {
+/// Whether a marker ends within `text[from..]` (the match may start before `from` only if it
+/// ends after it); returns the end of the earliest such match.
+fn find_marker(text: &[u8], from: usize, markers: &[String]) -> Option<usize> {
     markers
         .iter()
-        .map(|m| text.matches(m.as_str()).count())
-        .sum()
+        .filter_map(|m| {
+            let m = m.as_bytes();
+            let start = from.saturating_sub(m.len().saturating_sub(1));
+            text.get(start..)?
+                .windows(m.len())
+                .position(|w| w == m)
+                .map(|p| start + p + m.len())
+                .filter(|&end| end > from)
+        })
+        .min()
 }
 
 /// Runs `workload` (prompts already encoded: `prompts[i]` for agent `i`) under `config`.
@@ -306,11 +325,17 @@ pub fn run(
                 state: State::Waiting,
                 prompt_len: pr.len(),
                 seq,
-                markers_seen: 0,
+                text: Vec::with_capacity(if a.tool_markers.is_empty() {
+                    0
+                } else {
+                    // Generous: tokens rarely exceed 16 bytes.
+                    16 * (a.max_tokens + l_total as usize)
+                }),
+                scan_from: 0,
                 out: AgentOutcome {
                     name: a.name.clone(),
                     kind: a.kind,
-                    tokens: Vec::new(),
+                    tokens: Vec::with_capacity(a.max_tokens),
                     prefills: 0,
                     steps: 0,
                     drafted: 0,
@@ -546,10 +571,9 @@ fn accept_tokens(
             break;
         }
         if !spec.tool_markers.is_empty() {
-            let text = v.text(a.generated());
-            let seen = count_markers(&text, &spec.tool_markers);
-            if seen > a.markers_seen {
-                a.markers_seen = seen;
+            v.append_text(t, &mut a.text);
+            if let Some(end) = find_marker(&a.text, a.scan_from, &spec.tool_markers) {
+                a.scan_from = end;
                 if let Some(d) = w.tool_duration_s(i, a.out.tool_calls) {
                     a.out.tool_calls += 1;
                     a.state = State::Stalled {
