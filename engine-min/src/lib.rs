@@ -5,6 +5,7 @@ pub mod backend;
 pub mod batch;
 pub mod engine;
 pub mod gguf;
+pub mod gpu;
 pub mod model;
 pub mod planning;
 pub mod pool;

@@ -13,7 +13,7 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu]
                  [--kernel portable|avx512|avx512-vnni|sme-gemv]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
@@ -212,11 +212,12 @@ fn run(mut args: Args) -> Result<(), Fail> {
             })?,
     };
     args.finish()?;
-    if plan != "cpu" {
+    if plan != "cpu" && plan != "gpu" {
         return Err(Fail(
             format!(
-                "plan `{plan}` is not available yet: only `cpu` runs in this build (the GPU, \
-                 NPU and split plans need the opencl-kernels, qnn-sys and partition crates)"
+                "plan `{plan}` is not available yet: `cpu` and `gpu` (all matmuls on the OpenCL \
+                 device) run in this build; NPU and split plans need the qnn-sys backend and \
+                 plan execution"
             ),
             2,
         ));
@@ -228,7 +229,14 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
     let pool = Arc::new(Pool::new(threads));
-    let backend = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
+    let backend: Box<dyn engine_min::backend::Backend> = if plan == "gpu" {
+        Box::new(
+            engine_min::gpu::GpuBackend::open()
+                .map_err(|e| Fail(format!("plan gpu: OpenCL is not usable: {e}"), 1))?,
+        )
+    } else {
+        Box::new(CpuBackend::new(Arc::clone(&pool), kernel))
+    };
     let mut engine = Engine::new(
         Arc::clone(&model),
         backend,
@@ -314,7 +322,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let _ = writeln!(out, "---");
     let _ = writeln!(
         out,
-        "model: {} layers, width {}, vocab {}; load {:.0} ms; {threads} thread(s), kernel {kernel:?}",
+        "model: {} layers, width {}, vocab {}; load {:.0} ms; plan {plan}; {threads} thread(s), cpu kernel {kernel:?}",
         model.config.n_layer,
         model.config.d_model,
         vocab,

@@ -103,8 +103,8 @@ fn demo_and_profile_plan_on_the_model() {
     let (code, _, err) = run(&["run", "--model", model, "--prompt", &long, "--ctx", "64"]);
     assert_eq!(code, 1);
     assert!(err.contains("context"), "{err}");
-    // Plans other than cpu are refused, not silently run on the CPU.
-    let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "gpu"]);
+    // Plans that do not exist yet are refused, not silently run on the CPU.
+    let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "npu"]);
     assert_eq!(code, 2);
     assert!(err.contains("not available"), "{err}");
     // profile -> plan.

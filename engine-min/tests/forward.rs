@@ -89,18 +89,67 @@ fn tol(kernel: CpuKernel) -> f32 {
     }
 }
 
+/// The 33-token test prompt and the reference's logits at every position (computed once per
+/// test binary; the model is causal, so position t holds the logits of the prefix ..=t).
+fn reference_logits(model: &Model) -> &'static (Vec<u32>, Vec<f32>) {
+    static REF: std::sync::OnceLock<(Vec<u32>, Vec<f32>)> = std::sync::OnceLock::new();
+    REF.get_or_init(|| {
+        let text = "The capital of France is Paris, and the capital of Germany is Berlin. Rivers \
+                    such as the Seine and the Rhine flow through them, carrying boats and barges";
+        let mut ids = model.tokenizer.encode(text, false);
+        assert!(ids.len() >= 33, "{}", ids.len());
+        ids.truncate(33);
+        let want = reference::forward(model, &ids);
+        (ids, want)
+    })
+}
+
+/// The all-GPU plan (every matmul on the OpenCL device; PoCL here) against the reference.
+#[test]
+fn gpu_plan_matches_reference_forward() {
+    let Some(model) = load() else { return };
+    let Some(gpu) = hetero_tests::require("opencl", engine_min::gpu::GpuBackend::open()) else {
+        return;
+    };
+    let (ids, want) = reference_logits(&model);
+    let vocab = model.config.vocab;
+    let pool = Arc::new(Pool::new(2));
+    let mut e = Engine::new(
+        Arc::clone(&model),
+        Box::new(gpu),
+        pool,
+        EngineOptions {
+            context: 64,
+            max_batch: 16,
+        },
+    )
+    .expect("engine on the GPU");
+    // Prefill 17 (chunked by 16), then 4 decode steps, each checked.
+    let mut logits = vec![f32::NAN; vocab];
+    e.forward(&ids[..17], &mut logits).expect("prefill");
+    for t in 16..21 {
+        if t > 16 {
+            logits.fill(f32::NAN);
+            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+        }
+        let w = &want[t * vocab..(t + 1) * vocab];
+        let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
+        eprintln!("gpu pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+        // f32 GEMVs over exactly dequantized weights: the f32 kernels' tolerances.
+        assert!(
+            d <= TOL_F32 && tvd <= 1e-4,
+            "gpu pos {t}: max diff {d}, TV {tvd}"
+        );
+    }
+    let share = &e.timings().matmul;
+    assert!(share[0].0.starts_with("gpu"), "{share:?}");
+}
+
 #[test]
 fn engine_matches_reference_forward() {
     let Some(model) = load() else { return };
-    let tok = &model.tokenizer;
-    let text = "The capital of France is Paris, and the capital of Germany is Berlin. Rivers \
-                such as the Seine and the Rhine flow through them, carrying boats and barges";
-    let ids_all = tok.encode(text, false);
-    assert!(ids_all.len() >= 33, "{}", ids_all.len());
-    let ids = &ids_all[..33];
+    let (ids, want) = reference_logits(&model);
     let vocab = model.config.vocab;
-    // Causal model: the reference's logits at position t are those of the prefix ..=t.
-    let want = reference::forward(&model, ids);
     for kernel in CpuKernel::all() {
         let tol = tol(kernel);
         for &len in &[1usize, 5, 17, 33] {
@@ -129,7 +178,7 @@ fn engine_matches_reference_forward() {
         let mut e = engine(&model, kernel, 2, 8);
         let mut logits = vec![f32::NAN; 33 * vocab];
         e.forward(ids, &mut logits).expect("forward");
-        let d = max_diff(&logits, &want);
+        let d = max_diff(&logits, want);
         eprintln!("{kernel:?} all positions, chunks of 8: max |logit diff| {d:e}");
         assert!(d <= tol, "{kernel:?} all positions chunked: max diff {d}");
         // Prefill 17 then decode one token at a time through the KV cache.
