@@ -526,3 +526,47 @@ fn cli_generates_replayable_traces_and_refuses_bad_files_before_loading_a_model(
     assert!(cli(s(&["frobnicate"])).is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn tool_calls_follow_marker_occurrences_across_token_boundaries() {
+    // Two-character markers span two tokens of the fake (one character each): every
+    // non-overlapping occurrence in the greedy text starts a call, up to `max_calls`.
+    let (mut w, prompts) = workload(4, (50.0, 100.0));
+    let reference = sched::greedy_reference(&w, &prompts, &mut Fake::new(4)).unwrap();
+    let f = Fake::new(4);
+    for (a, out) in w.agents.iter_mut().zip(&reference) {
+        let text = f.text(out);
+        // The most frequent adjacent pair in this agent's text.
+        let b = text.as_bytes();
+        let best = (0..b.len().saturating_sub(1))
+            .map(|i| &text[i..i + 2])
+            .max_by_key(|p| text.matches(*p).count())
+            .unwrap_or("zz")
+            .to_string();
+        a.tool_markers = vec![best];
+        a.tool = Some(ToolSpec {
+            min_ms: 50.0,
+            max_ms: 100.0,
+            max_calls: 100,
+        });
+    }
+    for c in [Config::HalSy, Config::BatchSd] {
+        let r = sched::run(&w, &prompts, c, &SchedOptions::default(), &mut Fake::new(4)).unwrap();
+        for (i, (a, out)) in r.agents.iter().zip(&reference).enumerate() {
+            assert_eq!(&a.tokens, out);
+            let m = &w.agents[i].tool_markers[0];
+            let text = f.text(out);
+            // A marker completed by the very last token ends the agent instead of a call.
+            let mut want = text.matches(m.as_str()).count() as u32;
+            if text.ends_with(m.as_str()) {
+                want -= 1;
+            }
+            assert_eq!(
+                a.tool_calls,
+                want,
+                "{} agent {i} marker {m:?} in {text:?}",
+                c.name()
+            );
+        }
+    }
+}

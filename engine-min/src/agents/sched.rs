@@ -258,7 +258,7 @@ struct Agent {
     seq: Vec<u32>,
     /// Bytes of the generated text (tool agents only).
     text: Vec<u8>,
-    /// Marker search resumes here (just after the last marker found).
+    /// End of the last marker found (occurrences do not overlap).
     scan_from: usize,
     out: AgentOutcome,
 }
@@ -269,19 +269,19 @@ impl Agent {
     }
 }
 
-/// Whether a marker ends within `text[from..]` (the match may start before `from` only if it
-/// ends after it); returns the end of the earliest such match.
-fn find_marker(text: &[u8], from: usize, markers: &[String]) -> Option<usize> {
+/// The end of the earliest marker occurrence that ends in the new bytes `text[new_from..]`
+/// and starts at or after `consumed` (the end of the last marker found), so occurrences never
+/// overlap (as `str::matches` counts them).
+fn find_marker(text: &[u8], consumed: usize, new_from: usize, markers: &[String]) -> Option<usize> {
     markers
         .iter()
         .filter_map(|m| {
             let m = m.as_bytes();
-            let start = from.saturating_sub(m.len().saturating_sub(1));
+            let start = consumed.max(new_from.saturating_sub(m.len().saturating_sub(1)));
             text.get(start..)?
                 .windows(m.len())
                 .position(|w| w == m)
                 .map(|p| start + p + m.len())
-                .filter(|&end| end > from)
         })
         .min()
 }
@@ -571,8 +571,9 @@ fn accept_tokens(
             break;
         }
         if !spec.tool_markers.is_empty() {
+            let new_from = a.text.len();
             v.append_text(t, &mut a.text);
-            if let Some(end) = find_marker(&a.text, a.scan_from, &spec.tool_markers) {
+            if let Some(end) = find_marker(&a.text, a.scan_from, new_from, &spec.tool_markers) {
                 a.scan_from = end;
                 if let Some(d) = w.tool_duration_s(i, a.out.tool_calls) {
                     a.out.tool_calls += 1;
