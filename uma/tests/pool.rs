@@ -213,3 +213,51 @@ fn stress_no_slot_granted_twice() {
     assert!(total > 0);
     assert_eq!(p.free_slots(), 3);
 }
+
+#[test]
+fn barrier_releases_consumer_after_both_column_producers() {
+    // The whole EdgeAgent/HeteroInfer pattern: one output slot, two producers writing
+    // disjoint column ranges, a dependency barrier, the consumer reads with no merge copy.
+    use hetero_sync::{next_epoch, DependencyBarrier, Producer, WaitConfig};
+    let p = pool(1);
+    let mut h = p.acquire().unwrap();
+    let (rows, cols, split) = (8, 64, 20);
+    let layout = MatrixLayout::dense(rows, cols, 4);
+    let barrier = DependencyBarrier::new(2).unwrap();
+    let cfg = WaitConfig {
+        producer: Producer::Thread,
+        timeout: std::time::Duration::from_secs(10),
+        ..Default::default()
+    };
+    let mut e = 0;
+    for round in 0..50u32 {
+        e = next_epoch(e);
+        {
+            let views = p
+                .split_columns(&mut h, layout, [0..split, split..cols])
+                .unwrap();
+            std::thread::scope(|s| {
+                for (id, mut v) in views.into_iter().enumerate() {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let c0 = v.cols().start;
+                        for r in 0..rows {
+                            for (j, x) in v.row_mut(r).unwrap().chunks_exact_mut(4).enumerate() {
+                                let val = (round as usize * 10_000 + r * cols + c0 + j) as f32;
+                                x.copy_from_slice(&val.to_ne_bytes());
+                            }
+                        }
+                        barrier.arrive(id as u32, e).unwrap();
+                    });
+                }
+                barrier.wait(e, &cfg, None).unwrap();
+            });
+        }
+        let bytes = p.bytes(&h).unwrap();
+        for i in 0..rows * cols {
+            let v = f32::from_ne_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap());
+            assert_eq!(v, (round as usize * 10_000 + i) as f32);
+        }
+    }
+    p.release(h).unwrap();
+}
