@@ -8,7 +8,7 @@
 #
 # What it installs, and where:
 #   opencl   Debian's pocl-opencl-icd + ocl-icd-libopencl1 (+ clinfo): OpenCL on the CPU.
-#   aarch64  rustc-web (Debian's Rust 1.96) and libstd-rust-web-dev:arm64 (rustup cannot add the
+#   aarch64  rustc-web (Debian's Rust 1.96, with rust-web-clippy) and libstd-rust-web-dev:arm64 (rustup cannot add the
 #            target here; Debian ships a matching aarch64 std for its own rustc), the aarch64 linker,
 #            and two static QEMU user-mode emulators taken out of Debian .debs with a private apt
 #            state (no suite is added to the system's sources):
@@ -42,6 +42,7 @@ export QEMU_SME2="$QEMU_DIR/qemu-aarch64"
 export QEMU_SME1="$QEMU_DIR/qemu-aarch64-sme1"
 export RUSTC_AARCH64=/usr/bin/rustc
 export RUSTDOC_AARCH64=/usr/bin/rustdoc
+export CLIPPY_DRIVER_AARCH64=/usr/bin/clippy-driver
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 ENV
   exit 0
@@ -140,7 +141,7 @@ setup_aarch64() {
     dpkg --add-architecture arm64
     APT_UPDATED=0
   fi
-  apt_install rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross llvm
+  apt_install rustc-web rust-web-clippy libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   qemu_version_ge "$QEMU_DIR/qemu-aarch64" 10 1 || fetch_static_qemu trixie-backports "$QEMU_DIR/qemu-aarch64"
   qemu_version_ge "$QEMU_DIR/qemu-aarch64" 10 1 \
     || die "qemu-aarch64 >= 10.1 (SME2)" "trixie-backports' qemu-user; $QEMU_DIR/qemu-aarch64 is older"
