@@ -111,9 +111,23 @@ fn profile_cmd(mut args: Args) -> Result<(), Fail> {
         eprintln!("[{i:>2}/{n}] {line}")
     })
     .map_err(|e| Fail(format!("profiling the CPU failed: {e}"), 1))?;
-    eprintln!("gpu: not measured (the opencl-kernels backend is not wired into engine-min yet)");
+    let mut backends = vec![cpu];
+    match engine_min::gpu::GpuBackend::open() {
+        Ok(mut gpu) => {
+            eprintln!(
+                "profiling the GPU backend ({})",
+                engine_min::backend::Backend::name(&gpu)
+            );
+            let g = engine_min::planning::measure_gpu(&model, &mut gpu, reps, |i, n, line| {
+                eprintln!("[{i:>2}/{n}] {line}")
+            })
+            .map_err(|e| Fail(format!("profiling the GPU failed: {e}"), 1))?;
+            backends.push(g);
+        }
+        Err(e) => eprintln!("gpu: not measured (OpenCL is not usable: {e})"),
+    }
     eprintln!("npu: not measured (the qnn-sys backend is not wired into engine-min yet)");
-    let profile = engine_min::planning::profile("this machine (engine-min profile)", vec![cpu]);
+    let profile = engine_min::planning::profile("this machine (engine-min profile)", backends);
     profile
         .check()
         .map_err(|e| Fail(format!("measured profile is invalid: {e:?}"), 1))?;

@@ -37,10 +37,70 @@ pub fn measure_cpu(
     model: &Model,
     threads: usize,
     reps: usize,
-    mut progress: impl FnMut(usize, usize, &str),
+    progress: impl FnMut(usize, usize, &str),
 ) -> Result<BackendProfile, String> {
     let pool = Arc::new(Pool::new(threads));
     let mut be = CpuBackend::new(Arc::clone(&pool), CpuKernel::best());
+    let points = measure(model, &mut be, "cpu", &STANDARD_M, reps, progress)?;
+    Ok(BackendProfile {
+        backend: "cpu".into(),
+        points,
+        sync_us: 0.0,
+        copy_gbps: None,
+        bandwidth_gbps: Some(measure_bandwidth_gbps()),
+        standard_m: Vec::new(),
+        graph_prepare_us: None,
+    })
+}
+
+/// Row counts profiled on the GPU backend (one GEMV per row, so latency is linear in m and a
+/// few points describe it).
+pub const GPU_M: [u32; 4] = [1, 4, 16, 32];
+
+/// Measures the GPU backend on every model shape at [`GPU_M`]; its `sync_us` is the latency of
+/// a tiny matmul (64 x 64, one row): the fixed cost of a round trip to the device.
+pub fn measure_gpu(
+    model: &Model,
+    gpu: &mut crate::gpu::GpuBackend,
+    reps: usize,
+    progress: impl FnMut(usize, usize, &str),
+) -> Result<BackendProfile, String> {
+    let points = measure(model, gpu, "gpu", &GPU_M, reps, progress)?;
+    // Round-trip cost: a 64 x 64 F16 weight of zeros.
+    let zeros = vec![0u8; 64 * 64 * 2];
+    let w = crate::backend::WeightView {
+        ty: crate::gguf::GgmlType::F16,
+        n: 64,
+        k: 64,
+        data: &zeros,
+    };
+    gpu.prepare(&w).map_err(|e| e.to_string())?;
+    let (x, mut y) = (vec![0f32; 64], vec![0f32; 64]);
+    let mut best = Duration::MAX;
+    for _ in 0..reps.max(1) * 3 {
+        let t0 = Instant::now();
+        gpu.matmul(&w, &x, 1, &mut y).map_err(|e| e.to_string())?;
+        best = best.min(t0.elapsed());
+    }
+    Ok(BackendProfile {
+        backend: "gpu".into(),
+        points,
+        sync_us: best.as_secs_f64() * 1e6,
+        copy_gbps: None,
+        bandwidth_gbps: None,
+        standard_m: Vec::new(),
+        graph_prepare_us: None,
+    })
+}
+
+fn measure(
+    model: &Model,
+    be: &mut dyn Backend,
+    label: &str,
+    ms: &[u32],
+    reps: usize,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> Result<Vec<LatencyPoint>, String> {
     let c = &model.config;
     let l0 = model.layers.first().ok_or("the model has no layers")?;
     let weights = [
@@ -50,12 +110,12 @@ pub fn measure_cpu(
         (l0.down, "ffn_down"),
         (model.output, "output"),
     ];
-    let max_m = *STANDARD_M.last().unwrap_or(&1) as usize;
+    let max_m = ms.iter().copied().max().unwrap_or(1) as usize;
     be.reserve(max_m, c.d_model.max(c.d_ff));
     for (w, _) in &weights {
         be.prepare(&model.view(w)).map_err(|e| e.to_string())?;
     }
-    let total = weights.len() * STANDARD_M.len();
+    let total = weights.len() * ms.len();
     let mut points = Vec::with_capacity(total);
     let mut x = vec![0f32; max_m * c.d_model.max(c.d_ff)];
     for (i, v) in x.iter_mut().enumerate() {
@@ -64,7 +124,7 @@ pub fn measure_cpu(
     let mut out = vec![0f32; max_m * c.vocab.max(c.d_ff)];
     for (w, name) in &weights {
         let view = model.view(w);
-        for &m in &STANDARD_M {
+        for &m in ms {
             let mu = m as usize;
             let mut best = Duration::MAX;
             for _ in 0..reps.max(1) {
@@ -84,19 +144,11 @@ pub fn measure_cpu(
             progress(
                 points.len(),
                 total,
-                &format!("cpu {name} k={} n={} m={m}: {us:.1} us", w.k, w.n),
+                &format!("{label} {name} k={} n={} m={m}: {us:.1} us", w.k, w.n),
             );
         }
     }
-    Ok(BackendProfile {
-        backend: "cpu".into(),
-        points,
-        sync_us: 0.0,
-        copy_gbps: None,
-        bandwidth_gbps: Some(measure_bandwidth_gbps()),
-        standard_m: Vec::new(),
-        graph_prepare_us: None,
-    })
+    Ok(points)
 }
 
 /// Streaming read bandwidth of one thread over 64 MiB, GB/s (best of 3).
