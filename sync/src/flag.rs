@@ -78,6 +78,31 @@ impl CompletionFlag {
         }
     }
 
+    /// Views an existing 32-bit word as a flag, e.g. the flag word a device layer keeps in
+    /// shared memory (an OpenCL buffer the kernel stores the epoch into). The word should only
+    /// ever hold 31-bit epochs (a device store of a plain epoch clears [`WAITERS_BIT`]; wait on
+    /// such a word with [`crate::Producer::Device`]).
+    #[cfg(not(loom))]
+    pub fn from_atomic(word: &AtomicU32) -> &Self {
+        // SAFETY: `CompletionFlag` is `repr(C)` with a single `AtomicU32` field (size and
+        // alignment asserted equal above), so it has the same layout and validity as the word;
+        // the returned reference borrows `word` for its lifetime.
+        unsafe { &*(word as *const AtomicU32).cast::<Self>() }
+    }
+
+    /// Views the 32-bit word at `ptr` as a flag (e.g. [`crate::CompletionFlag::as_ptr`] of a
+    /// flag in a mapping, or a device layer's flag word).
+    ///
+    /// # Safety
+    /// `ptr` must be non-null, 4-byte aligned, valid for reads and writes for `'a`, and only
+    /// accessed atomically (by this flag, devices' atomic stores, or other atomics) during `'a`.
+    #[cfg(not(loom))]
+    pub unsafe fn from_ptr<'a>(ptr: *mut u32) -> &'a Self {
+        // SAFETY: forwarded from the contract: an aligned, live u32 accessed only atomically is
+        // a valid `AtomicU32` (`AtomicU32::from_ptr`'s contract), and the flag has its layout.
+        Self::from_atomic(unsafe { AtomicU32::from_ptr(ptr) })
+    }
+
     /// The flag's epoch now (Acquire: data published with it is visible to the caller once the
     /// caller sees this epoch).
     #[inline]

@@ -194,3 +194,38 @@ fn predictor_learns_a_steady_producer() {
     // Upper bound loose: on a loaded machine (or under QEMU) the producer is often late.
     assert!((1_500_000..20_000_000).contains(&p), "prediction {p} ns");
 }
+
+#[test]
+fn device_style_producer_on_a_foreign_word() {
+    // A "device" that knows nothing of this crate: it stores plain epochs (Release) into a word
+    // it owns; the consumer views the word as a flag and waits with Producer::Device.
+    let word = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let data = Arc::new(AtomicU64::new(0));
+    let dev = {
+        let (word, data) = (word.clone(), data.clone());
+        std::thread::spawn(move || {
+            for e in 1..=100u32 {
+                std::thread::sleep(Duration::from_micros(if e % 2 == 0 { 10 } else { 200 }));
+                data.store(e as u64 * 7, Ordering::Relaxed);
+                word.store(e, Ordering::Release);
+                // Wait for the consumer to catch up (it bumps the data to e*7+1).
+                while data.load(Ordering::Acquire) != e as u64 * 7 + 1 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let flag = CompletionFlag::from_atomic(&word);
+    let mut site = SiteState::new();
+    for e in 1..=100u32 {
+        flag.wait(e, &cfg(Producer::Device), Some(&mut site))
+            .unwrap();
+        assert_eq!(data.load(Ordering::Relaxed), e as u64 * 7);
+        data.store(e as u64 * 7 + 1, Ordering::Release);
+    }
+    dev.join().unwrap();
+    // from_ptr views the same word.
+    // SAFETY: the word is live, aligned and only accessed atomically.
+    let again = unsafe { CompletionFlag::from_ptr(word.as_ptr()) };
+    assert_eq!(again.epoch(), 100);
+}
