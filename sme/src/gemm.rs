@@ -225,8 +225,16 @@ impl<'a> GemmPlan<'a> {
     /// Runs this worker's share of the tiles: claims from the front of its own range, then
     /// steals from the back of the others' ranges until none is left. Call it from each of the
     /// caller's threads after `state.prepare(plan.tiles())`; C is complete once every worker has
-    /// returned (join the threads). Fails if `worker` is out of range for `state`.
+    /// returned (join the threads). Fails if `worker` is out of range for `state` or `state`
+    /// was prepared for another tile count.
     pub fn run_worker(&self, state: &crate::StealState, worker: usize) -> Result<(), Error> {
+        if state.tiles() != self.tiles() {
+            return Err(Error::ShapeMismatch {
+                what: "steal state prepared for another tile count",
+                expected: self.tiles(),
+                got: state.tiles(),
+            });
+        }
         state.run_worker(worker, |t| {
             // SAFETY: the steal state hands out each tile index to exactly one claim.
             unsafe { self.run_tile(t) }

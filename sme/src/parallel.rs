@@ -30,6 +30,7 @@ fn unpack(x: u64) -> (u32, u32) {
 #[derive(Debug)]
 pub struct StealState {
     slots: Box<[Slot]>,
+    tiles: usize,
 }
 
 impl StealState {
@@ -43,6 +44,7 @@ impl StealState {
         }
         Ok(Self {
             slots: (0..workers).map(|_| Slot(AtomicU64::new(0))).collect(),
+            tiles: 0,
         })
     }
 
@@ -51,12 +53,18 @@ impl StealState {
         self.slots.len()
     }
 
+    /// The tile count of the last `prepare`.
+    pub fn tiles(&self) -> usize {
+        self.tiles
+    }
+
     /// Splits tiles `0..tiles` into equal contiguous ranges, one per worker. `&mut self` proves no
     /// worker is running; the caller's thread spawn (or barrier) publishes the ranges to them.
     pub fn prepare(&mut self, tiles: usize) -> Result<(), Error> {
         if tiles > u32::MAX as usize {
             return Err(Error::Overflow);
         }
+        self.tiles = tiles;
         let w = self.slots.len();
         for (i, s) in self.slots.iter().enumerate() {
             let f = tiles * i / w;

@@ -61,6 +61,26 @@ fn bad_worker_index_is_an_error() {
         Err(Error::BadWorkerCount { .. })
     ));
     assert!(StealState::new(0).is_err());
+    // A state prepared for another tile count is refused, and nothing is written.
+    let mut st = StealState::new(1).unwrap();
+    st.prepare(1).unwrap();
+    let x = [1f32; 32];
+    let w = [BlockQ8_0::default(); 2];
+    let mut y = [-7f32; 2];
+    let g = QGemv {
+        x: &x,
+        m: 1,
+        k: 32,
+        w: QWeights::Q8_0(&w),
+    };
+    let plan = QGemvPlan::new(Kernel::new(KernelKind::Portable).unwrap(), &g, &mut y, 2).unwrap();
+    assert_eq!(plan.tiles(), 1);
+    st.prepare(5).unwrap();
+    assert!(matches!(
+        plan.run_worker(&st, 0),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert_eq!(y, [-7.0, -7.0]);
 }
 
 #[test]
