@@ -418,6 +418,26 @@ impl Pool {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data_ptr(slot), self.slot_size) })
     }
 
+    /// The slot's data as `f32`s (the data is 4096-aligned and its size a multiple of 4096, so
+    /// this cannot fail on alignment).
+    pub fn f32s<'a>(&'a self, handle: &'a Handle) -> Result<&'a [f32], UmaError> {
+        let slot = self.check(handle.pool, handle.slot)?;
+        // SAFETY: as in `bytes`; the pointer is 4096-aligned, the length a multiple of 4, and
+        // every bit pattern is a valid f32.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.data_ptr(slot).cast::<f32>(), self.slot_size / 4)
+        })
+    }
+
+    /// The slot's data as writable `f32`s.
+    pub fn f32s_mut<'a>(&'a self, handle: &'a mut Handle) -> Result<&'a mut [f32], UmaError> {
+        let slot = self.check(handle.pool, handle.slot)?;
+        // SAFETY: as in `bytes_mut`, with the alignment and size argument of `f32s`.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.data_ptr(slot).cast::<f32>(), self.slot_size / 4)
+        })
+    }
+
     /// The slot's completion flag (in the mapping, beside the data).
     pub fn flag(&self, handle: &Handle) -> Result<&CompletionFlag, UmaError> {
         let slot = self.check(handle.pool, handle.slot)?;

@@ -191,6 +191,22 @@ impl ColumnsMut<'_> {
     }
 }
 
+impl ColumnsMut<'_> {
+    /// Row `r` of this view as `f32`s: `None` past the last row, or unless the layout's element
+    /// size is 4 and its row stride a multiple of 4 (then every row segment is 4-aligned, the
+    /// slot being 4096-aligned).
+    pub fn row_f32_mut(&mut self, r: usize) -> Option<&mut [f32]> {
+        if self.layout.elem_size != 4 || self.layout.row_stride % 4 != 0 {
+            return None;
+        }
+        let n = self.cols.len();
+        let row = self.row_mut(r)?;
+        // SAFETY: the segment is 4-aligned (see above), holds exactly n * 4 bytes, is
+        // exclusively ours for the borrow, and every bit pattern is a valid f32.
+        Some(unsafe { std::slice::from_raw_parts_mut(row.as_mut_ptr().cast::<f32>(), n) })
+    }
+}
+
 /// Checks that every range is well-formed, within `limit`, and that no two overlap. Empty
 /// ranges are allowed (a producer given no work) and overlap nothing.
 fn check_ranges(ranges: &[Range<usize>], limit: usize) -> Result<(), UmaError> {

@@ -61,6 +61,7 @@ fn hot_paths_do_not_allocate() {
             let l = MatrixLayout::dense(8, 16, 4);
             let [mut c, g] = p.split_columns(&mut a, l, [0..5, 5..16]).unwrap();
             c.row_mut(7).unwrap()[0] = 2;
+            c.row_f32_mut(6).unwrap()[0] = 1.0;
             assert_eq!(g.cols(), 5..16);
         }
         assert!(p.split_bytes(&mut a, [0..64, 32..128]).is_err());
@@ -68,6 +69,7 @@ fn hot_paths_do_not_allocate() {
         let _ = p.raw(&b).unwrap();
         let _ = p.resolve(b.id()).unwrap();
         let _ = p.bytes_mut(&mut a).unwrap();
+        p.f32s_mut(&mut a).unwrap()[0] = 0.5;
         p.release(a).unwrap();
         p.release(b).unwrap();
     }

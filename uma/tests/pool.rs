@@ -171,8 +171,19 @@ fn column_split_two_producers_one_output() {
         p.split_columns(&mut h, too_big, [0..1]).err(),
         Some(UmaError::BadLayout)
     );
+    {
+        let [mut c] = p.split_columns(&mut h, layout, [n..cols]).unwrap();
+        let row = c.row_f32_mut(rows - 1).unwrap();
+        assert_eq!(row.len(), cols - n);
+        assert_eq!(row[0], ((rows - 1) * cols + n) as f32);
+        assert!(c.row_f32_mut(rows).is_none());
+    }
+    assert_eq!(p.f32s(&h).unwrap()[3], 3.0);
+    p.f32s_mut(&mut h).unwrap()[3] = 3.5;
+    assert_eq!(p.f32s(&h).unwrap().len(), p.slot_size() / 4);
     let [mut v] = p.split_bytes(&mut h, [4..12]).unwrap();
     assert_eq!(v.as_mut_f32().unwrap(), &[1.0, 2.0]);
+    p.f32s_mut(&mut h).unwrap()[3] = 3.0;
     let [mut odd] = p.split_bytes(&mut h, [1..5]).unwrap();
     assert_eq!(odd.as_mut_f32().err(), Some(UmaError::BadCast));
     p.release(h).unwrap();
