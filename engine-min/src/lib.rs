@@ -13,4 +13,5 @@ pub mod qkernel;
 pub mod quant;
 pub mod reference;
 pub mod sample;
+pub mod split;
 pub mod tokenizer;

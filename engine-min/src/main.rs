@@ -13,7 +13,7 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu|cpu-gpu:R]
                  [--kernel portable|avx512|avx512-vnni|sme-gemv]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
@@ -226,12 +226,21 @@ fn run(mut args: Args) -> Result<(), Fail> {
             })?,
     };
     args.finish()?;
-    if plan != "cpu" && plan != "gpu" {
+    let split_share: Option<f64> = match plan.strip_prefix("cpu-gpu:") {
+        Some(r) => Some(
+            r.parse()
+                .ok()
+                .filter(|v: &f64| (0.0..=1.0).contains(v))
+                .ok_or_else(|| usage(format!("bad CPU share `{r}` in --plan (0..=1)")))?,
+        ),
+        None => None,
+    };
+    if plan != "cpu" && plan != "gpu" && split_share.is_none() {
         return Err(Fail(
             format!(
-                "plan `{plan}` is not available yet: `cpu` and `gpu` (all matmuls on the OpenCL \
-                 device) run in this build; NPU and split plans need the qnn-sys backend and \
-                 plan execution"
+                "plan `{plan}` is not available yet: `cpu`, `gpu` (all matmuls on the OpenCL \
+                 device) and `cpu-gpu:R` (CPU takes share R of every matmul's columns) run in \
+                 this build; NPU plans need the qnn-sys backend"
             ),
             2,
         ));
@@ -243,7 +252,15 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
     let pool = Arc::new(Pool::new(threads));
-    let backend: Box<dyn engine_min::backend::Backend> = if plan == "gpu" {
+    let backend: Box<dyn engine_min::backend::Backend> = if let Some(r) = split_share {
+        let gpu = engine_min::gpu::GpuBackend::open()
+            .map_err(|e| Fail(format!("plan {plan}: OpenCL is not usable: {e}"), 1))?;
+        let cpu = CpuBackend::new(Arc::clone(&pool), kernel);
+        Box::new(
+            engine_min::split::SplitBackend::new(cpu, gpu, r)
+                .map_err(|e| Fail(e.to_string(), 1))?,
+        )
+    } else if plan == "gpu" {
         Box::new(
             engine_min::gpu::GpuBackend::open()
                 .map_err(|e| Fail(format!("plan gpu: OpenCL is not usable: {e}"), 1))?,

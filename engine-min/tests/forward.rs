@@ -145,6 +145,55 @@ fn gpu_plan_matches_reference_forward() {
     assert!(share[0].0.starts_with("gpu"), "{share:?}");
 }
 
+/// Forced CPU–GPU column splits (CPU share 0.25 and 0.5 of every matmul's columns, the two
+/// halves computed concurrently) against the reference. The CPU side uses an f32 kernel, so the
+/// f32 tolerances apply.
+#[test]
+fn cpu_gpu_split_plan_matches_reference_forward() {
+    let Some(model) = load() else { return };
+    if hetero_tests::require("opencl", engine_min::gpu::GpuBackend::open().map(|_| ())).is_none() {
+        return;
+    }
+    let (ids, want) = reference_logits(&model);
+    let vocab = model.config.vocab;
+    let f32_kernel = CpuKernel::available()
+        .into_iter()
+        .rfind(|&k| tol(k) == TOL_F32)
+        .unwrap_or(CpuKernel::Portable);
+    for share in [0.25, 0.5] {
+        let pool = Arc::new(Pool::new(2));
+        let gpu = engine_min::gpu::GpuBackend::open().expect("opencl");
+        let cpu = CpuBackend::new(Arc::clone(&pool), f32_kernel);
+        let split = engine_min::split::SplitBackend::new(cpu, gpu, share).expect("split");
+        assert_eq!(split.cpu_cols(192), if share == 0.25 { 64 } else { 128 });
+        let mut e = Engine::new(
+            Arc::clone(&model),
+            Box::new(split),
+            pool,
+            EngineOptions {
+                context: 64,
+                max_batch: 16,
+            },
+        )
+        .expect("engine");
+        let mut logits = vec![f32::NAN; vocab];
+        e.forward(&ids[..17], &mut logits).expect("prefill");
+        for t in 16..19 {
+            if t > 16 {
+                logits.fill(f32::NAN);
+                e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+            }
+            let w = &want[t * vocab..(t + 1) * vocab];
+            let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
+            eprintln!("split {share} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+            assert!(
+                d <= TOL_F32 && tvd <= 1e-4,
+                "split {share} pos {t}: {d}, {tvd}"
+            );
+        }
+    }
+}
+
 #[test]
 fn engine_matches_reference_forward() {
     let Some(model) = load() else { return };
