@@ -1,2 +1,190 @@
-//! Criterion benches of the sme kernels (being written).
-fn main() {}
+//! Criterion benches of the sme kernels against the `gemm` crate (f32 and f16 paths), single
+//! thread (gemm with `Parallelism::None`), plus Q4_0 GEMV against the machine's read bandwidth
+//! measured in the same run over a working set larger than the last-level cache.
+//!
+//! `cargo bench -p hetero-sme --bench sme -- --warm-up-time 1 --measurement-time 2`
+//! Throughput is reported as "elements/s" = FLOP/s (2·M·N·K per call) for GEMM, bytes/s for
+//! GEMV and the bandwidth probe.
+
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use hetero_sme::*;
+
+const SHAPES: [(usize, usize); 5] = [
+    (576, 1536),
+    (1536, 576),
+    (4096, 4096),
+    (4096, 14336),
+    (14336, 4096),
+];
+const MS: [usize; 6] = [1, 4, 16, 64, 256, 1024];
+
+fn rnd(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn gemm_benches(c: &mut Criterion) {
+    let kernel = Kernel::best(PackedFormat::F16);
+    let mut g = c.benchmark_group("gemm");
+    g.sampling_mode(SamplingMode::Flat).sample_size(10);
+    for &(k, n) in &SHAPES {
+        let w32 = rnd(k * n, 1);
+        let w16: Vec<half::f16> = w32.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let mut packed = vec![0u16; packed_len(k, n)];
+        let src = WeightSource {
+            data: &w32,
+            k,
+            n,
+            ld: n,
+            layout: Layout::RowMajor,
+        };
+        pack_f32(&src, 0..n, PackedFormat::F16, &mut packed).unwrap();
+        let w = PackedRef::new(&packed, k, n, PackedFormat::F16).unwrap();
+        for &m in &MS {
+            // The two largest shapes at M = 1024 take seconds per call: trimmed.
+            if m == 1024 && k * n > 4096 * 4096 {
+                continue;
+            }
+            let a32 = rnd(m * k, 2);
+            let a16: Vec<half::f16> = a32.iter().map(|&x| half::f16::from_f32(x)).collect();
+            let mut c32 = vec![0f32; m * n];
+            let mut c16 = vec![half::f16::ZERO; m * n];
+            let id = format!("m{m}_k{k}_n{n}");
+            g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+            g.bench_function(BenchmarkId::new(kernel.name(), &id), |b| {
+                b.iter(|| {
+                    let gg = Gemm {
+                        a: Lhs::F32(&a32),
+                        m,
+                        lda: k,
+                        w,
+                        bias: None,
+                        accumulate: false,
+                    };
+                    kernel.gemm(black_box(&gg), &mut c32, n).unwrap();
+                })
+            });
+            g.bench_function(BenchmarkId::new("gemm-f32", &id), |b| {
+                b.iter(|| {
+                    // SAFETY: row-major m×k, k×n, m×n buffers of exactly those sizes.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            c32.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            a32.as_ptr(),
+                            1,
+                            k as isize,
+                            w32.as_ptr(),
+                            1,
+                            n as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        )
+                    }
+                })
+            });
+            g.bench_function(BenchmarkId::new("gemm-f16", &id), |b| {
+                b.iter(|| {
+                    // SAFETY: as above, f16 elements.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            c16.as_mut_ptr(),
+                            1,
+                            n as isize,
+                            false,
+                            a16.as_ptr(),
+                            1,
+                            k as isize,
+                            w16.as_ptr(),
+                            1,
+                            n as isize,
+                            half::f16::ZERO,
+                            half::f16::ONE,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        )
+                    }
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn gemv_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemv");
+    g.sampling_mode(SamplingMode::Flat).sample_size(10);
+    // 4096 × 28672 Q4_0 = 66 MB of weights, twice the 32 MiB L3.
+    let (k, n) = (4096, 28672);
+    let nb = k / 32;
+    let mut s = 0x1234_5678u64;
+    let w: Vec<BlockQ4_0> = (0..n * nb)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            BlockQ4_0 {
+                d: 0x2c00,
+                qs: core::array::from_fn(|i| (s >> (i % 8 * 8)) as u8),
+            }
+        })
+        .collect();
+    let bytes = (w.len() * 18) as u64;
+    for m in [1usize, 4, 16] {
+        let x = rnd(m * k, 3);
+        let mut y = vec![0f32; m * n];
+        g.throughput(Throughput::Bytes(bytes));
+        g.bench_function(BenchmarkId::new("q4_0", format!("m{m}_k{k}_n{n}")), |b| {
+            b.iter(|| gemv_q4_0(black_box(&x), m, k, &w, &mut y, n).unwrap())
+        });
+    }
+    // Read bandwidth over 256 MiB (8x the L3): sum of u64 with 8 independent lanes.
+    let big = vec![1u64; 32 << 20];
+    g.throughput(Throughput::Bytes((big.len() * 8) as u64));
+    g.bench_function("read-bandwidth-256MiB", |b| {
+        b.iter(|| {
+            let mut acc = [0u64; 8];
+            for ch in black_box(&big).chunks_exact(8) {
+                for i in 0..8 {
+                    acc[i] = acc[i].wrapping_add(ch[i]);
+                }
+            }
+            acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
+    targets = gemm_benches, gemv_benches
+}
+criterion_main!(benches);
