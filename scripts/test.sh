@@ -49,7 +49,7 @@ run_stage() { # NAME
             # The aarch64-only code (SME/NEON kernels) is linted with Debian's clippy too.
             RUSTFLAGS="-D warnings" RUSTC="$RUSTC_AARCH64" RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER_AARCH64" \
               cargo check --profile ci --target "$AARCH64" --target-dir target/aarch64-clippy \
-                -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --all-targets ;;
+                -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests ;;
     host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci --workspace \
             --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
     loom) RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
