@@ -88,7 +88,12 @@ pub(crate) fn need(m: usize, ld: usize, cols: usize) -> Result<usize, Error> {
 }
 
 /// Validates `g` with output `c`/`ldc` for `kernel`; writes nothing.
-pub(crate) fn validate(kernel: Kernel, g: &Gemm<'_>, c: &[f32], ldc: usize) -> Result<Ctx, Error> {
+pub(crate) fn validate(
+    kernel: Kernel,
+    g: &Gemm<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) -> Result<Ctx, Error> {
     let (k, n) = (g.w.k(), g.w.n());
     if !kernel.supports(g.w.format()) {
         return Err(Error::FormatMismatch {
@@ -148,7 +153,8 @@ pub(crate) fn validate(kernel: Kernel, g: &Gemm<'_>, c: &[f32], ldc: usize) -> R
         np: panels(n),
         w: g.w.data().as_ptr(),
         format: g.w.format(),
-        c: c.as_ptr() as *mut f32,
+        // Derived from the exclusive borrow: kernels write through it.
+        c: c.as_mut_ptr(),
         ldc,
         accumulate: g.accumulate,
         bias: g.bias.map_or(core::ptr::null(), |b| b.as_ptr()),

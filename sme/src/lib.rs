@@ -38,7 +38,7 @@ pub enum KernelKind {
     Avx512,
     /// x86-64 AMX-BF16 (reads [`PackedFormat::Bf16`] weights only).
     Amx,
-    /// aarch64 NEON: its own quantized GEMV; its GEMM is the portable tile.
+    /// aarch64 NEON: quantized GEMV and an FP32-FMA GEMM tile on the packed panels.
     Neon,
     /// aarch64 SME1 (FEAT_SME + F16F32 widening FMOPA), F16 weights only.
     Sme1,
@@ -223,7 +223,7 @@ impl Kernel {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Amx(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "aarch64")]
-                Kernel::Neon(_) => portable::gemm_tile(ctx, row0, rows, p),
+                Kernel::Neon(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "aarch64")]
                 Kernel::Sme1(t) => {
                     sme_driver::sme_tile(sme_driver::SmeTok::S1(*t), ctx, row0, rows, p)

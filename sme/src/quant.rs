@@ -187,7 +187,7 @@ pub(crate) struct QCtx {
     pub ldy: usize,
 }
 
-pub(crate) fn validate(g: &QGemv<'_>, y: &[f32], ldy: usize) -> Result<QCtx, Error> {
+pub(crate) fn validate(g: &QGemv<'_>, y: &mut [f32], ldy: usize) -> Result<QCtx, Error> {
     if g.m > GEMV_MAX_ROWS {
         return Err(Error::TooManyRows {
             max: GEMV_MAX_ROWS,
@@ -244,7 +244,8 @@ pub(crate) fn validate(g: &QGemv<'_>, y: &[f32], ldy: usize) -> Result<QCtx, Err
             QWeights::Q4_1(w) => WPtr::Q4_1(w.as_ptr()),
             QWeights::Q8_0(w) => WPtr::Q8_0(w.as_ptr()),
         },
-        y: y.as_ptr() as *mut f32,
+        // Derived from the exclusive borrow: kernels write through it.
+        y: y.as_mut_ptr(),
         ldy,
     })
 }

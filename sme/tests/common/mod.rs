@@ -71,8 +71,9 @@ pub fn a_rounding(k: Kernel) -> fn(f32) -> f32 {
 }
 
 /// The kernels the big grids run: all of them natively; under emulation (non-x86-64 targets run
-/// in QEMU here, ~50x slower) only the architecture's own kernels, since the portable one is
-/// the same Rust code already proven natively (NEON's GEMM is that portable tile).
+/// in QEMU here, ~50x slower) only the SME kernels: the portable one is the same Rust code
+/// already proven natively, and NEON's GEMM has its own tests (`tests/aarch64*.rs`); the small
+/// tests (bad input, GEMV, parallel) still run every kernel.
 pub fn grid_kernels() -> Vec<Kernel> {
     kernels()
         .into_iter()
