@@ -53,9 +53,23 @@ pub fn kernels() -> Vec<Kernel> {
         KernelKind::Sme1,
         KernelKind::Sme2,
     ] {
-        match Kernel::new(kind) {
-            Ok(k) => v.push(k),
-            Err(e) => eprintln!("SKIP kernel {kind:?}: {e}"),
+        let probe = Kernel::new(kind);
+        // On aarch64 the SME kernels are a required backend when CI says so (HETERO_REQUIRE
+        // names sme-emu for the SME2 emulator, sme1-emu for the SME-only one): absence fails
+        // instead of skipping. Elsewhere they simply do not exist.
+        let required = match kind {
+            KernelKind::Sme2 if cfg!(target_arch = "aarch64") => Some("sme-emu"),
+            KernelKind::Sme1 if cfg!(target_arch = "aarch64") => Some("sme1-emu"),
+            _ => None,
+        };
+        match (probe, required) {
+            (Ok(k), _) => v.push(k),
+            (Err(e), Some(backend)) => {
+                if let Some(k) = hetero_tests::require(backend, Err::<Kernel, _>(e)) {
+                    v.push(k);
+                }
+            }
+            (Err(e), None) => eprintln!("SKIP kernel {kind:?}: {e}"),
         }
     }
     v
