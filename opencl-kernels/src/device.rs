@@ -428,7 +428,7 @@ impl Device {
             return Err(Error::BadShape("zero-length buffer".into()));
         }
         let align = self.info.base_addr_align;
-        if ptr.is_null() || (ptr as usize) % align != 0 {
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(align) {
             return Err(Error::Misaligned {
                 addr: ptr as usize,
                 required: align,

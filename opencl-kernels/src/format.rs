@@ -42,7 +42,7 @@ impl WeightFormat {
             return Err(Error::BadShape("K must be positive".into()));
         }
         if self.is_block() {
-            if k % BLOCK != 0 {
+            if !k.is_multiple_of(BLOCK) {
                 return Err(Error::BadShape(format!(
                     "K = {k} is not a multiple of 32, as {self:?} blocks need"
                 )));

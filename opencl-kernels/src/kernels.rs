@@ -213,7 +213,7 @@ impl Kernels {
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
         let (name, units) = match format {
-            WeightFormat::F16 if k % 8 == 0 => ("gemv_f16", k / 8),
+            WeightFormat::F16 if k.is_multiple_of(8) => ("gemv_f16", k / 8),
             WeightFormat::F16 => ("gemv_f16_any", k),
             // Block formats: four work-items per block (k / 8 parts a row).
             WeightFormat::Q4_0 => ("gemv_q4_0", k / 8),
@@ -443,7 +443,7 @@ impl Kernels {
         base: f32,
         mode: RopeMode,
     ) -> Result<Launch<'a>> {
-        if tokens == 0 || heads == 0 || head_dim == 0 || head_dim % 2 != 0 {
+        if tokens == 0 || heads == 0 || head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::BadShape(format!(
                 "rope needs tokens, heads > 0 and an even head_dim (got {tokens}, {heads}, {head_dim})"
             )));
@@ -489,7 +489,7 @@ impl Kernels {
         max_seq: usize,
         len: usize,
     ) -> Result<Launch<'a>> {
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(Error::BadShape(format!(
                 "heads ({heads}) must be a positive multiple of kv_heads ({kv_heads})"
             )));
@@ -535,7 +535,7 @@ impl Kernels {
         dst: &'a Buffer,
         bytes: usize,
     ) -> Result<Launch<'a>> {
-        if bytes == 0 || bytes % 16 != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(16) {
             return Err(Error::BadShape(
                 "copy size must be a positive multiple of 16".into(),
             ));

@@ -261,7 +261,7 @@ pub fn split_heads(
     cpu_rate: f64,
     gpu_rate: f64,
 ) -> Result<(u32, u32), PlanError> {
-    if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+    if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
         return Err(PlanError::ZeroShape);
     }
     let ok = |r: f64| r.is_finite() && r >= 0.0;

@@ -223,7 +223,7 @@ impl Pool {
         if cfg.slot_size == 0 {
             return Err(UmaError::ZeroSlotSize);
         }
-        if cfg.slot_size % SLOT_ALIGN != 0 {
+        if !cfg.slot_size.is_multiple_of(SLOT_ALIGN) {
             return Err(UmaError::MisalignedSlotSize(cfg.slot_size));
         }
         let data_offset = (cfg.slots * header_stride())

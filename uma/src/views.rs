@@ -60,7 +60,7 @@ impl<'a> ViewMut<'a> {
     /// The view as `f32`s: [`UmaError::BadCast`] unless the offset is 4-aligned and the length
     /// a multiple of 4.
     pub fn as_mut_f32(&mut self) -> Result<&mut [f32], UmaError> {
-        if self.len % 4 != 0 || self.ptr.as_ptr() as usize % 4 != 0 {
+        if !self.len.is_multiple_of(4) || !(self.ptr.as_ptr() as usize).is_multiple_of(4) {
             return Err(UmaError::BadCast);
         }
         // SAFETY: aligned and sized for f32 (checked above), every bit pattern is a valid f32,
@@ -196,7 +196,7 @@ impl ColumnsMut<'_> {
     /// size is 4 and its row stride a multiple of 4 (then every row segment is 4-aligned, the
     /// slot being 4096-aligned).
     pub fn row_f32_mut(&mut self, r: usize) -> Option<&mut [f32]> {
-        if self.layout.elem_size != 4 || self.layout.row_stride % 4 != 0 {
+        if self.layout.elem_size != 4 || !self.layout.row_stride.is_multiple_of(4) {
             return None;
         }
         let n = self.cols.len();
