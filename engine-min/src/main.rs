@@ -17,6 +17,7 @@ const USAGE: &str = "usage:
                  [--kernel portable|avx512|avx512-vnni|sme-gemv (default)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
+  engine-min agents gen-trace|run ...   (speculative decoding for several agents; `agents --help`)
 The model defaults to $HETERO_MODEL.";
 
 /// A CLI failure: message and exit code.
