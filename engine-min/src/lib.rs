@@ -6,6 +6,7 @@ pub mod batch;
 pub mod engine;
 pub mod gguf;
 pub mod gpu;
+mod layer;
 pub mod model;
 pub mod planning;
 pub mod pool;
