@@ -1,47 +1,14 @@
-//! Proves the planning path does not allocate: a counting global allocator wraps the system
-//! one, and planning calls run between two reads of this thread's count.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+//! Proves the planning path does not allocate: a counting global allocator
+//! (`hetero_tests::CountingAlloc`) wraps the system one, and planning calls run between two
+//! reads of this thread's count.
 
 mod common;
 use common::sample;
 use hetero_partition::*;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract holds exactly as it does for `System`; the counter is a thread-local
-// `Cell` with a const initializer, which does not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller upholds `alloc`'s contract (non-zero size), passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this `layout` (all allocations go there).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: `ptr`/`layout` came from `System` and the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use hetero_tests::{count_allocations, CountingAlloc};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCS.with(Cell::get);
-    f();
-    ALLOCS.with(Cell::get) - before
-}
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 #[test]
 fn planning_does_not_allocate() {
@@ -50,7 +17,7 @@ fn planning_does_not_allocate() {
     let mut budget = DraftBudget::new(4, BudgetParams::EDGE_AGENT).unwrap();
     let active = [true, false, true, true];
     let mut out = [0u32; 4];
-    let n = allocations_during(|| {
+    let n = count_allocations(|| {
         let mut sink = 0.0;
         for m in [1, 7, 33, 100, 300, 1000, 4096] {
             sink += plan_op(&p, 1024, 1024, m).unwrap().predicted_us();
@@ -78,5 +45,5 @@ fn planning_does_not_allocate() {
     });
     assert_eq!(n, 0, "the planning path allocated {n} times");
     // The counter works: validating a profile does allocate.
-    assert!(allocations_during(|| drop(sample().check().unwrap())) > 0);
+    assert!(count_allocations(|| drop(sample().check().unwrap())) > 0);
 }

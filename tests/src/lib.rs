@@ -2,6 +2,9 @@
 
 use std::fmt::Display;
 
+pub mod alloc;
+pub use alloc::{allocations, count_allocations, CountingAlloc};
+
 /// The environment variable that turns "backend absent, skipped" into a failure.
 pub const REQUIRE_VAR: &str = "HETERO_REQUIRE";
 

@@ -1,45 +1,13 @@
-//! A counting global allocator proves acquire, release, split, access and raw allocate
-//! nothing (only `Pool::new` does).
+//! A counting global allocator (`hetero_tests::CountingAlloc`) proves acquire, release, split,
+//! access and raw allocate nothing (only `Pool::new` does).
 
 #![cfg(not(loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
+use hetero_tests::{allocations, CountingAlloc};
 use hetero_uma::{MatrixLayout, Pool, PoolConfig, SLOT_ALIGN};
 
-struct Counting;
-
-thread_local! {
-    // Const-initialised: reading it never allocates.
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; the counter is thread-local
-// and touching it does not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        COUNT.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        COUNT.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
-
-fn allocations() -> usize {
-    COUNT.with(|c| c.get())
-}
+static A: CountingAlloc = CountingAlloc;
 
 #[test]
 fn hot_paths_do_not_allocate() {
