@@ -47,7 +47,7 @@ pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, 
             let src_len = (rows - 1) * ctx.lda + kn;
             // SAFETY: rows row0..row0+rows < m and columns kk0..kk0+kn <= k are inside the
             // validated A; the slice covers exactly that extent.
-            unsafe {
+            let packed = unsafe {
                 match ctx.a {
                     APtr::F32(a) => pack_lhs_f32(
                         core::slice::from_raw_parts(a.add(row0 * ctx.lda + kk0), src_len),
@@ -66,6 +66,12 @@ pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, 
                         &mut lhs[..len],
                     ),
                 }
+            };
+            // Not reachable: rows <= tr, the scratch holds a whole chunk and the slice was cut
+            // to the extent the packer checks. Refuse the tile rather than multiply garbage.
+            if packed.is_err() {
+                debug_assert!(false, "LHS pack refused validated input: {packed:?}");
+                return;
             }
         } else {
             lhs[..len].fill(0);

@@ -138,7 +138,7 @@ fn setup(tile: Tile) -> (Call, Vec<f64>, Vec<f64>) {
     let bias = rng.vec(n);
     let tr = tile.tile_rows();
     let mut lhs = vec![0u16; lhs_block_len(tr, k)];
-    pack_lhs_f32(&a, k, m, k, tr, &mut lhs);
+    pack_lhs_f32(&a, k, m, k, tr, &mut lhs).unwrap();
     let a16: Vec<u16> = a.iter().map(|&x| f16(x)).collect();
     let (want, mag) = reference(&a16, k, m, k, n, &w, n, Some(&bias), None);
     let call = Call {

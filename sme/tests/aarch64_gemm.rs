@@ -263,7 +263,7 @@ fn pack_lhs_layout() {
     // Independent of the CPU: 3 rows, K = 5, tile_rows 4.
     let a: Vec<f32> = (0..3 * 6).map(|x| x as f32).collect();
     let mut dst = vec![0xaaaau16; lhs_block_len(4, 5) + 2];
-    pack_lhs_f32(&a, 6, 3, 5, 4, &mut dst);
+    pack_lhs_f32(&a, 6, 3, 5, 4, &mut dst).unwrap();
     for q in 0..3 {
         for i in 0..4 {
             for j in 0..2 {
@@ -371,7 +371,7 @@ fn pack_lhs_f32_rounds_like_half() {
             })
             .collect();
         let mut dst = vec![0xaaaau16; lhs_block_len(tr, k) + 3];
-        pack_lhs_f32(&a, lda, rows, k, tr, &mut dst);
+        pack_lhs_f32(&a, lda, rows, k, tr, &mut dst).unwrap();
         for q in 0..k.div_ceil(2) {
             for i in 0..tr {
                 for j in 0..2 {
@@ -394,7 +394,7 @@ fn pack_lhs_f32_rounds_like_half() {
     // NaN stays NaN (payload may differ).
     let a = [f32::NAN; 8];
     let mut dst = vec![0u16; lhs_block_len(1, 8)];
-    pack_lhs_f32(&a, 8, 1, 8, 1, &mut dst);
+    pack_lhs_f32(&a, 8, 1, 8, 1, &mut dst).unwrap();
     assert!(dst.iter().all(|&h| h & 0x7c00 == 0x7c00 && h & 0x03ff != 0));
 }
 
@@ -488,4 +488,34 @@ fn kernels_touch_nothing_past_their_extents() {
             assert!((c[0] as f64 - s).abs() < 1e-4, "{t:?}: {} vs {s}", c[0]);
         }
     }
+}
+
+#[test]
+fn pack_lhs_rejects_bad_input_without_writing() {
+    use hetero_sme::Error;
+    let a = vec![1.0f32; 4 * 8];
+    let mut dst = vec![0xBEEFu16; lhs_block_len(4, 8)];
+    // More rows than one tile holds.
+    assert!(matches!(
+        pack_lhs_f32(&a, 8, 5, 8, 4, &mut dst),
+        Err(Error::TooManyRows { max: 4, got: 5 })
+    ));
+    // Destination too short.
+    let mut short = vec![0xBEEFu16; lhs_block_len(4, 8) - 1];
+    assert!(matches!(
+        pack_lhs_f32(&a, 8, 4, 8, 4, &mut short),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    assert!(short.iter().all(|&x| x == 0xBEEF));
+    // Source too short for rows x lda.
+    assert!(matches!(
+        pack_lhs_f32(&a[..3 * 8 + 7], 8, 4, 8, 4, &mut dst),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    // Stride smaller than a row.
+    assert!(matches!(
+        pack_lhs_f32(&a, 4, 4, 8, 4, &mut dst),
+        Err(Error::BadStride { .. })
+    ));
+    assert!(dst.iter().all(|&x| x == 0xBEEF));
 }

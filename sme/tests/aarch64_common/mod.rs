@@ -136,8 +136,8 @@ pub fn drive(
     while r0 < m {
         let rows = tr.min(m - r0);
         match a {
-            A::F32(a) => pack_lhs_f32(&a[r0 * lda..], lda, rows, k, tr, &mut lhs),
-            A::F16(a) => pack_lhs_f16(&a[r0 * lda..], lda, rows, k, tr, &mut lhs),
+            A::F32(a) => pack_lhs_f32(&a[r0 * lda..], lda, rows, k, tr, &mut lhs).unwrap(),
+            A::F16(a) => pack_lhs_f16(&a[r0 * lda..], lda, rows, k, tr, &mut lhs).unwrap(),
         }
         let mut p0 = 0;
         while p0 < np {

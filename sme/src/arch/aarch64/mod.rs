@@ -17,6 +17,8 @@ mod sme;
 
 use core::fmt;
 
+use crate::Error;
+
 /// `AT_HWCAP2` from `<elf.h>`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const AT_HWCAP2: libc::c_ulong = 26;
@@ -253,10 +255,10 @@ pub fn lhs_block_len(tile_rows: usize, k: usize) -> usize {
 /// (round to nearest even): per k-pair `q`, for `i` in `0..tile_rows`, `[A[i][2q], A[i][2q+1]]`;
 /// zero where `i >= rows` or `2q + j >= k`.
 ///
-/// # Panics
-/// If `rows > tile_rows`, `dst.len() < lhs_block_len(tile_rows, k)`, or `a` is shorter than
-/// `(rows - 1) * lda + k` (when `rows > 0` and `k > 0`). These are the caller's (the driver's)
-/// obligations, checked here rather than trusted.
+/// # Errors
+/// [`Error::TooManyRows`] if `rows > tile_rows`, [`Error::BufferTooSmall`] if `dst` is shorter
+/// than `lhs_block_len(tile_rows, k)` or `a` shorter than `(rows - 1) * lda + k` (when `rows > 0`
+/// and `k > 0`), [`Error::BadStride`] if `lda < k` with more than one row; `dst` is then untouched.
 pub fn pack_lhs_f32(
     a: &[f32],
     lda: usize,
@@ -264,15 +266,15 @@ pub fn pack_lhs_f32(
     k: usize,
     tile_rows: usize,
     dst: &mut [u16],
-) {
+) -> Result<(), Error> {
     pack_lhs(a, lda, rows, k, tile_rows, dst, f32x8_to_f16, |x| {
         half::f16::from_f32(x).to_bits()
-    });
+    })
 }
 
 /// Like [`pack_lhs_f32`] for an FP16 (bit pattern) source; values are copied unchanged.
 ///
-/// # Panics
+/// # Errors
 /// As [`pack_lhs_f32`].
 pub fn pack_lhs_f16(
     a: &[u16],
@@ -281,8 +283,8 @@ pub fn pack_lhs_f16(
     k: usize,
     tile_rows: usize,
     dst: &mut [u16],
-) {
-    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| *x, |x| x);
+) -> Result<(), Error> {
+    pack_lhs(a, lda, rows, k, tile_rows, dst, |x| *x, |x| x)
 }
 
 /// Eight f32 → eight FP16 bits, round to nearest even (`fcvtn`/`fcvtn2` under the default
@@ -319,18 +321,37 @@ fn pack_lhs<T: Copy>(
     dst: &mut [u16],
     conv8: impl Fn(&[T; 8]) -> [u16; 8],
     conv: impl Fn(T) -> u16,
-) {
+) -> Result<(), Error> {
     let len = lhs_block_len(tile_rows, k);
-    assert!(
-        rows <= tile_rows,
-        "pack_lhs: rows {rows} > tile_rows {tile_rows}"
-    );
-    assert!(dst.len() >= len, "pack_lhs: dst too short");
+    if rows > tile_rows {
+        return Err(Error::TooManyRows {
+            max: tile_rows,
+            got: rows,
+        });
+    }
+    if dst.len() < len {
+        return Err(Error::BufferTooSmall {
+            what: "lhs pack destination",
+            needed: len,
+            got: dst.len(),
+        });
+    }
+    if rows > 1 && lda < k {
+        return Err(Error::BadStride {
+            what: "lda",
+            ld: lda,
+            min: k,
+        });
+    }
     if rows > 0 && k > 0 {
-        assert!(
-            a.len() >= (rows - 1) * lda + k,
-            "pack_lhs: source too short"
-        );
+        let needed = (rows - 1) * lda + k;
+        if a.len() < needed {
+            return Err(Error::BufferTooSmall {
+                what: "lhs source",
+                needed,
+                got: a.len(),
+            });
+        }
     }
     let dst = &mut dst[..len];
     dst.fill(0);
@@ -351,6 +372,7 @@ fn pack_lhs<T: Copy>(
             dst[base + (t / 2) * tr2 + t % 2] = conv(v);
         }
     }
+    Ok(())
 }
 
 impl Sme2 {
