@@ -165,6 +165,16 @@ fn gemv_benches(c: &mut Criterion) {
             b.iter(|| gemv_q4_0(black_box(&x), m, k, &w, &mut y, n).unwrap())
         });
     }
+    // The same kernel on an L3-resident weight (4096 × 1024, 2.4 MB): its compute ceiling.
+    let (kc, nc) = (4096, 1024);
+    let wc = &w[..nc * (kc / 32)];
+    let x = rnd(kc, 3);
+    let mut y = vec![0f32; nc];
+    g.throughput(Throughput::Bytes((wc.len() * 18) as u64));
+    g.bench_function(
+        BenchmarkId::new("q4_0-l3", format!("m1_k{kc}_n{nc}")),
+        |b| b.iter(|| gemv_q4_0(black_box(&x), 1, kc, wc, &mut y, nc).unwrap()),
+    );
     // Read bandwidth over 256 MiB (8x the L3): sum of u64 with 8 independent lanes.
     let big = vec![1u64; 32 << 20];
     g.throughput(Throughput::Bytes((big.len() * 8) as u64));

@@ -255,37 +255,138 @@ unsafe fn uk<const R: usize, const NW: usize, const BF16: bool>(u: &Uk) {
 
 // ---------------------------------------------------------------------------------------------
 // Quantized GEMV.
+//
+// Q4 per block and weight row, 7 zmm instructions (objdump of the M = 1 loop): a 16-entry FP32
+// lookup table scaled by the block's scale (`vmulps` with a broadcast memory operand, Q4_1
+// `vfmadd`; the scales of 16 consecutive blocks are gathered with scalar loads and converted by
+// one `vcvtph2ps` per chunk, no per-block FP16 conversion), `vpmovzxbd` of the 16 quant bytes,
+// one `vpsrld`, two `vpermd` (the lookup: it reads only the low 4 bits of each index, so the
+// low nibble needs no mask) and two FMAs per x row. (Tried and slower here: `vpmovzxbd` + mask
+// + `vcvtdq2ps`; a broadcast load + `vpsrlvd` with 4×4-transposed x.) Zen 4 runs this at
+// about 4-5 cycles per block and row: the three FMA-pipe and three shuffle instructions share
+// ports, so M = 1 is bound by vector issue, not by memory, at about half the read bandwidth. Dequantized values are exact (`(q-8)·d` and `q·d` fit in FP32; Q4_1 `q·d + m`
+// rounds once, as GGUF's own dequantization does).
+//
+// Batch invariance: every (x row, weight row) pair runs the same operation sequence whatever
+// the register block (G x rows × R weight rows) it sits in: one accumulator, `acc = fma(lo, x0,
+// acc); acc = fma(hi, x1, acc)` per block in block order, one `_mm512_reduce_add_ps` at the end.
+// So a row's result is bit-identical for any M and any split of N into tiles.
+
+/// Blocks whose scales are converted together (one `vcvtph2ps zmm`).
+const SC: usize = 16;
 
 /// Decodes one block into two zmm of 16 scaled FP32 values (elements 0..15, 16..31).
 trait Dec {
     type B;
+    /// Whether blocks carry a minimum (`m`) as well as a scale.
+    const HAS_MIN: bool;
     /// # Safety
-    /// `b` points to a readable block; avx512f+f16c+fma enabled by the caller.
-    unsafe fn dec(b: *const Self::B) -> (__m512, __m512);
+    /// `b` points to a readable block.
+    unsafe fn d(b: *const Self::B) -> u16;
+    /// # Safety
+    /// `b` points to a readable block.
+    unsafe fn m(_b: *const Self::B) -> u16 {
+        0
+    }
+    /// # Safety
+    /// `b` points to a readable block; avx512f+f16c+fma enabled by the caller. `d` (and `m`)
+    /// are the block's converted scale (and minimum).
+    unsafe fn dec(b: *const Self::B, d: f32, m: f32) -> (__m512, __m512);
 }
 
-/// The FP16 scale broadcast to 16 lanes: `vpbroadcastw` + `vcvtph2ps zmm`. (Converting one
-/// lane and broadcasting it made LLVM merge into a live register with `vpinsrw`, a false
-/// dependency that chained every block's scale conversion: about 4x slower GEMV.)
+/// Converts the scales (and minimums when `D::HAS_MIN`) of the `cnt <= SC` blocks at `b` into
+/// `ds` / `ms` (entries past `cnt` are zero).
+///
+/// # Safety
+/// `b..b+cnt` readable blocks; avx512f+f16c enabled by the caller.
 #[inline(always)]
-unsafe fn scale(d: u16) -> __m512 {
-    // SAFETY: f16c/avx512f (which implies AVX2) enabled by the caller.
-    unsafe { _mm512_cvtph_ps(_mm256_set1_epi16(d as i16)) }
+unsafe fn scales<D: Dec>(b: *const D::B, cnt: usize, ds: &mut [f32; SC], ms: &mut [f32; SC]) {
+    // Four scales per u64 with scalar shifts (integer ALUs, idle in this loop), then put into a
+    // vector register without a memory round trip: an element-wise copy into a u16 array became
+    // a `vpinsrw` chain (a vector shuffle per block, on the ports the lookups need), and a
+    // 32-byte reload of smaller stores defeats store forwarding.
+    let mut hd = [0u64; SC / 4];
+    let mut hm = [0u64; SC / 4];
+    // SAFETY: only j < cnt are read: readable blocks (caller).
+    let get = |f: unsafe fn(*const D::B) -> u16, j: usize| unsafe { f(b.add(j)) as u64 };
+    if cnt >= SC {
+        // Straight-line (registers only) for the full chunk.
+        for (i, (h, m)) in hd.iter_mut().zip(hm.iter_mut()).enumerate() {
+            let j = 4 * i;
+            *h = get(D::d, j)
+                | get(D::d, j + 1) << 16
+                | get(D::d, j + 2) << 32
+                | get(D::d, j + 3) << 48;
+            if D::HAS_MIN {
+                *m = get(D::m, j)
+                    | get(D::m, j + 1) << 16
+                    | get(D::m, j + 2) << 32
+                    | get(D::m, j + 3) << 48;
+            }
+        }
+    } else {
+        for j in 0..cnt {
+            hd[j / 4] |= get(D::d, j) << (16 * (j % 4));
+            if D::HAS_MIN {
+                hm[j / 4] |= get(D::m, j) << (16 * (j % 4));
+            }
+        }
+    }
+    let v = |h: [u64; SC / 4]| {
+        // SAFETY: avx512f+f16c enabled by the caller (the closure is inlined into it).
+        unsafe {
+            _mm512_cvtph_ps(_mm256_set_epi64x(
+                h[3] as i64,
+                h[2] as i64,
+                h[1] as i64,
+                h[0] as i64,
+            ))
+        }
+    };
+    // SAFETY: 16-float arrays on the stack; avx512f enabled by the caller.
+    unsafe {
+        _mm512_storeu_ps(ds.as_mut_ptr(), v(hd));
+        if D::HAS_MIN {
+            _mm512_storeu_ps(ms.as_mut_ptr(), v(hm));
+        }
+    }
+}
+
+/// The 16 quant bytes of a Q4 block as 16 dwords; lookups of the low nibble use the dword
+/// directly (`vpermps` reads bits 0..3), of the high nibble after a shift by 4.
+///
+/// # Safety
+/// `qs` points to 16 readable bytes; avx512f enabled by the caller.
+#[inline(always)]
+unsafe fn q4_lookup(qs: *const u8, t: __m512) -> (__m512, __m512) {
+    // SAFETY: 16 bytes readable (caller).
+    unsafe {
+        let q = _mm512_cvtepu8_epi32(_mm_loadu_si128(qs as *const __m128i));
+        (
+            _mm512_permutexvar_ps(q, t),
+            _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(q), t),
+        )
+    }
 }
 
 struct D40;
 impl Dec for D40 {
     type B = BlockQ4_0;
+    const HAS_MIN: bool = false;
     #[inline(always)]
-    unsafe fn dec(b: *const BlockQ4_0) -> (__m512, __m512) {
+    unsafe fn d(b: *const BlockQ4_0) -> u16 {
+        // SAFETY: b readable (caller).
+        unsafe { (*b).d }
+    }
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ4_0, d: f32, _m: f32) -> (__m512, __m512) {
         // SAFETY: b readable (caller); 16 bytes of qs inside the block.
         unsafe {
-            let d = scale((*b).d);
-            let md = _mm512_mul_ps(d, _mm512_set1_ps(-8.0));
-            let q = _mm512_cvtepu8_epi32(_mm_loadu_si128((*b).qs.as_ptr() as *const __m128i));
-            let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
-            let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q));
-            (_mm512_fmadd_ps(lo, d, md), _mm512_fmadd_ps(hi, d, md))
+            let q = _mm512_setr_ps(
+                -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0,
+                7.0,
+            );
+            q4_lookup((*b).qs.as_ptr(), _mm512_mul_ps(q, _mm512_set1_ps(d)))
         }
     }
 }
@@ -293,16 +394,27 @@ impl Dec for D40 {
 struct D41;
 impl Dec for D41 {
     type B = BlockQ4_1;
+    const HAS_MIN: bool = true;
     #[inline(always)]
-    unsafe fn dec(b: *const BlockQ4_1) -> (__m512, __m512) {
+    unsafe fn d(b: *const BlockQ4_1) -> u16 {
+        // SAFETY: b readable (caller).
+        unsafe { (*b).d }
+    }
+    #[inline(always)]
+    unsafe fn m(b: *const BlockQ4_1) -> u16 {
+        // SAFETY: b readable (caller).
+        unsafe { (*b).m }
+    }
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ4_1, d: f32, m: f32) -> (__m512, __m512) {
         // SAFETY: as D40.
         unsafe {
-            let d = scale((*b).d);
-            let m = scale((*b).m);
-            let q = _mm512_cvtepu8_epi32(_mm_loadu_si128((*b).qs.as_ptr() as *const __m128i));
-            let lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xF)));
-            let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q));
-            (_mm512_fmadd_ps(lo, d, m), _mm512_fmadd_ps(hi, d, m))
+            let q = _mm512_setr_ps(
+                0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0,
+                15.0,
+            );
+            let t = _mm512_fmadd_ps(q, _mm512_set1_ps(d), _mm512_set1_ps(m));
+            q4_lookup((*b).qs.as_ptr(), t)
         }
     }
 }
@@ -310,11 +422,17 @@ impl Dec for D41 {
 struct D80;
 impl Dec for D80 {
     type B = BlockQ8_0;
+    const HAS_MIN: bool = false;
     #[inline(always)]
-    unsafe fn dec(b: *const BlockQ8_0) -> (__m512, __m512) {
+    unsafe fn d(b: *const BlockQ8_0) -> u16 {
+        // SAFETY: b readable (caller).
+        unsafe { (*b).d }
+    }
+    #[inline(always)]
+    unsafe fn dec(b: *const BlockQ8_0, d: f32, _m: f32) -> (__m512, __m512) {
         // SAFETY: b readable; 32 bytes of qs inside the block.
         unsafe {
-            let d = scale((*b).d);
+            let d = _mm512_set1_ps(d);
             let p = (*b).qs.as_ptr() as *const __m128i;
             let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
             let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(1))));
@@ -337,7 +455,7 @@ unsafe fn qgemv_dispatch(ctx: &QCtx, n0: usize, n1: usize) {
 }
 
 /// Rows `n0..n1` of W against the M rows of x, in register blocks of up to 4 rows of x × 4 rows
-/// of W: each x vector loaded feeds 4 weight rows and each dequantized weight vector feeds up to
+/// of W (M = 1: 1 × 8 while 8 rows remain): each x vector loaded feeds 4 weight rows and each dequantized weight vector feeds up to
 /// 4 x rows (so x, which is re-read per weight row group from L1/L2, costs a quarter of what a
 /// row-at-a-time loop costs); the weight rows of a group stay in L1 across x-row groups, so
 /// memory sees each weight byte once.
@@ -358,6 +476,13 @@ unsafe fn qrows<D: Dec>(ctx: &QCtx, w: *const D::B, n0: usize, n1: usize) {
         };
     }
     let mut n = n0;
+    if ctx.m == 1 {
+        while n1 - n >= 8 {
+            // SAFETY: rows n..n+8 <= n1, x row 0 < m = 1; forwarded otherwise.
+            unsafe { blk::<1, 8, D>(ctx, w, 0, n) };
+            n += 8;
+        }
+    }
     while n < n1 {
         let four = n1 - n >= 4;
         let mut m0 = 0;
@@ -377,9 +502,8 @@ unsafe fn qrows<D: Dec>(ctx: &QCtx, w: *const D::B, n0: usize, n1: usize) {
     }
 }
 
-/// One register block: x rows `m0..m0+G` × weight rows `n..n+R`, over all of K. With few
-/// accumulators (G·R ≤ 8) the low and high halves of a block go to separate accumulators, so
-/// enough FMA chains are in flight to hide their latency.
+/// One register block: x rows `m0..m0+G` × weight rows `n..n+R`, over all of K, in chunks of
+/// [`SC`] blocks whose scales are converted up front (on the stack: no allocation).
 ///
 /// # Safety
 /// `m0 + G <= ctx.m`, `n + R <= ctx.n`; the rest as [`qrows`].
@@ -392,38 +516,58 @@ unsafe fn blk<const G: usize, const R: usize, D: Dec>(
     n: usize,
 ) {
     let nb = ctx.k / QK;
-    let split = G * R <= 8;
-    let mut lo = [[_mm512_setzero_ps(); R]; G];
-    let mut hi = [[_mm512_setzero_ps(); R]; G];
+    let mut acc = [[_mm512_setzero_ps(); R]; G];
+    let mut ds = [[0f32; SC]; R];
+    let mut ms = [[0f32; SC]; R];
+    // Bytes of W one block column of this register block covers, and where the next one starts.
+    let step = R * core::mem::size_of::<D::B>();
+    let next = w.wrapping_add((n + R) * nb) as *const u8;
+    let pf = m0 == 0;
     // SAFETY: block (n+r)*nb + b < N*nb; x offsets (m0+g)*k + 32b + 32 <= M*k; y (m0+g, n+r)
     // inside the validated y, in columns the caller owns.
     unsafe {
-        for b in 0..nb {
-            let mut wl = [_mm512_setzero_ps(); R];
-            let mut wh = [_mm512_setzero_ps(); R];
+        let mut b0 = 0;
+        while b0 < nb {
+            let cnt = (nb - b0).min(SC);
             for r in 0..R {
-                let (l, h) = D::dec(w.add((n + r) * nb + b));
-                wl[r] = l;
-                wh[r] = h;
+                scales::<D>(w.add((n + r) * nb + b0), cnt, &mut ds[r], &mut ms[r]);
             }
-            for g in 0..G {
-                let xp = ctx.x.add((m0 + g) * ctx.k + b * QK);
-                let x0 = _mm512_loadu_ps(xp);
-                let x1 = _mm512_loadu_ps(xp.add(16));
+            for j in 0..cnt {
+                let b = b0 + j;
+                if pf {
+                    // The next register block's rows are the next R·nb blocks of W, contiguous:
+                    // prefetch them linearly, `step` bytes per block step, so they are in cache
+                    // one register block ahead and the hardware prefetcher's ramp-up on each new
+                    // group of short rows is hidden (M = 1: 5-7 → 8-9 GiB/s on 4096×28672).
+                    // Only the first x-row group prefetches. Wrapping arithmetic: the address
+                    // may lie past W; prefetches never fault.
+                    let p = next.wrapping_add(b * step);
+                    for i in 0..step.div_ceil(64) + 1 {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * i) as *const i8);
+                    }
+                }
+                let mut wl = [_mm512_setzero_ps(); R];
+                let mut wh = [_mm512_setzero_ps(); R];
                 for r in 0..R {
-                    lo[g][r] = _mm512_fmadd_ps(wl[r], x0, lo[g][r]);
-                    if split {
-                        hi[g][r] = _mm512_fmadd_ps(wh[r], x1, hi[g][r]);
-                    } else {
-                        lo[g][r] = _mm512_fmadd_ps(wh[r], x1, lo[g][r]);
+                    let (l, h) = D::dec(w.add((n + r) * nb + b), ds[r][j], ms[r][j]);
+                    wl[r] = l;
+                    wh[r] = h;
+                }
+                for (g, ag) in acc.iter_mut().enumerate() {
+                    let xp = ctx.x.add((m0 + g) * ctx.k + b * QK);
+                    let x0 = _mm512_loadu_ps(xp);
+                    let x1 = _mm512_loadu_ps(xp.add(16));
+                    for (a, (l, h)) in ag.iter_mut().zip(wl.iter().zip(&wh)) {
+                        *a = _mm512_fmadd_ps(*l, x0, *a);
+                        *a = _mm512_fmadd_ps(*h, x1, *a);
                     }
                 }
             }
+            b0 += cnt;
         }
-        for g in 0..G {
-            for r in 0..R {
-                let s = _mm512_add_ps(lo[g][r], hi[g][r]);
-                *ctx.y.add((m0 + g) * ctx.ldy + n + r) = _mm512_reduce_add_ps(s);
+        for (g, ag) in acc.iter().enumerate() {
+            for (r, a) in ag.iter().enumerate() {
+                *ctx.y.add((m0 + g) * ctx.ldy + n + r) = _mm512_reduce_add_ps(*a);
             }
         }
     }
