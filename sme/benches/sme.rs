@@ -1,6 +1,7 @@
 //! Criterion benches of the sme kernels against the `gemm` crate (f32 and f16 paths), single
 //! thread (gemm with `Parallelism::None`), plus Q4_0 GEMV against the machine's read bandwidth
 //! measured in the same run over a working set larger than the last-level cache.
+//! A Q4_0 case on an L3-resident weight gives the kernel's compute ceiling for comparison.
 //!
 //! `cargo bench -p hetero-sme --bench sme -- --warm-up-time 1 --measurement-time 2`
 //! Throughput is reported as "elements/s" = FLOP/s (2·M·N·K per call) for GEMM, bytes/s for
