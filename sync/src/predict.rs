@@ -10,7 +10,7 @@ const DEV_SHIFT: u32 = 2;
 /// How many deviations before the predicted completion the sleep ends.
 const DEV_MULT: u64 = 2;
 /// A fixed guard added to the early-wake margin, covering the cost of the wake itself.
-const GUARD_NS: u64 = 5_000;
+const GUARD_NS: u64 = 2_000;
 
 /// What one call site has learned. Plain data (`Copy`), owned by the caller: keep one per op
 /// index within a layer (layers repeat, so the same op takes about the same time each layer).

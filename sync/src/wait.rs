@@ -26,7 +26,8 @@ pub struct WaitConfig {
     pub producer: Producer,
     /// Give up after this long from the wait's start: [`SyncError::Timeout`].
     pub timeout: Duration,
-    /// How long the poll phase spins before blocking.
+    /// How long the poll phase spins before blocking, at least (with a prediction it spins on to
+    /// the predicted completion plus twice the jitter when that is later).
     pub spin: Duration,
     /// Do not sleep when less than this remains before the predicted wake point (a sleep
     /// shorter than the OS granularity would overshoot).
@@ -89,7 +90,8 @@ impl CompletionFlag {
     /// Waits until the flag reaches `target`, in three phases:
     /// 1. if `site` has a prediction, sleep until shortly before `start` + predicted duration
     ///    (the margin is twice the learned jitter plus the learned OS sleep overshoot);
-    /// 2. poll with a spin hint and exponential backoff (1..64 hints) for `cfg.spin`;
+    /// 2. poll with a spin hint and exponential backoff (1..8 hints) for `cfg.spin`, or until the
+    ///    predicted completion plus twice the jitter when that is later;
     /// 3. block: futex wait for [`Producer::Thread`], else sleep `cfg.device_poll` and re-check.
     ///
     /// `start` is when the producer's work began (e.g. the kernel launch), so the predictor
@@ -148,8 +150,21 @@ impl CompletionFlag {
             }
         }
 
-        // Phase 2: poll with a spin hint and bounded backoff.
-        let spin_end = Instant::now().checked_add(cfg.spin);
+        // Phase 2: poll with a spin hint and bounded backoff, for `cfg.spin` or until the
+        // predicted completion plus twice the jitter, whichever is later: the sleep ended a margin
+        // (2·jitter + overshoot + guard) early on purpose, and a long wait's margin can exceed
+        // `cfg.spin`, after which the futex's wake-up (~5-20 µs) would cost more than the spin.
+        let now = Instant::now();
+        let predicted_end = site.as_deref().and_then(|s| {
+            let p = s.predicted_ns()?;
+            start.checked_add(Duration::from_nanos(
+                p.saturating_add(2u64.saturating_mul(s.jitter_ns())),
+            ))
+        });
+        let spin_end = match (now.checked_add(cfg.spin), predicted_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         let mut backoff = 1u32;
         loop {
             if self.is_reached(target) {
