@@ -166,6 +166,34 @@ fn gemv_benches(c: &mut Criterion) {
             b.iter(|| gemv_q4_0(black_box(&x), m, k, &w, &mut y, n).unwrap())
         });
     }
+    // Q4_1 (the format of the test model) and Q8_0 at M = 1, same shape (75 / 125 MB).
+    let x = rnd(k, 3);
+    let mut y = vec![0f32; n];
+    let w41: Vec<BlockQ4_1> = w
+        .iter()
+        .map(|b| BlockQ4_1 {
+            d: b.d,
+            m: 0xac00,
+            qs: b.qs,
+        })
+        .collect();
+    g.throughput(Throughput::Bytes((w41.len() * 20) as u64));
+    g.bench_function(BenchmarkId::new("q4_1", format!("m1_k{k}_n{n}")), |b| {
+        b.iter(|| gemv_q4_1(black_box(&x), 1, k, &w41, &mut y, n).unwrap())
+    });
+    drop(w41);
+    let w80: Vec<BlockQ8_0> = w
+        .iter()
+        .map(|b| BlockQ8_0 {
+            d: b.d,
+            qs: core::array::from_fn(|i| b.qs[i % 16] as i8),
+        })
+        .collect();
+    g.throughput(Throughput::Bytes((w80.len() * 34) as u64));
+    g.bench_function(BenchmarkId::new("q8_0", format!("m1_k{k}_n{n}")), |b| {
+        b.iter(|| gemv_q8_0(black_box(&x), 1, k, &w80, &mut y, n).unwrap())
+    });
+    drop(w80);
     // The same kernel on an L3-resident weight (4096 × 1024, 2.4 MB): its compute ceiling.
     let (kc, nc) = (4096, 1024);
     let wc = &w[..nc * (kc / 32)];
