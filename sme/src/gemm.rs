@@ -169,6 +169,8 @@ pub struct GemmPlan<'a> {
     kernel: Kernel,
     mb: usize,
     nrb: usize,
+    /// Panels per tile (`kernel.tile_panels()`).
+    pg: usize,
     _c: core::marker::PhantomData<&'a mut [f32]>,
 }
 
@@ -190,14 +192,17 @@ impl<'a> GemmPlan<'a> {
             kernel,
             mb,
             nrb: ctx.m.div_ceil(mb),
+            pg: kernel.tile_panels().max(1),
             _c: core::marker::PhantomData,
         })
     }
 
-    /// Number of tiles: `ceil(M / tile_rows) * ceil(N / 64)`; tile `t` covers panel
-    /// `t / row_blocks` and row block `t % row_blocks` (consecutive tiles share a panel).
+    /// Number of tiles: `ceil(M / tile_rows) * ceil(panels / panels_per_tile)`, where a tile is
+    /// one 64-column panel for every kernel but AMX (a group of 8 panels: it converts A to BF16
+    /// once per group). Tile `t` covers panel group `t / row_blocks` and row block
+    /// `t % row_blocks` (consecutive tiles share their panels).
     pub fn tiles(&self) -> usize {
-        self.nrb * self.ctx.np
+        self.nrb * self.ctx.np.div_ceil(self.pg)
     }
 
     /// The kernel this plan runs.
@@ -212,12 +217,14 @@ impl<'a> GemmPlan<'a> {
         if t >= self.tiles() {
             return;
         }
-        let (p, rb) = (t / self.nrb, t % self.nrb);
+        let (g, rb) = (t / self.nrb, t % self.nrb);
         let row0 = rb * self.mb;
         let rows = (self.ctx.m - row0).min(self.mb);
-        // SAFETY: row0 + rows <= m and p < np, inside the validated extents; exclusivity of the
-        // tile region is the caller's obligation, forwarded.
-        unsafe { self.kernel.tile(&self.ctx, row0, rows, p) }
+        let p0 = g * self.pg;
+        let p1 = (p0 + self.pg).min(self.ctx.np);
+        // SAFETY: row0 + rows <= m and p0 < p1 <= np, inside the validated extents; exclusivity
+        // of the tile region is the caller's obligation, forwarded.
+        unsafe { self.kernel.tile(&self.ctx, row0, rows, p0, p1) }
     }
 
     /// Runs every tile on the calling thread.

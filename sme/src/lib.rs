@@ -210,10 +210,45 @@ impl Kernel {
         }
     }
 
+    /// 64-column panels per GEMM tile: AMX converts each k-chunk of A to BF16 once for a group
+    /// of panels; the other kernels take one panel at a time.
+    pub(crate) fn tile_panels(&self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx(_) => arch::x86_64::AMX_GROUP,
+            _ => 1,
+        }
+    }
+
+    /// Rows `row0..row0+rows` × panels `p0..p1` (at most [`Self::tile_panels`] panels).
+    ///
+    /// # Safety
+    /// `ctx` validated for this kernel; `row0 + rows <= ctx.m`, `p0 < p1 <= ctx.np`; exclusive
+    /// access to the tile's region of C.
+    pub(crate) unsafe fn tile(
+        &self,
+        ctx: &gemm::Ctx,
+        row0: usize,
+        rows: usize,
+        p0: usize,
+        p1: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::Amx(t) = self {
+            // SAFETY: all obligations forwarded; the token proves AMX.
+            unsafe { t.gemm_tiles(ctx, row0, rows, p0, p1) };
+            return;
+        }
+        for p in p0..p1 {
+            // SAFETY: forwarded for each panel of the range.
+            unsafe { self.panel_tile(ctx, row0, rows, p) };
+        }
+    }
+
     /// # Safety
     /// `ctx` validated for this kernel; `row0 + rows <= ctx.m`, `p < ctx.np`; exclusive access to
     /// the tile's region of C.
-    pub(crate) unsafe fn tile(&self, ctx: &gemm::Ctx, row0: usize, rows: usize, p: usize) {
+    unsafe fn panel_tile(&self, ctx: &gemm::Ctx, row0: usize, rows: usize, p: usize) {
         // SAFETY: all obligations forwarded; each token proves its CPU feature.
         unsafe {
             match self {

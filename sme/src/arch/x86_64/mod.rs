@@ -3,6 +3,7 @@
 mod amx;
 mod avx512;
 
+pub(crate) use amx::GROUP as AMX_GROUP;
 pub(crate) use avx512::AVX512_TILE_ROWS;
 
 /// Capability token: proves AVX-512F, F16C and FMA.
