@@ -18,6 +18,10 @@ use criterion::{
 };
 use hetero_sme::*;
 
+#[path = "support/anchor.rs"]
+mod anchor;
+use anchor::{gemm_anchor, rnd};
+
 const SHAPES: [(usize, usize); 5] = [
     (576, 1536),
     (1536, 576),
@@ -26,18 +30,6 @@ const SHAPES: [(usize, usize); 5] = [
     (14336, 4096),
 ];
 const MS: [usize; 6] = [1, 4, 16, 64, 256, 1024];
-
-fn rnd(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect()
-}
 
 fn gemm_benches(c: &mut Criterion) {
     let kernel = Kernel::best(PackedFormat::F16);
@@ -81,59 +73,20 @@ fn gemm_benches(c: &mut Criterion) {
                 })
             });
             g.bench_function(BenchmarkId::new("gemm-f32", &id), |b| {
-                b.iter(|| {
-                    // SAFETY: row-major m×k, k×n, m×n buffers of exactly those sizes.
-                    unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            c32.as_mut_ptr(),
-                            1,
-                            n as isize,
-                            false,
-                            a32.as_ptr(),
-                            1,
-                            k as isize,
-                            w32.as_ptr(),
-                            1,
-                            n as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        )
-                    }
-                })
+                b.iter(|| gemm_anchor(m, n, k, &a32, &w32, &mut c32, 0.0, 1.0))
             });
             g.bench_function(BenchmarkId::new("gemm-f16", &id), |b| {
                 b.iter(|| {
-                    // SAFETY: as above, f16 elements.
-                    unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            c16.as_mut_ptr(),
-                            1,
-                            n as isize,
-                            false,
-                            a16.as_ptr(),
-                            1,
-                            k as isize,
-                            w16.as_ptr(),
-                            1,
-                            n as isize,
-                            half::f16::ZERO,
-                            half::f16::ONE,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        )
-                    }
+                    gemm_anchor(
+                        m,
+                        n,
+                        k,
+                        &a16,
+                        &w16,
+                        &mut c16,
+                        half::f16::ZERO,
+                        half::f16::ONE,
+                    )
                 })
             });
         }
