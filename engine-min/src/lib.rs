@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod gpu;
 mod layer;
 pub mod model;
+pub mod npu;
 pub mod planning;
 pub mod pool;
 pub mod qkernel;

@@ -13,7 +13,8 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu|cpu-gpu:R]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu|cpu-gpu:R|npu|npu-gpu]
+                 [--npu-seq S (default 32)]
                  [--kernel portable|avx512|avx512-vnni|sme-gemv (default)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
@@ -213,6 +214,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let threads: usize = args.parsed("--threads", default_threads)?;
     let ctx: usize = args.parsed("--ctx", 2048)?;
     let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
+    let npu_seq: usize = args.parsed("--npu-seq", 32)?;
     let kernel = match args.value("--kernel")? {
         // Default: hetero-sme's GEMV with f32 activations. The 8-bit-activation VNNI kernel is
         // as fast here but visibly less accurate on this 135M model (a chat answer derails,
@@ -239,15 +241,17 @@ fn run(mut args: Args) -> Result<(), Fail> {
         ),
         None => None,
     };
-    if plan != "cpu" && plan != "gpu" && split_share.is_none() {
-        return Err(Fail(
-            format!(
-                "plan `{plan}` is not available yet: `cpu`, `gpu` (all matmuls on the OpenCL \
-                 device) and `cpu-gpu:R` (CPU takes share R of every matmul's columns) run in \
-                 this build; NPU plans need the qnn-sys backend"
-            ),
-            2,
-        ));
+    let npu_plan = plan == "npu" || plan == "npu-gpu";
+    if plan != "cpu" && plan != "gpu" && !npu_plan && split_share.is_none() {
+        return Err(usage(format!(
+            "unknown plan `{plan}`: `cpu`, `gpu` (all matmuls on the OpenCL device), \
+             `cpu-gpu:R` (CPU takes share R of every matmul's columns), `npu` (rows in chunks \
+             of --npu-seq on the NPU, the rest and decode on the CPU) and `npu-gpu` (the same \
+             with the GPU as partner) run in this build"
+        )));
+    }
+    if npu_seq == 0 {
+        return Err(usage("--npu-seq must be at least 1"));
     }
     if threads == 0 {
         return Err(usage("--threads must be at least 1"));
@@ -256,7 +260,25 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
     let pool = Arc::new(Pool::new(threads));
-    let backend: Box<dyn engine_min::backend::Backend> = if let Some(r) = split_share {
+    let mut npu_stats = None;
+    let backend: Box<dyn engine_min::backend::Backend> = if npu_plan {
+        let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
+            Box::new(
+                engine_min::gpu::GpuBackend::open()
+                    .map_err(|e| Fail(format!("plan {plan}: OpenCL is not usable: {e}"), 1))?,
+            )
+        } else {
+            Box::new(CpuBackend::new(Arc::clone(&pool), kernel))
+        };
+        let opts = engine_min::npu::NpuOptions {
+            seq: npu_seq,
+            ..Default::default()
+        };
+        let npu = engine_min::npu::NpuBackend::open(partner, opts)
+            .map_err(|e| Fail(format!("plan {plan}: {e}"), 1))?;
+        npu_stats = Some(npu.stats());
+        Box::new(npu)
+    } else if let Some(r) = split_share {
         let gpu = engine_min::gpu::GpuBackend::open()
             .map_err(|e| Fail(format!("plan {plan}: OpenCL is not usable: {e}"), 1))?;
         let cpu = CpuBackend::new(Arc::clone(&pool), kernel);
@@ -317,8 +339,13 @@ fn run(mut args: Args) -> Result<(), Fail> {
         },
     );
     let fail = |e: engine_min::engine::EngineError| Fail(e.to_string(), 1);
+    let npu0 = npu_stats.as_ref().map(|s| s.npu_time());
     let (t0, c0) = (Instant::now(), cpu_time());
     engine.forward(&ids, &mut logits).map_err(fail)?;
+    let prefill_npu = npu_stats
+        .as_ref()
+        .zip(npu0)
+        .map(|(s, t)| s.npu_time().saturating_sub(t));
     let mut next = sampler.sample(&logits);
     let ttft = t0.elapsed();
     let prefill_cpu = cpu_time().saturating_sub(c0);
@@ -400,6 +427,18 @@ fn run(mut args: Args) -> Result<(), Fail> {
         }
         line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
         let _ = writeln!(out, "{line}");
+    }
+    if let (Some(s), Some(npu)) = (&npu_stats, prefill_npu) {
+        // Simulator time: the x86 HTP simulator, not the speed of an NPU.
+        let mm: Duration = prefill_timings.matmul.iter().map(|m| m.1).sum();
+        let _ = writeln!(
+            out,
+            "npu: {} graphs (S = {npu_seq}) prepared in {:.0} ms (build + finalize); NPU share \
+             of prefill matmul time {:.1}% (simulated)",
+            s.graphs(),
+            ms(s.prepare_time()),
+            pct(npu, mm.max(Duration::from_nanos(1)))
+        );
     }
     Ok(())
 }

@@ -103,10 +103,12 @@ fn demo_and_profile_plan_on_the_model() {
     let (code, _, err) = run(&["run", "--model", model, "--prompt", &long, "--ctx", "64"]);
     assert_eq!(code, 1);
     assert!(err.contains("context"), "{err}");
-    // Plans that do not exist yet are refused, not silently run on the CPU.
-    let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "npu"]);
+    // Plans that do not exist are refused, not silently run on the CPU.
+    let (code, _, err) = run(&[
+        "run", "--model", model, "--prompt", "x", "--plan", "npu-dsp",
+    ]);
     assert_eq!(code, 2);
-    assert!(err.contains("not available"), "{err}");
+    assert!(err.contains("unknown plan"), "{err}");
     // profile -> plan.
     let out_file =
         std::env::temp_dir().join(format!("engine-min-prof-{}.json", std::process::id()));

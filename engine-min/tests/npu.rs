@@ -1,0 +1,156 @@
+//! The `npu` plan (HeteroInfer's activation-centric row split: chunks of S rows on the QNN
+//! HTP, the rest on the CPU) against the f32 reference forward on the real model. Needs
+//! `QNN_HTP_LIB` (backend name `qnn`) and `HETERO_MODEL` (`model`).
+//!
+//! One test function: qnn-sys allows one session per process, and the 210 graphs are built
+//! once (a few seconds on the simulator) and reused for every prompt.
+
+use std::sync::Arc;
+
+use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::engine::{Engine, EngineOptions};
+use engine_min::model::Model;
+use engine_min::npu::{NpuBackend, NpuOptions};
+use engine_min::pool::Pool;
+use engine_min::reference;
+use engine_min::sample::argmax;
+
+mod common;
+
+const S: usize = 32;
+
+/// The CPU partner's kernel: an f32 one (exact dequantized weights, f32 activations), so the
+/// only reduced precision in the plan is the NPU's FP16.
+fn f32_kernel() -> CpuKernel {
+    #[cfg(target_arch = "x86_64")]
+    if CpuKernel::available().contains(&CpuKernel::Avx512) {
+        return CpuKernel::Avx512;
+    }
+    CpuKernel::Portable
+}
+
+fn engine(
+    model: &Arc<Model>,
+    be: Box<dyn engine_min::backend::Backend>,
+    pool: Arc<Pool>,
+) -> Engine {
+    Engine::new(
+        Arc::clone(model),
+        be,
+        pool,
+        EngineOptions {
+            context: 256,
+            max_batch: 128,
+        },
+    )
+    .expect("engine")
+}
+
+/// max |a - b| / max |b| over one logit row.
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    let s = b.iter().map(|y| y.abs()).fold(0.0, f32::max);
+    d / s.max(1e-30)
+}
+
+// Tolerance on logits, relative to the row's largest |logit| (~15-25 here). The NPU computes
+// every layer matmul with FP16 weights (rounding each dequantized weight by up to 2^-11
+// relative) and FP16 activations and outputs (the same again per element), so each of the 7
+// matmuls of a layer carries ~1e-3 relative error, compounded through 30 residual layers.
+// Measured: 2.2e-3 on both prompts (the f32 plans: ~1e-6), so 0.05 leaves a 20x margin.
+// Structural mistakes (a wrong row chunk, a stale staging
+// buffer, a misplaced remainder) move logits by whole units (> 10 % relative).
+const TOL_REL: f32 = 0.05;
+
+#[test]
+fn npu_plan_matches_reference_forward() {
+    let Some(path) = hetero_tests::require("model", common::model_path()) else {
+        return;
+    };
+    let pool = Arc::new(Pool::new(2));
+    let partner = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
+    let opts = NpuOptions {
+        seq: S,
+        ..NpuOptions::default()
+    };
+    let Some(npu) = hetero_tests::require("qnn", NpuBackend::open(partner, opts)) else {
+        return;
+    };
+    let model = Arc::new(Model::load(&path).expect("model loads"));
+    let vocab = model.config.vocab;
+    let t0 = std::time::Instant::now();
+    let mut e = engine(&model, Box::new(npu), Arc::clone(&pool));
+    eprintln!(
+        "engine with NPU graphs ready in {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let text = "The capital of France is Paris, and the capital of Germany is Berlin. Rivers \
+                such as the Seine and the Rhine flow through them, carrying boats and barges \
+                along their banks to the sea, past old towns, green fields and quiet \
+                villages";
+    let mut ids = model.tokenizer.encode(text, false);
+    assert!(ids.len() >= 40, "{}", ids.len());
+    ids.truncate(40);
+    let want = reference::forward(&model, &ids);
+
+    // 40 tokens = one NPU chunk of 32 + 8 CPU rows; then exactly S = 32 (all NPU).
+    for len in [40, S] {
+        e.reset();
+        let mut logits = vec![f32::NAN; len * vocab];
+        e.forward(&ids[..len], &mut logits).expect("prefill");
+        let mut worst = 0f32;
+        for t in 0..len {
+            let (g, w) = (
+                &logits[t * vocab..(t + 1) * vocab],
+                &want[t * vocab..(t + 1) * vocab],
+            );
+            let r = rel_err(g, w);
+            worst = worst.max(r);
+            assert!(r <= TOL_REL, "len {len} pos {t}: relative logit error {r}");
+        }
+        // The next-token choice after the whole prompt and the last NPU row agree.
+        for t in [S - 1, len - 1] {
+            let (g, w) = (
+                &logits[t * vocab..(t + 1) * vocab],
+                &want[t * vocab..(t + 1) * vocab],
+            );
+            assert_eq!(argmax(g), argmax(w), "len {len} pos {t}: argmax differs");
+        }
+        eprintln!("npu plan, {len} tokens: worst relative logit error {worst:e}");
+    }
+
+    // A 5-token prompt runs entirely on the partner: greedy " Paris".
+    e.reset();
+    let tok = &model.tokenizer;
+    let p = tok.encode_prompt("The capital of France is");
+    assert!(p.len() < S);
+    let mut logits = vec![f32::NAN; vocab];
+    e.forward(&p, &mut logits).expect("prefill");
+    let mut out = Vec::new();
+    tok.decode_token(argmax(&logits), false, &mut out);
+    assert_eq!(String::from_utf8_lossy(&out), " Paris");
+
+    // Greedy continuation of the 40-token prompt (NPU prefill, CPU decode) equals the CPU
+    // plan's for a few tokens.
+    let greedy = |e: &mut Engine| {
+        e.reset();
+        let mut logits = vec![f32::NAN; vocab];
+        e.forward(&ids, &mut logits).expect("prefill");
+        let mut got = vec![argmax(&logits)];
+        for _ in 0..4 {
+            e.forward(&got[got.len() - 1..], &mut logits)
+                .expect("decode");
+            got.push(argmax(&logits));
+        }
+        got
+    };
+    let from_npu = greedy(&mut e);
+    let cpu = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
+    let from_cpu = greedy(&mut engine(&model, cpu, pool));
+    assert_eq!(from_npu, from_cpu);
+}
