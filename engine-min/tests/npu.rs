@@ -7,13 +7,15 @@
 
 use std::sync::Arc;
 
-use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::backend::{Backend, CpuBackend, CpuKernel, WeightView};
 use engine_min::engine::{Engine, EngineOptions};
+use engine_min::gguf::GgmlType;
 use engine_min::model::Model;
 use engine_min::npu::{NpuBackend, NpuOptions};
 use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
+use rand::{Rng, SeedableRng};
 
 mod common;
 
@@ -80,6 +82,8 @@ fn npu_plan_matches_reference_forward() {
     let Some(npu) = hetero_tests::require("qnn", NpuBackend::open(partner, opts)) else {
         return;
     };
+    let session = Arc::clone(npu.session());
+    random_matmuls(&session, &pool);
     let model = Arc::new(Model::load(&path).expect("model loads"));
     let vocab = model.config.vocab;
     let t0 = std::time::Instant::now();
@@ -153,4 +157,91 @@ fn npu_plan_matches_reference_forward() {
     let cpu = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
     let from_cpu = greedy(&mut engine(&model, cpu, pool));
     assert_eq!(from_npu, from_cpu);
+}
+
+/// The backend alone on random F32 weights (exactly representable after FP16 rounding is the
+/// only loss) against the CPU backend, for m around multiples of S; outputs NaN-poisoned.
+/// Rows past floor(m/S)*S and every row of a weight over the graph-size threshold must equal
+/// the CPU partner's bit for bit (same batch-invariant kernel); NPU rows are held to the FP16
+/// bound below.
+fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let (n, k) = (96, 128);
+    let big = (128, 128);
+    let weight = |rng: &mut rand::rngs::StdRng, n: usize, k: usize| -> (Vec<f32>, Vec<u8>) {
+        let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let b = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        (w, b)
+    };
+    let (w, wb) = weight(&mut rng, n, k);
+    let (_, bb) = weight(&mut rng, big.0, big.1);
+    let wv = WeightView {
+        ty: GgmlType::F32,
+        n,
+        k,
+        data: &wb,
+    };
+    let bv = WeightView {
+        ty: GgmlType::F32,
+        n: big.0,
+        k: big.1,
+        data: &bb,
+    };
+    let ctx = session.new_context().expect("second context");
+    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
+    let opts = NpuOptions {
+        seq: 8,
+        // 96 x 128 gets a graph, 128 x 128 does not.
+        max_graph_elems: 96 * 128,
+        ..NpuOptions::default()
+    };
+    let mut worst = 0f32;
+    let mut npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
+    let cpu = CpuBackend::new(Arc::clone(pool), f32_kernel());
+    npu.prepare(&wv).expect("prepare");
+    npu.prepare(&bv).expect("prepare big");
+    npu.reserve(40, big.1);
+    assert_eq!(npu.stats().graphs(), 1);
+    for m in [1, 7, 8, 9, 16, 23, 24, 25] {
+        for (v, graph) in [(&wv, true), (&bv, false)] {
+            let x: Vec<f32> = (0..m * v.k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let mut got = vec![f32::NAN; m * v.n];
+            let mut want = vec![f32::NAN; m * v.n];
+            npu.matmul(v, &x, m, &mut got).expect("npu matmul");
+            cpu.matmul(v, &x, m, &mut want).expect("cpu matmul");
+            let on_npu = if graph { m / 8 * 8 } else { 0 };
+            assert_eq!(npu.npu_rows(v, m), on_npu);
+            for t in 0..m {
+                for j in 0..v.n {
+                    let (g, c) = (got[t * v.n + j], want[t * v.n + j]);
+                    if t >= on_npu {
+                        assert_eq!(
+                            g.to_bits(),
+                            c.to_bits(),
+                            "m {m} row {t} col {j}: partner row"
+                        );
+                        continue;
+                    }
+                    // FP16 rounding of each weight, each activation and each output: at most
+                    // 2^-11 relative each, so 3 * 2^-11 * sum |w x| in all, plus the
+                    // accumulation, which the HTP does wider than FP16 (measured worst
+                    // 1.9e-4 * sum |w x|, under 2^-11): bound 4 * 2^-11 (a 10x margin), with
+                    // 1e-6 absolute slack. A wrong row or column is off by ~0.2 * sum |w x|.
+                    let xr = &x[t * k..(t + 1) * k];
+                    let s: f32 = xr
+                        .iter()
+                        .zip(&w[j * k..(j + 1) * k])
+                        .map(|(a, b)| (a * b).abs())
+                        .sum();
+                    let bound = 4.0 * f32::powi(2.0, -11) * s + 1e-6;
+                    worst = worst.max((g - c).abs() / s);
+                    assert!(
+                        (g - c).abs() <= bound,
+                        "m {m} row {t} col {j}: npu {g} vs cpu {c} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("random matmuls: worst |npu - cpu| / sum |w x| = {worst:e}");
 }
