@@ -128,7 +128,9 @@ fn profile_cmd(mut args: Args) -> Result<(), Fail> {
         }
         Err(e) => eprintln!("gpu: not measured (OpenCL is not usable: {e})"),
     }
-    eprintln!("npu: not measured (the qnn-sys backend is not wired into engine-min yet)");
+    eprintln!(
+        "npu: not measured (`profile` does not time the NPU backend yet; `run --plan npu` runs it)"
+    );
     let profile = engine_min::planning::profile("this machine (engine-min profile)", backends);
     profile
         .check()
