@@ -1,5 +1,9 @@
 //! A small persistent thread pool: `run(n_tasks, f)` calls `f(task, thread)` for every task
-//! index, tasks claimed dynamically (one atomic counter), the caller's thread taking part.
+//! index, the caller's thread taking part. Tasks are handed out by the `hetero-sme` crate's
+//! lock-free range work stealing ([`hetero_sme::StealState`]): each thread owns a contiguous
+//! range and takes from its front, and a thread whose range is empty steals single tasks from
+//! the back of another's, so a slower (or descheduled) thread ends up with fewer tasks and
+//! each task runs exactly once.
 //!
 //! Built for a shared, oversubscribed machine: a worker *joins* a job only while it is open,
 //! and the caller closes the job once every task is claimed, so the caller never waits for a
@@ -8,9 +12,11 @@
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+
+use hetero_sme::StealState;
 
 type Job = *const (dyn Fn(usize, usize) + Sync + 'static);
 
@@ -22,18 +28,18 @@ struct Shared {
     /// Job epoch, closed flag and number of workers inside the job (see the constants).
     state: AtomicU64,
     job: UnsafeCell<Option<Job>>,
-    n_tasks: AtomicUsize,
-    next: AtomicUsize,
+    /// Task ranges of the current job; rewritten by `run` only while no worker is active.
+    steal: UnsafeCell<StealState>,
     panicked: AtomicBool,
     shutdown: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
 }
 
-// SAFETY: `job` is written only by `Pool::run` while the previous job is closed with no active
-// worker (so nobody reads it), and read only by workers that joined the current job (a
-// successful Acquire CAS on `state` after run's Release store). The pointee is `Sync`. All
-// other fields are `Sync`.
+// SAFETY: `job` and `steal` are written only by `Pool::run` while the previous job is closed
+// with no active worker (so nobody reads them), and read only by workers that joined the
+// current job (a successful Acquire CAS on `state` after run's Release store). The pointee of
+// `job` is `Sync`; `StealState` is `Sync` (atomics). All other fields are `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -51,17 +57,21 @@ const SPINS: u32 = 4_000;
 impl Pool {
     /// A pool running jobs on `threads` threads in all (the caller plus `threads - 1` workers).
     pub fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        // One range per thread; `threads` is at least 1, so this cannot fail in practice.
+        let steal = StealState::new(threads)
+            .or_else(|_| StealState::new(1))
+            .expect("one worker is always a valid count");
         let shared = Arc::new(Shared {
             state: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(None),
-            n_tasks: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
+            steal: UnsafeCell::new(steal),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
             cv: Condvar::new(),
         });
-        let workers = (1..threads.max(1))
+        let workers = (1..threads)
             .map(|id| {
                 let s = Arc::clone(&shared);
                 std::thread::spawn(move || worker(&s, id))
@@ -79,11 +89,12 @@ impl Pool {
         self.workers.len() + 1
     }
 
-    /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool;
+    /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool by work
+    /// stealing (thread `i` starts on the `i`-th contiguous share of the tasks);
     /// `thread` is in `0..self.threads()` and no two concurrent calls share it. Returns when
     /// all tasks are done. Panics (after all workers are out) if a task panicked.
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        if self.workers.is_empty() || n_tasks <= 1 {
+        if self.workers.is_empty() || n_tasks <= 1 || n_tasks > u32::MAX as usize {
             for t in 0..n_tasks {
                 f(t, 0);
             }
@@ -99,10 +110,13 @@ impl Pool {
         // SAFETY: the previous job is closed with no active worker (we waited for that), and a
         // worker reads `job` only after joining the new epoch published below.
         unsafe { *s.job.get() = Some(job) };
-        s.n_tasks.store(n_tasks, Ordering::Relaxed);
-        s.next.store(0, Ordering::Relaxed);
+        // SAFETY: as for `job`: no worker is active, and none reads `steal` before joining the
+        // epoch published below.
+        let steal = unsafe { &mut *s.steal.get() };
+        // Cannot fail: n_tasks <= u32::MAX was checked above.
+        let _ = steal.prepare(n_tasks);
         let epoch = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xFFFF_FFFF;
-        // Release: publishes job, n_tasks and next to workers whose join CAS Acquires it.
+        // Release: publishes job and the task ranges to workers whose join CAS Acquires it.
         s.state.store(epoch << 32, Ordering::Release);
         {
             // Taking the lock orders this notify after any worker's check of the state under
@@ -129,15 +143,14 @@ impl Pool {
     }
 }
 
+/// Runs every task `thread` can claim: its own range, then tasks stolen from the others'.
+/// Returns when every range is empty (all tasks claimed, some perhaps still running).
 fn claim(s: &Shared, f: &(dyn Fn(usize, usize) + Sync), thread: usize) {
-    let n = s.n_tasks.load(Ordering::Relaxed);
-    loop {
-        let t = s.next.fetch_add(1, Ordering::Relaxed);
-        if t >= n {
-            return;
-        }
-        f(t, thread);
-    }
+    // SAFETY: the caller is `run` (which wrote `steal` itself) or a worker that joined the
+    // current epoch; `run` does not rewrite `steal` until no worker is active.
+    let steal = unsafe { &*s.steal.get() };
+    // Cannot fail: `thread` < the number of ranges (one per pool thread).
+    let _ = steal.run_worker(thread, |t| f(t, thread));
 }
 
 fn worker(s: &Shared, id: usize) {
