@@ -60,7 +60,11 @@ pub(crate) struct Ctx {
     pub np: usize,
     pub w: *const u16,
     pub format: PackedFormat,
+    /// FP32 output (null when the output is FP16).
     pub c: *mut f32,
+    /// FP16 output (null when the output is FP32): kernels never see it; [`tile_f16_out`] runs
+    /// them into an FP32 scratch and converts.
+    pub c16: *mut u16,
     pub ldc: usize,
     pub accumulate: bool,
     pub bias: *const f32,
@@ -87,11 +91,12 @@ pub(crate) fn need(m: usize, ld: usize, cols: usize) -> Result<usize, Error> {
         .ok_or(Error::Overflow)
 }
 
-/// Validates `g` with output `c`/`ldc` for `kernel`; writes nothing.
+/// Validates `g` with an output of `c_len` elements and stride `ldc` for `kernel`; writes
+/// nothing. The returned context has both output pointers null: the caller sets one.
 pub(crate) fn validate(
     kernel: Kernel,
     g: &Gemm<'_>,
-    c: &mut [f32],
+    c_len: usize,
     ldc: usize,
 ) -> Result<Ctx, Error> {
     let (k, n) = (g.w.k(), g.w.n());
@@ -124,11 +129,11 @@ pub(crate) fn validate(
         });
     }
     let need_c = need(g.m, ldc, n)?;
-    if c.len() < need_c {
+    if c_len < need_c {
         return Err(Error::BufferTooSmall {
             what: "C",
             needed: need_c,
-            got: c.len(),
+            got: c_len,
         });
     }
     if let Some(b) = g.bias {
@@ -153,8 +158,8 @@ pub(crate) fn validate(
         np: panels(n),
         w: g.w.data().as_ptr(),
         format: g.w.format(),
-        // Derived from the exclusive borrow: kernels write through it.
-        c: c.as_mut_ptr(),
+        c: core::ptr::null_mut(),
+        c16: core::ptr::null_mut(),
         ldc,
         accumulate: g.accumulate,
         bias: g.bias.map_or(core::ptr::null(), |b| b.as_ptr()),
@@ -185,16 +190,37 @@ unsafe impl Send for GemmPlan<'_> {}
 impl<'a> GemmPlan<'a> {
     /// Validates `g` for `kernel` and output `c` (row stride `ldc`); nothing is written yet.
     pub fn new(kernel: Kernel, g: &Gemm<'a>, c: &'a mut [f32], ldc: usize) -> Result<Self, Error> {
-        let ctx = validate(kernel, g, c, ldc)?;
+        let mut ctx = validate(kernel, g, c.len(), ldc)?;
+        // Derived from the exclusive borrow: kernels write through it.
+        ctx.c = c.as_mut_ptr();
+        Ok(Self::from_ctx(kernel, ctx))
+    }
+
+    /// As [`GemmPlan::new`] with C in FP16 (IEEE binary16 bits, row stride `ldc`): each output is
+    /// computed in FP32 exactly as for an FP32 C (for `+=`, the old FP16 value widened to FP32 is
+    /// added), then rounded once to FP16 (round to nearest even; beyond ±65504 it becomes ±inf).
+    pub fn new_f16(
+        kernel: Kernel,
+        g: &Gemm<'a>,
+        c: &'a mut [u16],
+        ldc: usize,
+    ) -> Result<Self, Error> {
+        let mut ctx = validate(kernel, g, c.len(), ldc)?;
+        // Derived from the exclusive borrow: the conversion writes through it.
+        ctx.c16 = c.as_mut_ptr();
+        Ok(Self::from_ctx(kernel, ctx))
+    }
+
+    fn from_ctx(kernel: Kernel, ctx: Ctx) -> Self {
         let mb = kernel.tile_rows().max(1);
-        Ok(Self {
+        Self {
             ctx,
             kernel,
             mb,
             nrb: ctx.m.div_ceil(mb),
             pg: kernel.tile_panels().max(1),
             _c: core::marker::PhantomData,
-        })
+        }
     }
 
     /// Number of tiles: `ceil(M / tile_rows) * ceil(panels / panels_per_tile)`, where a tile is
@@ -252,5 +278,71 @@ impl<'a> GemmPlan<'a> {
             // SAFETY: the steal state hands out each tile index to exactly one claim.
             unsafe { self.run_tile(t) }
         })
+    }
+}
+
+/// Largest FP32 scratch an FP16-output tile needs: rows × panels × 64 over every kernel (AVX-512:
+/// 48 rows × 1 panel; AMX: 16 rows × 8 panels; the others at most 16 × 1).
+const F16_SCRATCH: usize = 16 * 8 * PANEL_COLS;
+
+#[repr(C, align(64))]
+struct Scratch([f32; F16_SCRATCH]);
+
+/// An FP16-output tile: runs `kernel` on rows `row0..row0+rows` × panels `p0..p1` into an FP32
+/// stack scratch (`=`, bias added, exactly the FP32-output arithmetic), then for each output
+/// adds the old C widened to FP32 (when accumulating) and rounds once to FP16.
+///
+/// # Safety
+/// As [`Kernel::tile`], with `ctx.c16` non-null (the validated FP16 C).
+pub(crate) unsafe fn tile_f16_out(
+    kernel: Kernel,
+    ctx: &Ctx,
+    row0: usize,
+    rows: usize,
+    p0: usize,
+    p1: usize,
+) {
+    let np = p1 - p0;
+    let width = np * PANEL_COLS;
+    if rows == 0 || rows * width > F16_SCRATCH {
+        return; // not reachable: the plan cuts tiles by tile_rows() and tile_panels()
+    }
+    let col0 = p0 * PANEL_COLS;
+    let cols = (ctx.n - col0).min(width);
+    let mut scratch = Scratch([0.0; F16_SCRATCH]);
+    // The same problem restricted to the tile: A from row0, W from panel p0, bias from col0, C
+    // the scratch (stride `width`), `=`. Every pointer below stays inside the validated extents.
+    let sub = Ctx {
+        a: match ctx.a {
+            APtr::F32(a) => APtr::F32(a.wrapping_add(row0 * ctx.lda)),
+            APtr::F16(a) => APtr::F16(a.wrapping_add(row0 * ctx.lda)),
+        },
+        m: rows,
+        n: cols,
+        np,
+        w: ctx.panel_ptr(p0),
+        c: scratch.0.as_mut_ptr(),
+        c16: core::ptr::null_mut(),
+        ldc: width,
+        accumulate: false,
+        bias: if ctx.bias.is_null() {
+            ctx.bias
+        } else {
+            ctx.bias.wrapping_add(col0)
+        },
+        ..*ctx
+    };
+    // SAFETY: `sub` describes rows 0..rows × panels 0..np of a sub-problem whose every extent
+    // lies inside `ctx`'s validated ones (A rows row0.., panels p0..p1, bias columns col0..), and
+    // whose C is the scratch (rows × width FP32, exclusively ours).
+    unsafe { kernel.tile(&sub, 0, rows, 0, np) };
+    for r in 0..rows {
+        let src = &scratch.0[r * width..r * width + cols];
+        // SAFETY: row row0+r < m and columns col0..col0+cols <= n are inside the validated C,
+        // the tile region the caller holds exclusively.
+        let dst = unsafe {
+            core::slice::from_raw_parts_mut(ctx.c16.add((row0 + r) * ctx.ldc + col0), cols)
+        };
+        crate::f16out::store(kernel, src, dst, ctx.accumulate);
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod arch;
 mod error;
+mod f16out;
 mod gemm;
 mod pack;
 mod parallel;
@@ -233,6 +234,11 @@ impl Kernel {
         p0: usize,
         p1: usize,
     ) {
+        if !ctx.c16.is_null() {
+            // SAFETY: forwarded; an FP16 C runs the kernel into FP32 scratch, then converts.
+            unsafe { gemm::tile_f16_out(*self, ctx, row0, rows, p0, p1) };
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if let Kernel::Amx(t) = self {
             // SAFETY: all obligations forwarded; the token proves AMX.
@@ -292,6 +298,12 @@ impl Kernel {
         Ok(())
     }
 
+    /// As [`Kernel::gemm`] with C in FP16 (IEEE binary16 bits): see [`GemmPlan::new_f16`].
+    pub fn gemm_f16(self, g: &Gemm<'_>, c: &mut [u16], ldc: usize) -> Result<(), Error> {
+        GemmPlan::new_f16(self, g, c, ldc)?.run_all();
+        Ok(())
+    }
+
     /// Runs the quantized GEMV `g` single-threaded on this implementation (implementations
     /// without their own quantized GEMV use the portable one).
     pub fn qgemv(self, g: &QGemv<'_>, y: &mut [f32], ldy: usize) -> Result<(), Error> {
@@ -314,6 +326,12 @@ fn kind_name(k: KernelKind) -> &'static str {
 /// `C (= or +=) A·W (+ bias)` on the best implementation for `g.w`'s format, single-threaded.
 pub fn gemm(g: &Gemm<'_>, c: &mut [f32], ldc: usize) -> Result<(), Error> {
     Kernel::best(g.w.format()).gemm(g, c, ldc)
+}
+
+/// As [`gemm`] with C in FP16 (IEEE binary16 bits, row stride `ldc`): FP32 accumulation, one
+/// FP16 rounding per output (see [`GemmPlan::new_f16`]).
+pub fn gemm_f16(g: &Gemm<'_>, c: &mut [u16], ldc: usize) -> Result<(), Error> {
+    Kernel::best(g.w.format()).gemm_f16(g, c, ldc)
 }
 
 /// Decode GEMV on packed FP16 (or BF16) panels: `y[M×N] = x[M×K] · W`, x FP32 row-major

@@ -59,6 +59,15 @@ fn gemm_rejects_bad_input_without_writing() {
                 "{}: wrote C on error",
                 kernel.name()
             );
+            // The same with an FP16 C.
+            let mut c16 = vec![0xBEEFu16; clen];
+            let e = kernel.gemm_f16(&g, &mut c16, ldc);
+            assert!(e.is_err(), "{}: accepted bad input (FP16 C)", kernel.name());
+            assert!(
+                c16.iter().all(|&x| x == 0xBEEF),
+                "{}: wrote FP16 C on error",
+                kernel.name()
+            );
         }
     }
 }

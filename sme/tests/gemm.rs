@@ -5,6 +5,11 @@
 //! in f64. What remains is FP32 accumulation, whose error for a K-term sum in any order is at
 //! most (K-1)·u·Σ|a_k w_k| with u = 2^-24, plus one rounding each for the bias and C additions.
 //! We allow 2·(K+4)·u·(Σ|a_k w_k| + |bias| + |C0|), a factor 2 above the worst case.
+//!
+//! FP16 output (`gemm_f16`): the FP32 result is rounded once more, to FP16 (round to nearest
+//! even): at most 2^-11 relative for normal values, 2^-25 absolute in the subnormal range
+//! (half an FP16 subnormal ulp). So the FP16-output tolerance is
+//! tol32 + 2^-11·(|ref| + tol32) + 2^-25, and C0 (for `+=`) is the FP16 value itself.
 
 mod common;
 
@@ -27,6 +32,8 @@ struct Case {
     bias: bool,
     pad: usize,
     format: PackedFormat,
+    /// C in FP16 (`Kernel::gemm_f16`) instead of FP32.
+    f16_out: bool,
 }
 
 fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
@@ -36,7 +43,11 @@ fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
     let a32 = rng.vec(m * lda);
     let wsrc = rng.vec(k * n);
     let bias = rng.vec(n);
-    let c0 = rng.vec(m * ldc);
+    let mut c0 = rng.vec(m * ldc);
+    if c.f16_out {
+        // An FP16 C holds FP16 values: the reference adds exactly what the kernel reads.
+        c0.iter_mut().for_each(|x| *x = round_f16(*x));
+    }
     let mut packed = vec![0u16; packed_len(k, n)];
     let src = WeightSource {
         data: &wsrc,
@@ -74,7 +85,19 @@ fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
         bias: c.bias.then_some(&bias[..]),
         accumulate: c.accumulate,
     };
-    kernel.gemm(&g, &mut out, ldc).unwrap();
+    if c.f16_out {
+        // Poison: FP16 NaN (or C0 in FP16 when accumulating); read back widened to FP32.
+        let mut out16: Vec<u16> = out
+            .iter()
+            .map(|&x| if x.is_nan() { 0x7E00 } else { f16_bits(x) })
+            .collect();
+        kernel.gemm_f16(&g, &mut out16, ldc).unwrap();
+        for (o, &h) in out.iter_mut().zip(&out16) {
+            *o = half::f16::from_bits(h).to_f32();
+        }
+    } else {
+        kernel.gemm(&g, &mut out, ldc).unwrap();
+    }
     let u = 2f64.powi(-24);
     for i in 0..m {
         for j in 0..n {
@@ -93,13 +116,17 @@ fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
                 s += c0[i * ldc + j] as f64;
                 mag += (c0[i * ldc + j] as f64).abs();
             }
-            let tol = 2.0 * (k as f64 + 4.0) * u * mag + 1e-30;
+            let mut tol = 2.0 * (k as f64 + 4.0) * u * mag + 1e-30;
+            if c.f16_out {
+                tol += 2f64.powi(-11) * (s.abs() + tol) + 2f64.powi(-25);
+            }
             let got = out[i * ldc + j] as f64;
             assert!(
                 (got - s).abs() <= tol,
-                "{} m{m} n{n} k{k} f16a={} acc={} bias={} fmt={:?}: C[{i}][{j}] = {got}, want {s} (tol {tol})",
+                "{} m{m} n{n} k{k} f16a={} f16out={} acc={} bias={} fmt={:?}: C[{i}][{j}] = {got}, want {s} (tol {tol})",
                 kernel.name(),
                 c.f16_a,
+                c.f16_out,
                 c.accumulate,
                 c.bias,
                 c.format
@@ -142,6 +169,7 @@ fn edge_shapes_every_kernel() {
                             bias: sel & 4 != 0,
                             pad: if sel & 8 != 0 { 3 } else { 0 },
                             format,
+                            f16_out: sel & 16 != 0,
                         };
                         run_case(kernel, &case, &mut rng);
                         count += 1;
@@ -182,6 +210,15 @@ fn large_shapes_every_kernel() {
                     bias: idx % 2 == 1,
                     pad: 1,
                     format,
+                    f16_out: false,
+                };
+                run_case(kernel, &case, &mut rng);
+                // The same shape with an FP16 C (other accumulate/bias choice).
+                let case = Case {
+                    f16_out: true,
+                    accumulate: !case.accumulate,
+                    bias: !case.bias,
+                    ..case
                 };
                 run_case(kernel, &case, &mut rng);
             }
@@ -222,4 +259,35 @@ fn dispatch_is_cached_and_supported() {
         Kernel::best(PackedFormat::Bf16).name(),
         Kernel::best_gemv().name()
     );
+}
+
+#[test]
+fn f16_output_k_zero_and_overflow() {
+    for kernel in kernels() {
+        let format = formats(kernel)[0];
+        // K = 0: C = bias, rounded to FP16 (1/3 is not representable: RNE of the FP32 value).
+        let bias = [1.5f32, -2.0, 1.0 / 3.0];
+        let mut out = [0x7E00u16; 6];
+        let g = Gemm {
+            a: Lhs::F32(&[]),
+            m: 2,
+            lda: 0,
+            w: PackedRef::new(&[], 0, 3, format).unwrap(),
+            bias: Some(&bias),
+            accumulate: false,
+        };
+        kernel.gemm_f16(&g, &mut out, 3).unwrap();
+        let want: Vec<u16> = bias.iter().chain(&bias).map(|&x| f16_bits(x)).collect();
+        assert_eq!(&out[..], &want[..], "{}", kernel.name());
+        // += with a bias that pushes past FP16's range: +inf, as IEEE rounding says.
+        let big = [60000f32, 0.0, -60000.0];
+        let g = Gemm {
+            bias: Some(&big),
+            accumulate: true,
+            ..g
+        };
+        let mut out = [f16_bits(10000.0), f16_bits(1.0), f16_bits(-10000.0)];
+        kernel.gemm_f16(&Gemm { m: 1, ..g }, &mut out, 3).unwrap();
+        assert_eq!(out, [0x7C00, f16_bits(1.0), 0xFC00], "{}", kernel.name());
+    }
 }

@@ -134,6 +134,27 @@ fn parallel_gemm_and_gemv_equal_serial() {
             "{}",
             kernel.name()
         );
+        // FP16 C: parallel equals serial, and equals the FP32 result rounded once to FP16.
+        let mut serial16 = vec![0x7E00u16; m * n];
+        kernel.gemm_f16(&g, &mut serial16, n).unwrap();
+        let mut par16 = vec![0x7E00u16; m * n];
+        let plan = GemmPlan::new_f16(kernel, &g, &mut par16, n).unwrap();
+        st.prepare(plan.tiles()).unwrap();
+        std::thread::scope(|s| {
+            for wk in 0..workers {
+                let (plan, st) = (&plan, &st);
+                s.spawn(move || plan.run_worker(st, wk).unwrap());
+            }
+        });
+        assert_eq!(serial16, par16, "{} FP16 C", kernel.name());
+        assert!(
+            serial
+                .iter()
+                .zip(&serial16)
+                .all(|(&x, &h)| f16_bits(x) == h),
+            "{}: FP16 C is not the FP32 C rounded once",
+            kernel.name()
+        );
 
         let kq = 128;
         let x = rng.vec(4 * kq);

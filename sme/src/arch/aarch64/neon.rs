@@ -431,7 +431,9 @@ impl Neon {
     /// (M ≤ 16) this is the FP16 GEMV on aarch64 CPUs without SME.
     pub fn gemm(self, g: &Gemm<'_>, c: &mut [f32], ldc: usize) -> Result<(), Error> {
         // The portable kernel accepts both formats, so this validates shapes only.
-        let ctx = validate(Kernel::new(KernelKind::Portable)?, g, c, ldc)?;
+        let mut ctx = validate(Kernel::new(KernelKind::Portable)?, g, c.len(), ldc)?;
+        // Derived from the exclusive borrow: the tiles write through it.
+        ctx.c = c.as_mut_ptr();
         for p in 0..ctx.np {
             // SAFETY: ctx validated against `c`, borrowed exclusively here; all rows, panel p.
             unsafe { self.gemm_tile(&ctx, 0, ctx.m, p) };
