@@ -3,6 +3,7 @@
 pub mod agents;
 pub mod backend;
 pub mod batch;
+pub mod bench;
 pub mod engine;
 pub mod gguf;
 pub mod gpu;

@@ -18,6 +18,8 @@ const USAGE: &str = "usage:
                  [--kernel portable|avx512|avx512-vnni|sme-gemv (default)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
+  engine-min bench [--model PATH] [--pp N (128)] [--tg N (64)] [--reps R (5)] [--threads N]
+                   [--plan cpu|gpu] [--kernel K]   (llama-bench's pp/tg, medians)
   engine-min agents gen-trace|run ...   (speculative decoding for several agents; `agents --help`)
 The model defaults to $HETERO_MODEL.";
 
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         "agents" => engine_min::agents::cli(args.rest).map_err(|m| Fail(m, 1)),
         "profile" => profile_cmd(args),
         "plan" => plan_cmd(args),
+        "bench" => bench_cmd(args),
         other => Err(usage(format!("unknown command `{other}`"))),
     };
     match r {
@@ -221,7 +224,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         // Default: hetero-sme's GEMV with f32 activations. The 8-bit-activation VNNI kernel is
         // as fast here but visibly less accurate on this 135M model (a chat answer derails,
         // see the README), and a single sequence does not need batch invariance.
-        None => CpuKernel::SmeGemv,
+        None => CpuKernel::default_for_run(),
         Some(name) => CpuKernel::all()
             .into_iter()
             .find(|k| kernel_name(*k) == name)
@@ -441,6 +444,71 @@ fn run(mut args: Args) -> Result<(), Fail> {
             ms(s.prepare_time()),
             pct(npu, mm.max(Duration::from_nanos(1)))
         );
+    }
+    Ok(())
+}
+
+/// `bench`: llama-bench's pp/tg measurement on the CPU (or all-GPU) plan, medians of `--reps`.
+fn bench_cmd(mut args: Args) -> Result<(), Fail> {
+    let path = model_path(&mut args)?;
+    let pp: usize = args.parsed("--pp", 128)?;
+    let tg: usize = args.parsed("--tg", 64)?;
+    let reps: usize = args.parsed("--reps", 5)?;
+    let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads: usize = args.parsed("--threads", default_threads)?;
+    let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
+    let kernel = match args.value("--kernel")? {
+        None => CpuKernel::default_for_run(),
+        Some(name) => CpuKernel::all()
+            .into_iter()
+            .find(|k| kernel_name(*k) == name)
+            .ok_or_else(|| usage(format!("--kernel `{name}` is not available on this CPU")))?,
+    };
+    args.finish()?;
+    if threads == 0 || reps == 0 {
+        return Err(usage("--threads and --reps must be at least 1"));
+    }
+    let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
+    let pool = Arc::new(Pool::new(threads));
+    let backend: Box<dyn engine_min::backend::Backend> = match plan.as_str() {
+        "cpu" => Box::new(CpuBackend::new(Arc::clone(&pool), kernel)),
+        "gpu" => Box::new(
+            engine_min::gpu::GpuBackend::open()
+                .map_err(|e| Fail(format!("plan gpu: OpenCL is not usable: {e}"), 1))?,
+        ),
+        other => return Err(usage(format!("bench runs plan cpu or gpu, not `{other}`"))),
+    };
+    let ctx = (pp.max(tg) + 1).min(model.config.context);
+    let mut engine = Engine::new(
+        Arc::clone(&model),
+        backend,
+        pool,
+        EngineOptions {
+            context: ctx,
+            max_batch: pp.max(1),
+        },
+    )
+    .map_err(|e| Fail(e.to_string(), 1))?;
+    let r = engine_min::bench::pp_tg(&mut engine, pp, tg, reps, 0x5eed)
+        .map_err(|e| Fail(e.to_string(), 1))?;
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let what = match plan.as_str() {
+        "cpu" => format!("cpu kernel {}", kernel_name(kernel)),
+        _ => "gpu".into(),
+    };
+    println!("engine-min bench: {what}, {threads} thread(s), {reps} reps");
+    if pp > 0 {
+        let med = engine_min::bench::median(&r.pp);
+        println!("pp{pp}: {med:.1} tok/s median ({})", show(&r.pp));
+    }
+    if tg > 0 {
+        let med = engine_min::bench::median(&r.tg);
+        println!("tg{tg}: {med:.1} tok/s median ({})", show(&r.tg));
     }
     Ok(())
 }

@@ -1,0 +1,80 @@
+//! `engine-min bench`: prompt-processing and text-generation throughput measured the way
+//! llama.cpp's `llama-bench` does (`pp N`: one forward over N prompt tokens from an empty
+//! cache; `tg N`: N single-token forwards from an empty cache), so the two can be run side by
+//! side on the same model and thread count. Tokens are drawn from a seeded generator: the
+//! throughput does not depend on which tokens they are.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::{Engine, EngineError};
+
+/// Throughput of repeated runs (tokens per second, one entry per repetition).
+#[derive(Clone, Debug, Default)]
+pub struct PpTg {
+    /// Prompt processing: `pp` tokens in one forward.
+    pub pp: Vec<f64>,
+    /// Text generation: `tg` one-token forwards.
+    pub tg: Vec<f64>,
+}
+
+/// The median of `v` (0 for an empty slice).
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `reps` repetitions of `pp` then `tg` (after one untimed warm-up of each) and returns
+/// the tokens per second of each timed repetition. `pp` or `tg` may be 0 to skip that part.
+pub fn pp_tg(
+    engine: &mut Engine,
+    pp: usize,
+    tg: usize,
+    reps: usize,
+    seed: u64,
+) -> Result<PpTg, EngineError> {
+    let vocab = engine.model().config.vocab as u64;
+    let mut state = seed | 1;
+    let mut next_token = move || {
+        // xorshift64*: any token id will do.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as u32
+    };
+    let mut logits = vec![0f32; engine.model().config.vocab];
+    let prompt: Vec<u32> = (0..pp).map(|_| next_token()).collect();
+    let mut out = PpTg::default();
+    for rep in 0..=reps {
+        if pp > 0 {
+            engine.reset();
+            let t0 = Instant::now();
+            engine.forward(&prompt, &mut logits)?;
+            let dt = t0.elapsed();
+            if rep > 0 {
+                out.pp.push(pp as f64 / secs(dt));
+            }
+        }
+        if tg > 0 {
+            engine.reset();
+            let t0 = Instant::now();
+            for _ in 0..tg {
+                let t = next_token();
+                engine.forward(&[t], &mut logits)?;
+            }
+            let dt = t0.elapsed();
+            if rep > 0 {
+                out.tg.push(tg as f64 / secs(dt));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64().max(1e-9)
+}
