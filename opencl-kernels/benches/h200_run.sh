@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # One device call on the NVIDIA H200 machine: NVIDIA's OpenCL through the ICD loader, our GEMV
-# bandwidth example, then torch.mv and torch's copy for comparison. Expects in .device/:
-# gemv_bandwidth (built here: cargo build --release --example gemv_bandwidth -p hetero-opencl-kernels)
-# and Debian's ocl-icd-libopencl1 .deb (apt-get download ocl-icd-libopencl1), used only if the
-# machine has no libOpenCL.so.1.
+# bandwidth example (which also dumps the program binaries, PTX on NVIDIA), the PTX assembled
+# for sm_90 with the image's ptxas (registers, spills) and disassembled with cuobjdump (SASS
+# instruction counts per kernel), then torch.mv and torch's copy for comparison.
+# Expects .device/ocl/gemv_bandwidth (built here:
+# cargo build --release --example gemv_bandwidth -p hetero-opencl-kernels; strip; copy).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
 NV=$(ldconfig -p | grep -o '/[^ ]*libnvidia-opencl.so.1' | head -1)
 [ -z "$NV" ] && NV=$(find / -xdev -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-[ -z "$NV" ] && NV=$(find /usr/local/nvidia /usr/lib* -name 'libnvidia-opencl.so*' 2>/dev/null | head -1)
 echo "nvidia opencl: $NV"
 mkdir -p /etc/OpenCL/vendors && echo "${NV:-libnvidia-opencl.so.1}" > /etc/OpenCL/vendors/nvidia.icd
-if ! ldconfig -p | grep -q 'libOpenCL.so.1'; then
-  dpkg -x .device/ocl-icd-libopencl1_*.deb /tmp/ocl
-  export HETERO_OPENCL_LIB=/tmp/ocl/usr/lib/x86_64-linux-gnu/libOpenCL.so.1
-  echo "using Debian's ICD loader: $HETERO_OPENCL_LIB"
-fi
-chmod +x .device/gemv_bandwidth
-HETERO_OPENCL_PLATFORM=${HETERO_OPENCL_PLATFORM:-NVIDIA} .device/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"
-if [ "${PIPESTATUS[0]}" -ne 0 ] && [ -n "$NV" ]; then
-  echo "retrying with BW_LIB=$NV (vendor library directly)"
-  BW_LIB="$NV" .device/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"
-fi
+chmod +x .device/ocl/gemv_bandwidth
+export HETERO_OPENCL_PLATFORM=${HETERO_OPENCL_PLATFORM:-NVIDIA} HETERO_OPENCL_CACHE=off
+BW_DUMP="$OUT/layer.ptx" .device/ocl/gemv_bandwidth 2>&1 | tee "$OUT/opencl.txt"
+PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
+CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+echo "ptxas: $PTXAS; cuobjdump: $CUOBJ"
+for f in layer.ptx layer.ptx.dp4a; do
+  [ -f "$OUT/$f" ] || continue
+  "$PTXAS" -arch=sm_90 -v "$OUT/$f" -o "/tmp/$f.cubin" >> "$OUT/ptxas.txt" 2>&1
+  "$CUOBJ" --dump-sass "/tmp/$f.cubin" > "/tmp/$f.sass" 2>&1
+  awk '/Function :/{name=$3} /\/\*[0-9a-f]{4}\*\//{n[name]++} END{for(k in n) print n[k], k}' \
+    "/tmp/$f.sass" | sort -k2 >> "$OUT/sass-counts.txt"
+  cat "/tmp/$f.sass" >> "$OUT/gemv.sass"
+done
+grep -A3 -E "gemv_q4_0_t_r2|gemv_q4_0_t_dp4a_r2|gemv_f16_r2" "$OUT/ptxas.txt" | head -40
+cat "$OUT/sass-counts.txt" 2>/dev/null | grep -E "gemv"
 PYTHONUNBUFFERED=1 python3 opencl-kernels/benches/torch_mv.py 2>&1 | tee "$OUT/torch.txt"

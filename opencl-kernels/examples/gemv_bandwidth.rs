@@ -1,6 +1,6 @@
 //! Achieved GB/s of the GEMV kernels for the decode shapes (N, K) in {(4096, 4096),
-//! (14336, 4096), (4096, 14336), (49152, 576)}, FP16 and Q4_0 (GGUF layout and re-laid out),
-//! against the device's copy bandwidth measured in the same run.
+//! (14336, 4096), (4096, 14336), (49152, 576)}, FP16, Q4_0, Q4_1 and Q8_0, against the device's
+//! copy bandwidth measured in the same run.
 //!
 //! Bytes counted per GEMV: weights + x (K f32) + y (N f32), each once. Copy bandwidth counts
 //! bytes read + bytes written. Several copies of each weight matrix are rotated so that repeated
@@ -10,13 +10,17 @@
 //! Environment: the crate's (`HETERO_OPENCL_LIB`, `HETERO_OPENCL_PLATFORM`, ...), plus
 //! `BW_LIB` (load exactly this library), `BW_ROTATE_MB`, `BW_MIN_SECONDS` (per variant, default
 //! 0.2), `BW_COPY_MB` (copy size, default 1024 on GPUs, 256 otherwise), `BW_SHAPES` ("NxK,..."),
-//! `BW_DEFAULT_ONLY` (skip the work-group shape sweep), `BW_DUMP` (write the program binary to
-//! this path and exit).
+//! `BW_DEFAULT_ONLY` (skip the work-group shape sweeps), `BW_F16_SWEEP` (sweep FP16 shapes too),
+//! `BW_LEGACY` (also the earlier Q4_0 layouts: GGUF swept, "relayout" SoA, "x4"), `BW_DUMP`
+//! (write the program binaries, PTX on NVIDIA, to this path and `<path>.dp4a`; with
+//! `BW_DUMP_ONLY`, then exit). Q4_0 and Q4_1 run in the GGUF layout and the T layout
+//! (`relayout_q4_t`, swept for Q4_0), Q8_0 in the GGUF layout; where the platform is NVIDIA's, the
+//! dp4a variant (int8 activations, checked at NMSE <= 1e-4) runs too.
 
 use half::f16;
 use hetero_opencl_kernels::{
-    reference, relayout_q4_0, relayout_q4_0_len, Api, Buffer, Device, Kernels, Launch, RowShape,
-    WeightFormat,
+    reference, relayout_q4_0, relayout_q4_0_len, relayout_q4_t, relayout_q4_t_len, Api, Buffer,
+    Device, Kernels, Launch, RowShape, WeightFormat,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,8 +53,8 @@ impl Rng {
     }
 }
 
-/// Random but realistic weights: f16 values in +-[0.5, 1) (no NaN/denormals), Q4_0 with
-/// random nibbles and small positive scales.
+/// Random but realistic weights: f16 values in +-[0.5, 1) (no NaN/denormals), block formats
+/// with random quants, small positive scales (and Q4_1 mins in +-0.1).
 fn weights(r: &mut Rng, f: WeightFormat, n: usize, k: usize) -> Vec<u8> {
     let mut w = vec![0u8; f.matrix_bytes(n, k).unwrap()];
     r.fill(&mut w);
@@ -62,9 +66,13 @@ fn weights(r: &mut Rng, f: WeightFormat, n: usize, k: usize) -> Vec<u8> {
             }
         }
         _ => {
-            for b in w.chunks_exact_mut(18) {
+            for b in w.chunks_exact_mut(f.block_bytes()) {
                 let d = 0.001 + (b[0] as f32) / 255.0 * 0.05;
                 b[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                if f == WeightFormat::Q4_1 {
+                    let m = ((b[2] as f32) / 255.0 - 0.5) * 0.2;
+                    b[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
+                }
             }
         }
     }
@@ -142,8 +150,14 @@ fn main() -> Res<()> {
         info.base_addr_align,
         info.host_unified_memory
     );
+    println!("extensions: {}", info.extensions.join(" "));
     let t = Instant::now();
-    let k = Kernels::new(&dev)?;
+    let mut k = Kernels::new(&dev)?;
+    match k.enable_dp4a() {
+        Ok(()) => println!("dp4a variant: built"),
+        Err(e) => println!("dp4a variant: {e}"),
+    }
+    let k = k;
     println!(
         "program: {:.2} s (from cache: {})",
         t.elapsed().as_secs_f64(),
@@ -153,7 +167,13 @@ fn main() -> Res<()> {
         // Write the program binary (PTX on NVIDIA) and stop.
         std::fs::write(&path, k.binary()?)?;
         println!("program binary written to {path}");
-        return Ok(());
+        if let Some(b) = k.dp4a_binary() {
+            std::fs::write(format!("{path}.dp4a"), b?)?;
+            println!("dp4a program binary written to {path}.dp4a");
+        }
+        if std::env::var_os("BW_DUMP_ONLY").is_some() {
+            return Ok(());
+        }
     }
     let gpu = !info.host_unified_memory;
     let min_s = env_f("BW_MIN_SECONDS", 0.2);
@@ -235,68 +255,186 @@ fn main() -> Res<()> {
         .collect();
     let mut rows: Vec<Row> = Vec::new();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let legacy = std::env::var_os("BW_LEGACY").is_some();
+    // Checks one variant's output against the reference, then times it and records a row.
+    let mut measure = |n: usize,
+                       kk: usize,
+                       name: String,
+                       bytes: f64,
+                       want: &[f32],
+                       bound: f64,
+                       by: &Buffer,
+                       ls: &mut [Launch<'_>]|
+     -> Res<()> {
+        by.write(&vec![f32::NAN; n])?;
+        ls[0].enqueue()?;
+        let mut got = vec![0f32; n];
+        by.read(&mut got)?;
+        let e = reference::nmse(&got, want);
+        if e.is_nan() || e > bound {
+            println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
+            return Ok(());
+        }
+        let (sec, ksec) = time(&dev, ls, min_s)?;
+        let gbs = bytes / sec / 1e9;
+        let kgbs = bytes / ksec / 1e9;
+        println!(
+            "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy) | kernel {:.1} us, {kgbs:.1} GB/s ({:.0}%) | nmse {e:.1e}",
+            sec * 1e6,
+            100.0 * gbs / copy_gbs,
+            ksec * 1e6,
+            100.0 * kgbs / copy_gbs
+        );
+        rows.push(Row {
+            shape: (n, kk),
+            what: name,
+            gbs,
+            kgbs,
+        });
+        Ok(())
+    };
+    let sname = |s: Option<RowShape>| {
+        s.map(|s| format!("r{} {}x{}", s.per_item, s.tpr, s.rows))
+            .unwrap_or("default".into())
+    };
+    // T-layout sweep: rows per work-item x work-items per row, 256 or 128 per group.
+    let t_sweep: Vec<Option<RowShape>> = std::iter::once(None)
+        .chain(
+            [1usize, 2, 4]
+                .iter()
+                .flat_map(|&per_item| {
+                    [(8, 32), (16, 16), (32, 8), (64, 4), (16, 8), (32, 4)]
+                        .into_iter()
+                        .map(move |(tpr, rows)| {
+                            Some(RowShape {
+                                tpr,
+                                rows,
+                                per_item,
+                            })
+                        })
+                })
+                .filter(|_| !default_only),
+        )
+        .collect();
+    let formats: &[WeightFormat] = if legacy {
+        &[WeightFormat::F16, WeightFormat::Q4_0]
+    } else {
+        &[
+            WeightFormat::F16,
+            WeightFormat::Q4_0,
+            WeightFormat::Q4_1,
+            WeightFormat::Q8_0,
+        ]
+    };
     for &(n, kk) in &shapes {
         let x: Vec<f32> = (0..kk).map(|_| rng.f32()).collect();
         let bx = dev.upload(&x)?;
         let by = dev.alloc(n * 4)?;
         let io = (kk * 4 + n * 4) as f64;
-        for f in [WeightFormat::F16, WeightFormat::Q4_0] {
+        for &f in formats {
             let w = weights(&mut rng, f, n, kk);
             let wb = w.len();
+            let bytes = wb as f64 + io;
             let copies = rotate.div_ceil(wb).clamp(1, 16);
             let want = reference::gemm(f, &w, &x, 1, n, kk)?;
-            // GGUF layout (AoS).
-            let bufs: Vec<Buffer> = (0..copies)
-                .map(|_| dev.upload(&w))
-                .collect::<Result<_, _>>()?;
-            let per_items: &[usize] = if f == WeightFormat::F16 {
-                &[1, 2]
-            } else {
-                &[1]
-            };
-            for (per_item, s) in per_items
-                .iter()
-                .flat_map(|&p| sweep.iter().map(move |s| (p, s)))
-                .filter(|(p, s)| *p == 1 || s.is_some())
+            // GGUF layout (AoS): FP16 swept (1 and 2 rows per item), block formats default
+            // (plus the sweep with BW_LEGACY).
             {
-                let s = s.map(|s| RowShape { per_item, ..s });
-                let mut ls: Vec<Launch<'_>> = Vec::new();
-                for b in &bufs {
-                    ls.push(k.gemv_with(f, b, &bx, &by, n, kk, s)?);
+                let bufs: Vec<Buffer> = (0..copies)
+                    .map(|_| dev.upload(&w))
+                    .collect::<Result<_, _>>()?;
+                let per_items: &[usize] = if f == WeightFormat::F16 {
+                    &[1, 2]
+                } else {
+                    &[1]
+                };
+                let f16_sweep = std::env::var_os("BW_F16_SWEEP").is_some();
+                let sw: &[Option<RowShape>] = if legacy || (f == WeightFormat::F16 && f16_sweep) {
+                    &sweep
+                } else {
+                    &sweep[..1]
+                };
+                for (per_item, s) in per_items
+                    .iter()
+                    .flat_map(|&p| sw.iter().map(move |s| (p, s)))
+                    .filter(|(p, s)| *p == 1 || s.is_some())
+                {
+                    let s = s.map(|s| RowShape { per_item, ..s });
+                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    for b in &bufs {
+                        ls.push(k.gemv_with(f, b, &bx, &by, n, kk, s)?);
+                    }
+                    measure(
+                        n,
+                        kk,
+                        format!("{f:?} {}", sname(s)),
+                        bytes,
+                        &want,
+                        1e-8,
+                        &by,
+                        &mut ls,
+                    )?;
                 }
-                let name = format!(
-                    "{f:?} {}",
-                    s.map(|s| format!("r{per_item} {}x{}", s.tpr, s.rows))
-                        .unwrap_or("default".into())
-                );
-                by.write(&vec![f32::NAN; n])?;
-                ls[0].enqueue()?;
-                let mut got = vec![0f32; n];
-                by.read(&mut got)?;
-                let e = reference::nmse(&got, &want);
-                if e > 1e-8 {
-                    println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
-                    continue;
-                }
-                let (sec, ksec) = time(&dev, &mut ls, min_s)?;
-                let gbs = (wb as f64 + io) / sec / 1e9;
-                let kgbs = (wb as f64 + io) / ksec / 1e9;
-                println!(
-                    "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy) | kernel {:.1} us, {kgbs:.1} GB/s ({:.0}%)",
-                    sec * 1e6,
-                    100.0 * gbs / copy_gbs,
-                    ksec * 1e6,
-                    100.0 * kgbs / copy_gbs
-                );
-                rows.push(Row {
-                    shape: (n, kk),
-                    what: name,
-                    gbs,
-                    kgbs,
-                });
             }
-            drop(bufs);
-            if f == WeightFormat::Q4_0 {
+            // T layout (Q4_0, Q4_1): the full sweep.
+            if matches!(f, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+                let (nq, nd) = relayout_q4_t_len(f, n, kk)?;
+                let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+                relayout_q4_t(f, &w, n, kk, &mut q, &mut d)?;
+                let bufs: Vec<(Buffer, Buffer)> = (0..copies)
+                    .map(|_| {
+                        Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
+                    })
+                    .collect::<Result<_, _>>()?;
+                let sw: &[Option<RowShape>] = if f == WeightFormat::Q4_0 {
+                    &t_sweep
+                } else {
+                    &t_sweep[..t_sweep.len().min(1)]
+                };
+                for s in sw {
+                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    for (bq, bd) in &bufs {
+                        ls.push(k.gemv_q4_t(f, bq, bd, &bx, &by, n, kk, *s)?);
+                    }
+                    let name = format!("{f:?}-T {}", sname(*s));
+                    measure(n, kk, name, bytes, &want, 1e-8, &by, &mut ls)?;
+                }
+            }
+            // NVIDIA-only dp4a variant on the T layout (int8 activations: NMSE bound 1e-4;
+            // uniform activations quantized to 8 bits give ~1.5e-5).
+            if f == WeightFormat::Q4_0 && k.has_dp4a() {
+                let (nq, nd) = relayout_q4_t_len(f, n, kk)?;
+                let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+                relayout_q4_t(f, &w, n, kk, &mut q, &mut d)?;
+                let bufs: Vec<(Buffer, Buffer)> = (0..copies)
+                    .map(|_| {
+                        Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
+                    })
+                    .collect::<Result<_, _>>()?;
+                let (nxq, nxs) = Kernels::quantize_x_q8w_len(kk)?;
+                let (bxq, bxs) = (dev.alloc(nxq)?, dev.alloc(nxs)?);
+                let mut ql = [k.quantize_x_q8w(&bx, &bxq, &bxs, kk)?];
+                let (qh, qk) = time(&dev, &mut ql, min_s.min(0.05))?;
+                println!(
+                    "{n}x{kk} quantize_x_q8w (once per activation vector): {:.1} us host / {:.1} us kernel",
+                    qh * 1e6,
+                    qk * 1e6
+                );
+                let sw: Vec<Option<RowShape>> = if default_only {
+                    vec![None]
+                } else {
+                    t_sweep.clone()
+                };
+                for s in sw {
+                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    for (bq, bd) in &bufs {
+                        ls.push(k.gemv_q4_0_t_dp4a(bq, bd, &bxq, &bxs, &by, n, kk, s)?);
+                    }
+                    let name = format!("Q4_0-T-dp4a {}", sname(s));
+                    measure(n, kk, name, bytes, &want, 1e-4, &by, &mut ls)?;
+                }
+            }
+            if f == WeightFormat::Q4_0 && legacy {
                 let (nq, nd) = relayout_q4_0_len(n, kk)?;
                 let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
                 relayout_q4_0(&w, n, kk, &mut q, &mut d)?;
@@ -305,55 +443,6 @@ fn main() -> Res<()> {
                         Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
                     })
                     .collect::<Result<_, _>>()?;
-                {
-                    let (nq, nd) = hetero_opencl_kernels::relayout_q4_0_x4_len(n, kk)?;
-                    let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
-                    hetero_opencl_kernels::relayout_q4_0_x4(&w, n, kk, &mut q, &mut d)?;
-                    let bufs: Vec<(Buffer, Buffer)> = (0..copies)
-                        .map(|_| {
-                            Ok::<_, hetero_opencl_kernels::Error>((
-                                dev.upload(&q)?,
-                                dev.upload(&d)?,
-                            ))
-                        })
-                        .collect::<Result<_, _>>()?;
-                    for s in &sweep {
-                        let mut ls: Vec<Launch<'_>> = Vec::new();
-                        for (bq, bd) in &bufs {
-                            ls.push(k.gemv_q4_0_x4(bq, bd, &bx, &by, n, kk, *s)?);
-                        }
-                        let name = format!(
-                            "Q4_0-x4 {}",
-                            s.map(|s| format!("{}x{}", s.tpr, s.rows))
-                                .unwrap_or("default".into())
-                        );
-                        by.write(&vec![f32::NAN; n])?;
-                        ls[0].enqueue()?;
-                        let mut got = vec![0f32; n];
-                        by.read(&mut got)?;
-                        let e = reference::nmse(&got, &want);
-                        if e > 1e-8 {
-                            println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
-                            continue;
-                        }
-                        let (sec, ksec) = time(&dev, &mut ls, min_s)?;
-                        let gbs = (wb as f64 + io) / sec / 1e9;
-                        let kgbs = (wb as f64 + io) / ksec / 1e9;
-                        println!(
-                            "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy) | kernel {:.1} us, {kgbs:.1} GB/s ({:.0}%)",
-                            sec * 1e6,
-                            100.0 * gbs / copy_gbs,
-                            ksec * 1e6,
-                            100.0 * kgbs / copy_gbs
-                        );
-                        rows.push(Row {
-                            shape: (n, kk),
-                            what: name,
-                            gbs,
-                            kgbs,
-                        });
-                    }
-                }
                 for per_item in [1, 2, 4] {
                     for s in sweep.iter().filter(|s| per_item == 1 || s.is_some()) {
                         let s = s.map(|s| RowShape { per_item, ..s });
@@ -361,37 +450,26 @@ fn main() -> Res<()> {
                         for (bq, bd) in &bufs {
                             ls.push(k.gemv_q4_0_soa(bq, bd, &bx, &by, n, kk, s)?);
                         }
-                        let name = format!(
-                            "Q4_0-relayout {}",
-                            s.map(|s| format!("r{per_item} {}x{}", s.tpr, s.rows))
-                                .unwrap_or("default".into())
-                        );
-                        by.write(&vec![f32::NAN; n])?;
-                        ls[0].enqueue()?;
-                        let mut got = vec![0f32; n];
-                        by.read(&mut got)?;
-                        let e = reference::nmse(&got, &want);
-                        if e > 1e-8 {
-                            println!("{n}x{kk} {name}: WRONG, NMSE {e:e}");
-                            continue;
-                        }
-                        let (sec, ksec) = time(&dev, &mut ls, min_s)?;
-                        let gbs = (wb as f64 + io) / sec / 1e9;
-                        let kgbs = (wb as f64 + io) / ksec / 1e9;
-                        println!(
-                            "{n}x{kk} {name}: {:.1} us, {gbs:.1} GB/s ({:.0}% of copy) | kernel {:.1} us, {kgbs:.1} GB/s ({:.0}%)",
-                            sec * 1e6,
-                            100.0 * gbs / copy_gbs,
-                            ksec * 1e6,
-                            100.0 * kgbs / copy_gbs
-                        );
-                        rows.push(Row {
-                            shape: (n, kk),
-                            what: name,
-                            gbs,
-                            kgbs,
-                        });
+                        let name = format!("Q4_0-relayout {}", sname(s));
+                        measure(n, kk, name, bytes, &want, 1e-8, &by, &mut ls)?;
                     }
+                }
+                drop(bufs);
+                let (nq, nd) = hetero_opencl_kernels::relayout_q4_0_x4_len(n, kk)?;
+                let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+                hetero_opencl_kernels::relayout_q4_0_x4(&w, n, kk, &mut q, &mut d)?;
+                let bufs: Vec<(Buffer, Buffer)> = (0..copies)
+                    .map(|_| {
+                        Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
+                    })
+                    .collect::<Result<_, _>>()?;
+                for s in &sweep {
+                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    for (bq, bd) in &bufs {
+                        ls.push(k.gemv_q4_0_x4(bq, bd, &bx, &by, n, kk, *s)?);
+                    }
+                    let name = format!("Q4_0-x4 {}", sname(*s));
+                    measure(n, kk, name, bytes, &want, 1e-8, &by, &mut ls)?;
                 }
             }
         }
@@ -399,8 +477,8 @@ fn main() -> Res<()> {
 
     println!("\nSUMMARY (copy {copy_gbs:.1} GB/s read+write; copy kernel {kcopy_gbs:.1} GB/s)");
     println!("GB/s from host wall clock over back-to-back launches / from kernel device time (profiling events), % of copy");
-    println!("| N x K | FP16 default | FP16 best | Q4_0 re-laid-out default | Q4_0 x4 default | Q4_0 best |");
-    println!("|---|---|---|---|---|---|");
+    println!("| N x K | FP16 default | FP16 best | Q4_0 GGUF default | Q4_0-T default | Q4_0-T best | Q4_0-T-dp4a best | Q4_1 GGUF default | Q4_1-T default | Q8_0 GGUF default |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &(n, kk) in &shapes {
         let of = |pred: &dyn Fn(&str) -> bool, kernel: bool| {
             rows.iter()
@@ -431,12 +509,16 @@ fn main() -> Res<()> {
             _ => "-".into(),
         };
         println!(
-            "| {n} x {kk} | {} | {} | {} | {} | {} |",
+            "| {n} x {kk} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt(&|w| w == "F16 default", false),
             fmt(&|w| w.starts_with("F16"), true),
-            fmt(&|w| w == "Q4_0-relayout default", false),
-            fmt(&|w| w == "Q4_0-x4 default", false),
-            fmt(&|w| w.starts_with("Q4_0"), true),
+            fmt(&|w| w == "Q4_0 default", false),
+            fmt(&|w| w == "Q4_0-T default", false),
+            fmt(&|w| w.starts_with("Q4_0-T "), true),
+            fmt(&|w| w.starts_with("Q4_0-T-dp4a"), true),
+            fmt(&|w| w == "Q4_1 default", false),
+            fmt(&|w| w == "Q4_1-T default", false),
+            fmt(&|w| w == "Q8_0 default", false),
         );
     }
     Ok(())

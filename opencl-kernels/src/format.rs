@@ -137,3 +137,78 @@ pub fn relayout_q4_0_x4(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [
     }
     Ok(())
 }
+
+/// Sizes `(quant bytes, scale bytes)` of the "T" layout of a Q4_0 or Q4_1 matrix
+/// ([`relayout_q4_t`]): 16 quant bytes per block, and per block 2 scale bytes (Q4_0: `d`) or
+/// 4 (Q4_1: `d`, `m`). Errors for other formats and for `k % 32 != 0`.
+pub fn relayout_q4_t_len(format: WeightFormat, n: usize, k: usize) -> Result<(usize, usize)> {
+    let per = match format {
+        WeightFormat::Q4_0 => 2,
+        WeightFormat::Q4_1 => 4,
+        _ => {
+            return Err(Error::NotApplicable(
+                "the T layout is defined for Q4_0 and Q4_1",
+            ))
+        }
+    };
+    format.matrix_bytes(n, k)?;
+    let blocks = n * (k / BLOCK);
+    Ok((blocks * 16, blocks * per))
+}
+
+/// Re-lays GGUF Q4_0 / Q4_1 blocks out for [`crate::Kernels::gemv_q4_t`] ("T" layout), once
+/// at load time:
+///
+/// * quant plane: per row, `nb = k / 32` 16-byte units; unit `u` holds the little-endian
+///   32-bit words `u, u + nb, u + 2nb, u + 3nb` of the row, where word `w` packs the row's
+///   weights `8w .. 8w + 7`, weight `8w + e` in bits `4e .. 4e + 3`. A GPU work-item reads one
+///   aligned unit; neighbouring work-items read neighbouring units and, for each word,
+///   neighbouring 32-byte slices of the activations.
+/// * scale plane: per row, per block in order, the f16 `d` (Q4_0) or `d`, `m` (Q4_1) bytes.
+pub fn relayout_q4_t(
+    format: WeightFormat,
+    src: &[u8],
+    n: usize,
+    k: usize,
+    qs: &mut [u8],
+    d: &mut [u8],
+) -> Result<()> {
+    let (nq, nd) = relayout_q4_t_len(format, n, k)?;
+    let need = format.matrix_bytes(n, k)?;
+    for (what, needed, got) in [
+        ("src", need, src.len()),
+        ("qs", nq, qs.len()),
+        ("d", nd, d.len()),
+    ] {
+        if got < needed {
+            return Err(Error::BufferTooSmall { what, needed, got });
+        }
+    }
+    let bb = format.block_bytes();
+    let hdr = bb - 16; // 2 (d) or 4 (d, m)
+    let nb = k / BLOCK;
+    for row in 0..n {
+        let rsrc = &src[row * nb * bb..(row + 1) * nb * bb];
+        for (b, blk) in rsrc.chunks_exact(bb).enumerate() {
+            let di = (row * nb + b) * hdr;
+            d[di..di + hdr].copy_from_slice(&blk[..hdr]);
+        }
+        // Nibble of weight kk of this row (GGUF: byte i low = element i, high = element i+16).
+        let nib = |kk: usize| -> u32 {
+            let blk = &rsrc[(kk / BLOCK) * bb + hdr..][..16];
+            let i = kk % BLOCK;
+            u32::from(if i < 16 {
+                blk[i] & 0xF
+            } else {
+                blk[i - 16] >> 4
+            })
+        };
+        for w in 0..4 * nb {
+            let word = (0..8).fold(0u32, |acc, e| acc | (nib(8 * w + e) << (4 * e)));
+            let (u, s) = (w % nb, w / nb);
+            let qi = ((row * nb + u) * 4 + s) * 4;
+            qs[qi..qi + 4].copy_from_slice(&word.to_le_bytes());
+        }
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 
 use crate::device::{check, Buffer, Device, Program};
 use crate::error::{Error, Result};
-use crate::format::{relayout_q4_0_len, relayout_q4_0_x4_len, WeightFormat};
+use crate::format::{relayout_q4_0_len, relayout_q4_0_x4_len, relayout_q4_t_len, WeightFormat};
 use crate::loader::clf;
 use opencl_sys::*;
 use std::marker::PhantomData;
@@ -36,8 +36,12 @@ pub enum RopeMode {
 pub struct Kernels {
     device: Arc<Device>,
     program: Program,
+    dp4a: Option<Program>,
     dummy_sig: Buffer,
 }
+
+/// The OpenCL C source of the NVIDIA-only dp4a variant ([`Kernels::enable_dp4a`]).
+pub const SOURCE_NV_DP4A: &str = include_str!("../kernels/nv_dp4a.cl");
 
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,8 +120,132 @@ impl Kernels {
         Ok(Kernels {
             device: device.clone(),
             program,
+            dp4a: None,
             dummy_sig,
         })
+    }
+
+    /// Builds the NVIDIA-only variant ([`SOURCE_NV_DP4A`]: inline PTX `dp4a`, int8 activations)
+    /// when the platform is NVIDIA's; [`Error::NotApplicable`] elsewhere, [`Error::Build`] if
+    /// the driver rejects it.
+    pub fn enable_dp4a(&mut self) -> Result<()> {
+        if !self
+            .device
+            .info()
+            .platform_name
+            .to_ascii_lowercase()
+            .contains("nvidia")
+        {
+            return Err(Error::NotApplicable(
+                "the dp4a variant uses NVIDIA inline PTX (NVIDIA platforms only)",
+            ));
+        }
+        if self.dp4a.is_none() {
+            self.dp4a = Some(self.device.build(SOURCE_NV_DP4A, OPTIONS)?);
+        }
+        Ok(())
+    }
+
+    /// The dp4a program's device binary (PTX on NVIDIA), if built.
+    pub fn dp4a_binary(&self) -> Option<Result<Vec<u8>>> {
+        self.dp4a.as_ref().map(|p| p.binary())
+    }
+
+    /// Whether [`Kernels::enable_dp4a`] succeeded.
+    pub fn has_dp4a(&self) -> bool {
+        self.dp4a.is_some()
+    }
+
+    /// Sizes in bytes `(xq, xs)` of the quantized activations of [`Kernels::quantize_x_q8w`]
+    /// for `k` activations (`k % 32 == 0`).
+    pub fn quantize_x_q8w_len(k: usize) -> Result<(usize, usize)> {
+        if k == 0 || !k.is_multiple_of(32) {
+            return Err(Error::BadShape(format!(
+                "K = {k} is not a positive multiple of 32"
+            )));
+        }
+        Ok((k, k))
+    }
+
+    /// Quantizes `x` (`k` f32) to int8 per 32-block for [`Kernels::gemv_q4_0_t_dp4a`]:
+    /// `xq` gets per 8 activations two words (even- and odd-indexed bytes), `xs` per 8
+    /// activations (block scale, 8 x scale x sum of the 8 quantized values). Needs
+    /// [`Kernels::enable_dp4a`].
+    pub fn quantize_x_q8w<'a>(
+        &'a self,
+        x: &'a Buffer,
+        xq: &'a Buffer,
+        xs: &'a Buffer,
+        k: usize,
+    ) -> Result<Launch<'a>> {
+        let prog = self
+            .dp4a
+            .as_ref()
+            .ok_or(Error::NotApplicable("call enable_dp4a first (NVIDIA only)"))?;
+        let (nq, ns) = Self::quantize_x_q8w_len(k)?;
+        need("x", x, k * 4)?;
+        need("xq", xq, nq)?;
+        need("xs", xs, ns)?;
+        let blocks = k / 32;
+        let ls = 64.min(self.max_wg());
+        let mut l = self.launch_in(
+            prog,
+            "quant_x_q8w",
+            1,
+            [blocks.div_ceil(ls) * ls, 1],
+            [ls, 1],
+        )?;
+        l.mem(x)?.mem(xq)?.mem(xs)?;
+        l.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// Q4_0 GEMV over the T layout ([`crate::relayout_q4_t`]) and activations quantized by
+    /// [`Kernels::quantize_x_q8w`], with NVIDIA's `dp4a` (four int8 products per instruction).
+    /// Results carry the int8 rounding of the activations. Needs [`Kernels::enable_dp4a`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_q4_0_t_dp4a<'a>(
+        &'a self,
+        qs: &'a Buffer,
+        d: &'a Buffer,
+        xq: &'a Buffer,
+        xs: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch<'a>> {
+        let prog = self
+            .dp4a
+            .as_ref()
+            .ok_or(Error::NotApplicable("call enable_dp4a first (NVIDIA only)"))?;
+        let (nq, nd) = relayout_q4_t_len(WeightFormat::Q4_0, n, k)?;
+        let (nxq, nxs) = Self::quantize_x_q8w_len(k)?;
+        need("qs", qs, nq)?;
+        need("d", d, nd)?;
+        need("xq", xq, nxq)?;
+        need("xs", xs, nxs)?;
+        need("y", y, n * 4)?;
+        let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
+        let name = match s.per_item {
+            1 => "gemv_q4_0_t_dp4a_r1",
+            2 => "gemv_q4_0_t_dp4a_r2",
+            4 => "gemv_q4_0_t_dp4a_r4",
+            _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
+        };
+        let items = n.div_ceil(s.per_item);
+        let mut l = self.launch_in(
+            prog,
+            name,
+            2,
+            [s.tpr, items.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(qs)?.mem(d)?.mem(xq)?.mem(xs)?.mem(y)?;
+        l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
     }
 
     /// The program's device binary (PTX text on NVIDIA, for inspection; what the cache stores).
@@ -146,15 +274,22 @@ impl Kernels {
         global: [usize; 2],
         local: [usize; 2],
     ) -> Result<Launch<'a>> {
+        self.launch_in(&self.program, name, dims, global, local)
+    }
+
+    fn launch_in<'a>(
+        &'a self,
+        program: &Program,
+        name: &'static str,
+        dims: u32,
+        global: [usize; 2],
+        local: [usize; 2],
+    ) -> Result<Launch<'a>> {
         let mut err = 0;
         let cname = format!("{name}\0");
         // SAFETY: valid program; NUL-terminated kernel name.
         let kernel = unsafe {
-            clf!(self.device.api, clCreateKernel)(
-                self.program.program,
-                cname.as_ptr().cast(),
-                &mut err,
-            )
+            clf!(self.device.api, clCreateKernel)(program.program, cname.as_ptr().cast(), &mut err)
         };
         check("clCreateKernel", err)?;
         Ok(Launch {
@@ -317,8 +452,71 @@ impl Kernels {
         Ok(l)
     }
 
+    /// The default work-group shape of [`Kernels::gemv_q4_t`] for rows of `k` weights: two
+    /// rows per work-item, `tpr` = the power of two at or below `k / 128` (a quarter of the
+    /// row's 16-byte units), clamped to 8..=32, `256 / tpr` row slots per group.
+    pub fn gemv_q4_t_default(k: usize) -> RowShape {
+        let tpr = pow2_floor(k / 128).clamp(8, 32);
+        RowShape {
+            tpr,
+            rows: MAX_WG / tpr,
+            per_item: 2,
+        }
+    }
+
+    /// GEMV over Q4_0 or Q4_1 weights in the "T" layout of [`crate::relayout_q4_t`]
+    /// (`qs`: quant plane, `d`: scale plane): one 16-byte load per work-item per row and step,
+    /// coalesced activations, exact nibble decoding by one and-or and one FMA per weight.
+    /// `shape.per_item` is 1, 2 or 4 rows per work-item (`None`:
+    /// [`Kernels::gemv_q4_t_default`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_q4_t<'a>(
+        &'a self,
+        format: WeightFormat,
+        qs: &'a Buffer,
+        d: &'a Buffer,
+        x: &'a Buffer,
+        y: &'a Buffer,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch<'a>> {
+        let (nq, nd) = relayout_q4_t_len(format, n, k)?;
+        // The kernel indexes 16-byte units and scale entries with 32-bit integers.
+        if nq / 16 > u32::MAX as usize {
+            return Err(Error::BadShape(format!(
+                "{n} x {k} has more than 2^32 blocks (32-bit indices in the T-layout kernel)"
+            )));
+        }
+        need("qs", qs, nq)?;
+        need("d", d, nd)?;
+        need("x", x, k * 4)?;
+        need("y", y, n * 4)?;
+        let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
+        let name = match (format, s.per_item) {
+            (WeightFormat::Q4_0, 1) => "gemv_q4_0_t_r1",
+            (WeightFormat::Q4_0, 2) => "gemv_q4_0_t_r2",
+            (WeightFormat::Q4_0, 4) => "gemv_q4_0_t_r4",
+            (WeightFormat::Q4_1, 1) => "gemv_q4_1_t_r1",
+            (WeightFormat::Q4_1, 2) => "gemv_q4_1_t_r2",
+            (WeightFormat::Q4_1, 4) => "gemv_q4_1_t_r4",
+            _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
+        };
+        let items = n.div_ceil(s.per_item);
+        let mut l = self.launch(
+            name,
+            2,
+            [s.tpr, items.div_ceil(s.rows) * s.rows],
+            [s.tpr, s.rows],
+        )?;
+        l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
+        l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
     /// Small-M GEMM for prefill: `Y[m][n] = sum_k X[m][k] * W[n][k]`, `X` is `m x k` f32,
-    /// `Y` is `m x n` f32; `format` is [`WeightFormat::F16`] or [`WeightFormat::Q4_0`].
+    /// `Y` is `m x n` f32; every [`WeightFormat`] (GGUF bytes as stored).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm<'a>(
         &'a self,
@@ -339,11 +537,8 @@ impl Kernels {
         let (name, units) = match format {
             WeightFormat::F16 => ("gemm_f16", k),
             WeightFormat::Q4_0 => ("gemm_q4_0", k / 32),
-            _ => {
-                return Err(Error::NotApplicable(
-                    "GEMM is implemented for F16 and Q4_0 weights",
-                ))
-            }
+            WeightFormat::Q4_1 => ("gemm_q4_1", k / 32),
+            WeightFormat::Q8_0 => ("gemm_q8_0", k / 32),
         };
         let s = self.fit(RowShape::for_units(units, 64));
         let mut l = self.launch(

@@ -382,12 +382,91 @@ fn gemv_q4_0_x4_relayout_matches_reference() {
     }
 }
 
+/// The T-layout GEMVs (Q4_0 and Q4_1; 1, 2 and 4 rows per work-item) against the reference:
+/// N not a multiple of the rows per group or per item, K with block counts (nb = K/32) below,
+/// at and above the team width and not multiples of it (1, 3, 5, 18 = the 576 of SmolLM2 /
+/// the (49152, 576) decode shape, 64), so the unrolled loop, its remainder and idle
+/// work-items all run. Same bounds as the other GEMVs (MATMUL_NMSE, MATMUL_MAG): the decoding
+/// is exact, only the f32 accumulation order differs from the f64 reference.
+#[test]
+fn gemv_q4_t_layout_matches_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(11);
+    for format in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+        for &(n, kk) in &[
+            (1, 32),
+            (2, 96),
+            (5, 160),
+            (37, 576),
+            (77, 2048),
+            (130, 1024),
+        ] {
+            let w = rand_weights(&mut r, format, n, kk);
+            let (nq, nd) = ocl::relayout_q4_t_len(format, n, kk).unwrap();
+            let (mut qs, mut ds) = (vec![0xAAu8; nq], vec![0xAAu8; nd]);
+            ocl::relayout_q4_t(format, &w, n, kk, &mut qs, &mut ds).unwrap();
+            let x = randn(&mut r, kk);
+            let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
+            let (bq, bd, bx) = (
+                d.upload(&qs).unwrap(),
+                d.upload(&ds).unwrap(),
+                d.upload(&x).unwrap(),
+            );
+            let shapes = [
+                None,
+                Some((1, 1, 1)),
+                Some((8, 4, 1)),
+                Some((32, 8, 1)),
+                Some((2, 2, 2)),
+                Some((16, 4, 2)),
+                Some((4, 4, 4)),
+                Some((32, 2, 4)),
+            ];
+            for shape in shapes {
+                let shape = shape.map(|(tpr, rows, per_item)| ocl::RowShape {
+                    tpr,
+                    rows,
+                    per_item,
+                });
+                let by = poisoned(k, n);
+                k.gemv_q4_t(format, &bq, &bd, &bx, &by, n, kk, shape)
+                    .unwrap()
+                    .enqueue()
+                    .unwrap();
+                let what = format!("gemv_q4_t {format:?} {n}x{kk} {shape:?}");
+                check_mm(&what, &read(&by, n), &want, format, &w, &x, 1, n, kk);
+            }
+        }
+    }
+    // Formats without a T layout, and a bad per_item, are typed errors.
+    let b = d.alloc(1 << 12).unwrap();
+    let e = k
+        .gemv_q4_t(WeightFormat::Q8_0, &b, &b, &b, &b, 4, 32, None)
+        .unwrap_err();
+    assert!(matches!(e, Error::NotApplicable(_)), "{e}");
+    let bad = ocl::RowShape {
+        tpr: 8,
+        rows: 1,
+        per_item: 3,
+    };
+    let e = k
+        .gemv_q4_t(WeightFormat::Q4_0, &b, &b, &b, &b, 4, 32, Some(bad))
+        .unwrap_err();
+    assert!(matches!(e, Error::NotApplicable(_)), "{e}");
+}
+
 #[test]
 fn gemm_small_m_matches_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(4);
-    for format in [WeightFormat::F16, WeightFormat::Q4_0] {
+    for format in [
+        WeightFormat::F16,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+    ] {
         for &(m, n, kk) in &[(1, 19, 64), (3, 70, 96), (5, 33, 576), (9, 129, 256)] {
             let w = rand_weights(&mut r, format, n, kk);
             let x = randn(&mut r, m * kk);
@@ -748,6 +827,52 @@ fn relayout_and_format_sizes() {
     let mut small = vec![0; 31];
     assert!(matches!(
         ocl::relayout_q4_0(&src, 1, 64, &mut small, &mut dd),
+        Err(Error::BufferTooSmall { what: "qs", .. })
+    ));
+}
+
+/// The T layout on a hand-made block: word w of a row packs weights 8w..8w+7 (nibble e at bits
+/// 4e), unit u holds words u, u+nb, u+2nb, u+3nb; scales in block order.
+#[test]
+fn relayout_q4_t_layout_is_as_documented() {
+    // One row, K = 64 (nb = 2): block b's quant byte i = 16b + i (so element i < 16 of block b
+    // has nibble (16b + i) & 15 = i and element i + 16 has nibble (16b + i) >> 4 = b).
+    let mut src = vec![0u8; 36];
+    for b in 0..2 {
+        src[18 * b..18 * b + 2].copy_from_slice(&[0x10 + b as u8, 0x20 + b as u8]);
+        for i in 0..16 {
+            src[18 * b + 2 + i] = (16 * b + i) as u8;
+        }
+    }
+    let nib = |kk: usize| -> u32 {
+        let (b, i) = (kk / 32, kk % 32);
+        if i < 16 {
+            i as u32
+        } else {
+            b as u32
+        }
+    };
+    let (nq, nd) = ocl::relayout_q4_t_len(WeightFormat::Q4_0, 1, 64).unwrap();
+    assert_eq!((nq, nd), (32, 4));
+    let (mut q, mut dd) = (vec![0u8; nq], vec![0u8; nd]);
+    ocl::relayout_q4_t(WeightFormat::Q4_0, &src, 1, 64, &mut q, &mut dd).unwrap();
+    assert_eq!(dd, [0x10, 0x20, 0x11, 0x21]);
+    for w in 0..8 {
+        let want = (0..8).fold(0u32, |a, e| a | (nib(8 * w + e) << (4 * e)));
+        let (u, s) = (w % 2, w / 2);
+        let at = (u * 4 + s) * 4;
+        let got = u32::from_le_bytes(q[at..at + 4].try_into().unwrap());
+        assert_eq!(got, want, "word {w}");
+    }
+    assert_eq!(
+        ocl::relayout_q4_t_len(WeightFormat::Q4_1, 3, 64).unwrap(),
+        (96, 24)
+    );
+    assert!(ocl::relayout_q4_t_len(WeightFormat::F16, 1, 64).is_err());
+    assert!(ocl::relayout_q4_t_len(WeightFormat::Q4_0, 1, 48).is_err());
+    let mut small = vec![0u8; 31];
+    assert!(matches!(
+        ocl::relayout_q4_t(WeightFormat::Q4_0, &src, 1, 64, &mut small, &mut dd),
         Err(Error::BufferTooSmall { what: "qs", .. })
     ));
 }
