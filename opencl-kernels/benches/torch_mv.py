@@ -4,6 +4,8 @@ Bytes counted: weights (N*K*2) + x (K*2) + y (N*2). Copy: bytes read + written. 
 are rotated (512 MiB in total, at most 16) so the 60 MB L2 does not serve repeated launches.
 Timing: CUDA events around a loop of launches, after warm-up; median of 5 repeats.
 """
+import os
+
 import torch
 
 dev = "cuda"
@@ -34,7 +36,8 @@ copy = 2 * n / t / 1e9
 print(f"torch copy (read+write, 1024 MiB): {copy:.1f} GB/s")
 del a, b
 
-for (N, K) in [(4096, 4096), (14336, 4096), (4096, 14336), (49152, 576)]:
+shapes = os.environ.get("TORCH_SHAPES", "4096x4096,14336x4096,4096x14336,49152x576")
+for (N, K) in [tuple(int(v) for v in s.split("x")) for s in shapes.split(",")]:
     wb = N * K * 2
     copies = max(1, min(16, -(-(512 << 20) // wb)))
     ws = [torch.randn(N, K, dtype=torch.float16, device=dev) for _ in range(copies)]

@@ -248,12 +248,14 @@ fn main() -> Res<()> {
                     tpr,
                     rows,
                     per_item: 1,
+                    unroll: 0,
                 })
             })
             .filter(|_| !default_only),
         )
         .collect();
     let mut rows: Vec<Row> = Vec::new();
+    let mut streams: Vec<Row> = Vec::new();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let legacy = std::env::var_os("BW_LEGACY").is_some();
     // Checks one variant's output against the reference, then times it and records a row.
@@ -293,29 +295,50 @@ fn main() -> Res<()> {
         });
         Ok(())
     };
-    let sname = |s: Option<RowShape>| {
-        s.map(|s| format!("r{} {}x{}", s.per_item, s.tpr, s.rows))
-            .unwrap_or("default".into())
-    };
-    // T-layout sweep: rows per work-item x work-items per row, 256 or 128 per group.
+    // T-layout sweep: (rows per work-item, units in flight per row) x (work-items per row,
+    // row slots per group).
     let t_sweep: Vec<Option<RowShape>> = std::iter::once(None)
         .chain(
-            [1usize, 2, 4]
-                .iter()
-                .flat_map(|&per_item| {
-                    [(8, 32), (16, 16), (32, 8), (64, 4), (16, 8), (32, 4)]
-                        .into_iter()
-                        .map(move |(tpr, rows)| {
-                            Some(RowShape {
-                                tpr,
-                                rows,
-                                per_item,
-                            })
+            [
+                (1usize, 1usize),
+                (1, 4),
+                (2, 1),
+                (2, 2),
+                (2, 4),
+                (4, 1),
+                (4, 2),
+            ]
+            .iter()
+            .flat_map(|&(per_item, unroll)| {
+                [(8, 32), (16, 16), (32, 8), (64, 4), (32, 4)]
+                    .into_iter()
+                    .map(move |(tpr, rows)| {
+                        Some(RowShape {
+                            tpr,
+                            rows,
+                            per_item,
+                            unroll,
                         })
-                })
-                .filter(|_| !default_only),
+                    })
+            })
+            .filter(|_| !default_only),
         )
         .collect();
+    let sname = |s: Option<RowShape>| {
+        s.map(|s| format!("r{}u{} {}x{}", s.per_item, s.unroll, s.tpr, s.rows))
+            .unwrap_or("default".into())
+    };
+    // Launch floor: back-to-back launches of a kernel that reads 16 bytes.
+    {
+        let (src, out) = (dev.alloc(1 << 20)?, dev.alloc(64)?);
+        let mut l = [k.stream_read(&src, &out, 16, 0x9e37_79b9)?];
+        let (h, kt) = time(&dev, &mut l, min_s)?;
+        println!(
+            "launch floor (stream_read of 16 B, back-to-back): {:.1} us host / {:.1} us kernel",
+            h * 1e6,
+            kt * 1e6
+        );
+    }
     let formats: &[WeightFormat] = if legacy {
         &[WeightFormat::F16, WeightFormat::Q4_0]
     } else {
@@ -337,6 +360,35 @@ fn main() -> Res<()> {
             let bytes = wb as f64 + io;
             let copies = rotate.div_ceil(wb).clamp(1, 16);
             let want = reference::gemm(f, &w, &x, 1, n, kk)?;
+            // The ceiling for this many bytes: a read-only stream of the same size (rotated
+            // copies as for the GEMVs), launch costs included.
+            if f != WeightFormat::Q4_1 {
+                let sb = wb / 16 * 16;
+                let srcs: Vec<Buffer> = (0..copies)
+                    .map(|_| dev.alloc(sb))
+                    .collect::<Result<_, _>>()?;
+                let out = dev.alloc(64)?;
+                let mut ls: Vec<Launch<'_>> = Vec::new();
+                for b in &srcs {
+                    ls.push(k.stream_read(b, &out, sb, 0x9e37_79b9)?);
+                }
+                let (h, kt) = time(&dev, &mut ls, min_s)?;
+                let (g, kg) = (sb as f64 / h / 1e9, sb as f64 / kt / 1e9);
+                println!(
+                    "{n}x{kk} stream_read of the {f:?} bytes ({:.1} MB): {:.1} us, {g:.1} GB/s ({:.0}% of copy) | kernel {:.1} us, {kg:.1} GB/s ({:.0}%)",
+                    sb as f64 / 1e6,
+                    h * 1e6,
+                    100.0 * g / copy_gbs,
+                    kt * 1e6,
+                    100.0 * kg / copy_gbs
+                );
+                streams.push(Row {
+                    shape: (n, kk),
+                    what: format!("stream {f:?}"),
+                    gbs: g,
+                    kgbs: kg,
+                });
+            }
             // GGUF layout (AoS): FP16 swept (1 and 2 rows per item), block formats default
             // (plus the sweep with BW_LEGACY).
             {
@@ -475,10 +527,11 @@ fn main() -> Res<()> {
         }
     }
 
+    rows.extend(streams);
     println!("\nSUMMARY (copy {copy_gbs:.1} GB/s read+write; copy kernel {kcopy_gbs:.1} GB/s)");
     println!("GB/s from host wall clock over back-to-back launches / from kernel device time (profiling events), % of copy");
-    println!("| N x K | FP16 default | FP16 best | Q4_0 GGUF default | Q4_0-T default | Q4_0-T best | Q4_0-T-dp4a best | Q4_1 GGUF default | Q4_1-T default | Q8_0 GGUF default |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| N x K | FP16 default | FP16 best | stream of FP16 bytes | Q4_0 GGUF default | Q4_0-T default | Q4_0-T best | Q4_0-T-dp4a default | Q4_0-T-dp4a best | stream of Q4_0 bytes | Q4_1 GGUF default | Q4_1-T default | Q8_0 GGUF default |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &(n, kk) in &shapes {
         let of = |pred: &dyn Fn(&str) -> bool, kernel: bool| {
             rows.iter()
@@ -509,13 +562,16 @@ fn main() -> Res<()> {
             _ => "-".into(),
         };
         println!(
-            "| {n} x {kk} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {n} x {kk} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             fmt(&|w| w == "F16 default", false),
             fmt(&|w| w.starts_with("F16"), true),
+            fmt(&|w| w == "stream F16", false),
             fmt(&|w| w == "Q4_0 default", false),
             fmt(&|w| w == "Q4_0-T default", false),
             fmt(&|w| w.starts_with("Q4_0-T "), true),
+            fmt(&|w| w == "Q4_0-T-dp4a default", false),
             fmt(&|w| w.starts_with("Q4_0-T-dp4a"), true),
+            fmt(&|w| w == "stream Q4_0", false),
             fmt(&|w| w == "Q4_1 default", false),
             fmt(&|w| w == "Q4_1-T default", false),
             fmt(&|w| w == "Q8_0 default", false),

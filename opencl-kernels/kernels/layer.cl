@@ -536,12 +536,24 @@ inline float t_word(uint v, float4 xa, float4 xb, float off) {
         signal_done(sig, epoch);                                                                \
     }
 
-GEMV_T(gemv_q4_0_t_r1, T_UNIT_Q4_0, 0, 1u, 4u)
-GEMV_T(gemv_q4_0_t_r2, T_UNIT_Q4_0, 0, 2u, 2u)
-GEMV_T(gemv_q4_0_t_r4, T_UNIT_Q4_0, 0, 4u, 1u)
-GEMV_T(gemv_q4_1_t_r1, T_UNIT_Q4_1, 1, 1u, 4u)
-GEMV_T(gemv_q4_1_t_r2, T_UNIT_Q4_1, 1, 2u, 2u)
-GEMV_T(gemv_q4_1_t_r4, T_UNIT_Q4_1, 1, 4u, 1u)
+GEMV_T(gemv_q4_0_t_r1u1, T_UNIT_Q4_0, 0, 1u, 1u)
+GEMV_T(gemv_q4_0_t_r1u2, T_UNIT_Q4_0, 0, 1u, 2u)
+GEMV_T(gemv_q4_0_t_r1u4, T_UNIT_Q4_0, 0, 1u, 4u)
+GEMV_T(gemv_q4_0_t_r2u1, T_UNIT_Q4_0, 0, 2u, 1u)
+GEMV_T(gemv_q4_0_t_r2u2, T_UNIT_Q4_0, 0, 2u, 2u)
+GEMV_T(gemv_q4_0_t_r2u4, T_UNIT_Q4_0, 0, 2u, 4u)
+GEMV_T(gemv_q4_0_t_r4u1, T_UNIT_Q4_0, 0, 4u, 1u)
+GEMV_T(gemv_q4_0_t_r4u2, T_UNIT_Q4_0, 0, 4u, 2u)
+GEMV_T(gemv_q4_0_t_r4u4, T_UNIT_Q4_0, 0, 4u, 4u)
+GEMV_T(gemv_q4_1_t_r1u1, T_UNIT_Q4_1, 1, 1u, 1u)
+GEMV_T(gemv_q4_1_t_r1u2, T_UNIT_Q4_1, 1, 1u, 2u)
+GEMV_T(gemv_q4_1_t_r1u4, T_UNIT_Q4_1, 1, 1u, 4u)
+GEMV_T(gemv_q4_1_t_r2u1, T_UNIT_Q4_1, 1, 2u, 1u)
+GEMV_T(gemv_q4_1_t_r2u2, T_UNIT_Q4_1, 1, 2u, 2u)
+GEMV_T(gemv_q4_1_t_r2u4, T_UNIT_Q4_1, 1, 2u, 4u)
+GEMV_T(gemv_q4_1_t_r4u1, T_UNIT_Q4_1, 1, 4u, 1u)
+GEMV_T(gemv_q4_1_t_r4u2, T_UNIT_Q4_1, 1, 4u, 2u)
+GEMV_T(gemv_q4_1_t_r4u4, T_UNIT_Q4_1, 1, 4u, 4u)
 
 // ---- small-M GEMM for prefill: Y[m][n] = sum_k X[m][k] W[n][k] ----------------------------
 // Same work-group shape as GEMV; each weight chunk is loaded once per tile of MT rows of X.
@@ -761,5 +773,19 @@ __kernel void copy_u4(__global const uint4* src, __global uint4* dst, uint n,
                       __global volatile uint* sig, uint epoch) {
     uint i = get_global_id(0);
     if (i < n) dst[i] = src[i];
+    signal_done(sig, epoch);
+}
+
+// ---- read-stream probe (bandwidth example): the ceiling for a kernel that reads `n` 16-byte
+// words once, as a GEMV reads its weights, launch and ramp-up costs included. Each work-item
+// XORs four words (grid-stride) and writes only if the result equals `never` (the caller's
+// unlikely value), so the reads cannot be optimized away and almost nothing is written.
+__kernel void stream_read(__global const uint4* src, __global uint* out, uint n, uint never,
+                          __global volatile uint* sig, uint epoch) {
+    uint i = get_global_id(0), g = get_global_size(0);
+    uint4 a = (uint4)(0u);
+    for (; i < n; i += g) a ^= src[i];
+    uint v = a.x ^ a.y ^ a.z ^ a.w;
+    if (v == never) out[get_global_id(0) & 15u] = v;
     signal_done(sig, epoch);
 }

@@ -65,7 +65,18 @@ __kernel void quant_x_q8w(__global const float* x, __global int2* xq, __global f
         ACC += (SC) * (xsv.x * f - xsv.y);                                                      \
     }
 
-#define GEMV_DP(NAME, R)                                                                        \
+// One 16-byte unit uu of a row (words uu + s nb, s = 0..3); DB: the row's scale base.
+#define DP_UNIT(ACC, Q, DB, UU, NB)                                                             \
+    {                                                                                           \
+        uint w0 = (UU), w1 = (UU) + (NB), w2 = (UU) + 2u * (NB), w3 = (UU) + 3u * (NB);         \
+        DP_WORD(ACC, (Q).x, w0, vload_half((DB) + (w0 >> 2), d))                                \
+        DP_WORD(ACC, (Q).y, w1, vload_half((DB) + (w1 >> 2), d))                                \
+        DP_WORD(ACC, (Q).z, w2, vload_half((DB) + (w2 >> 2), d))                                \
+        DP_WORD(ACC, (Q).w, w3, vload_half((DB) + (w3 >> 2), d))                                \
+    }
+
+// R rows per work-item, U units per row in flight (loads first).
+#define GEMV_DP(NAME, R, U)                                                                        \
     __kernel void NAME(__global const uint4* qs, __global const half* d,                        \
                        __global const int2* xq, __global const float2* xs, __global float* y,   \
                        uint N, uint K, __global volatile uint* sig, uint epoch) {               \
@@ -79,16 +90,19 @@ __kernel void quant_x_q8w(__global const float* x, __global int2* xq, __global f
             uint nb = K >> 5;                                                                   \
             uint qb[R];                                                                         \
             for (uint j = 0; j < R; ++j) qb[j] = min(row0 + j, N - 1u) * nb;                    \
-            for (uint u = t; u < nb; u += tpr) {                                                \
-                uint4 q[R];                                                                     \
-                for (uint j = 0; j < R; ++j) q[j] = qs[qb[j] + u];                              \
-                for (uint j = 0; j < R; ++j) {                                                  \
-                    DP_WORD(acc[j], q[j].x, u, vload_half(qb[j] + (u >> 2), d))                 \
-                    DP_WORD(acc[j], q[j].y, u + nb, vload_half(qb[j] + ((u + nb) >> 2), d))     \
-                    DP_WORD(acc[j], q[j].z, u + 2u * nb, vload_half(qb[j] + ((u + 2u * nb) >> 2), d)) \
-                    DP_WORD(acc[j], q[j].w, u + 3u * nb, vload_half(qb[j] + ((u + 3u * nb) >> 2), d)) \
-                }                                                                               \
+            uint u = t;                                                                         \
+            for (; u + (U - 1u) * tpr < nb; u += U * tpr) {                                     \
+                uint4 q[U][R];                                                                  \
+                for (uint i = 0; i < U; ++i)                                                    \
+                    for (uint j = 0; j < R; ++j) q[i][j] = qs[qb[j] + u + i * tpr];             \
+                for (uint i = 0; i < U; ++i)                                                    \
+                    for (uint j = 0; j < R; ++j) DP_UNIT(acc[j], q[i][j], qb[j], u + i * tpr, nb) \
             }                                                                                   \
+            for (; u < nb; u += tpr)                                                            \
+                for (uint j = 0; j < R; ++j) {                                                  \
+                    uint4 q1 = qs[qb[j] + u];                                                   \
+                    DP_UNIT(acc[j], q1, qb[j], u, nb)                                           \
+                }                                                                               \
         }                                                                                       \
         for (uint j = 0; j < R; ++j) red[(j * nr + r) * tpr + t] = acc[j];                      \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
@@ -103,6 +117,12 @@ __kernel void quant_x_q8w(__global const float* x, __global int2* xq, __global f
         signal_done(sig, epoch);                                                                \
     }
 
-GEMV_DP(gemv_q4_0_t_dp4a_r1, 1u)
-GEMV_DP(gemv_q4_0_t_dp4a_r2, 2u)
-GEMV_DP(gemv_q4_0_t_dp4a_r4, 4u)
+GEMV_DP(gemv_q4_0_t_dp4a_r1u1, 1u, 1u)
+GEMV_DP(gemv_q4_0_t_dp4a_r1u2, 1u, 2u)
+GEMV_DP(gemv_q4_0_t_dp4a_r1u4, 1u, 4u)
+GEMV_DP(gemv_q4_0_t_dp4a_r2u1, 2u, 1u)
+GEMV_DP(gemv_q4_0_t_dp4a_r2u2, 2u, 2u)
+GEMV_DP(gemv_q4_0_t_dp4a_r2u4, 2u, 4u)
+GEMV_DP(gemv_q4_0_t_dp4a_r4u1, 4u, 1u)
+GEMV_DP(gemv_q4_0_t_dp4a_r4u2, 4u, 2u)
+GEMV_DP(gemv_q4_0_t_dp4a_r4u4, 4u, 4u)

@@ -71,6 +71,69 @@ fn need(what: &'static str, b: &Buffer, needed: usize) -> Result<()> {
     }
 }
 
+/// T-layout kernel families (layer.cl's GEMV_T and nv_dp4a.cl's GEMV_DP instantiations).
+#[derive(Clone, Copy)]
+enum TFamily {
+    Q4_0,
+    Q4_1,
+    Dp4a,
+}
+
+/// The kernel of `family` for `s.per_item` rows and `s.unroll` units per work-item.
+fn t_kernel_name(family: TFamily, s: RowShape) -> Result<&'static str> {
+    const Q4_0: [&str; 9] = [
+        "gemv_q4_0_t_r1u1",
+        "gemv_q4_0_t_r1u2",
+        "gemv_q4_0_t_r1u4",
+        "gemv_q4_0_t_r2u1",
+        "gemv_q4_0_t_r2u2",
+        "gemv_q4_0_t_r2u4",
+        "gemv_q4_0_t_r4u1",
+        "gemv_q4_0_t_r4u2",
+        "gemv_q4_0_t_r4u4",
+    ];
+    const Q4_1: [&str; 9] = [
+        "gemv_q4_1_t_r1u1",
+        "gemv_q4_1_t_r1u2",
+        "gemv_q4_1_t_r1u4",
+        "gemv_q4_1_t_r2u1",
+        "gemv_q4_1_t_r2u2",
+        "gemv_q4_1_t_r2u4",
+        "gemv_q4_1_t_r4u1",
+        "gemv_q4_1_t_r4u2",
+        "gemv_q4_1_t_r4u4",
+    ];
+    const DP4A: [&str; 9] = [
+        "gemv_q4_0_t_dp4a_r1u1",
+        "gemv_q4_0_t_dp4a_r1u2",
+        "gemv_q4_0_t_dp4a_r1u4",
+        "gemv_q4_0_t_dp4a_r2u1",
+        "gemv_q4_0_t_dp4a_r2u2",
+        "gemv_q4_0_t_dp4a_r2u4",
+        "gemv_q4_0_t_dp4a_r4u1",
+        "gemv_q4_0_t_dp4a_r4u2",
+        "gemv_q4_0_t_dp4a_r4u4",
+    ];
+    let ri = match s.per_item {
+        1 => 0,
+        2 => 1,
+        4 => 2,
+        _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
+    };
+    let ui = match (s.unroll, ri) {
+        (0, 0) | (4, _) => 2,
+        (0, 1) | (2, _) => 1,
+        (0, _) | (1, _) => 0,
+        _ => return Err(Error::NotApplicable("unroll must be 0, 1, 2 or 4")),
+    };
+    let table = match family {
+        TFamily::Q4_0 => &Q4_0,
+        TFamily::Q4_1 => &Q4_1,
+        TFamily::Dp4a => &DP4A,
+    };
+    Ok(table[ri * 3 + ui])
+}
+
 fn to_u32(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::BadShape(format!("{what} = {v} exceeds u32")))
 }
@@ -84,8 +147,12 @@ pub struct RowShape {
     /// Rows per work-group.
     pub rows: usize,
     /// Rows per work-item, sharing each activation load: 1; 2 for FP16 with K % 8 == 0 and for
-    /// [`Kernels::gemv_q4_0_soa`]; 4 for [`Kernels::gemv_q4_0_soa`].
+    /// [`Kernels::gemv_q4_0_soa`]; 4 for [`Kernels::gemv_q4_0_soa`]; 1, 2 or 4 for the T-layout
+    /// GEMVs.
     pub per_item: usize,
+    /// T-layout GEMVs only: 16-byte units per row that each work-item loads before it computes
+    /// (1, 2 or 4; 0 = the default: 4, 2, 1 for 1, 2, 4 rows per item). Ignored elsewhere.
+    pub unroll: usize,
 }
 
 impl RowShape {
@@ -98,6 +165,7 @@ impl RowShape {
             tpr,
             rows: MAX_WG / tpr,
             per_item,
+            unroll: 0,
         }
     }
 
@@ -108,6 +176,7 @@ impl RowShape {
             tpr,
             rows: (MAX_WG / tpr).max(1),
             per_item: 1,
+            unroll: 0,
         }
     }
 }
@@ -228,12 +297,7 @@ impl Kernels {
         need("xs", xs, nxs)?;
         need("y", y, n * 4)?;
         let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
-        let name = match s.per_item {
-            1 => "gemv_q4_0_t_dp4a_r1",
-            2 => "gemv_q4_0_t_dp4a_r2",
-            4 => "gemv_q4_0_t_dp4a_r4",
-            _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
-        };
+        let name = t_kernel_name(TFamily::Dp4a, s)?;
         let items = n.div_ceil(s.per_item);
         let mut l = self.launch_in(
             prog,
@@ -314,6 +378,7 @@ impl Kernels {
             tpr,
             rows,
             per_item: s.per_item,
+            unroll: s.unroll,
         }
     }
 
@@ -452,15 +517,18 @@ impl Kernels {
         Ok(l)
     }
 
-    /// The default work-group shape of [`Kernels::gemv_q4_t`] for rows of `k` weights: two
-    /// rows per work-item, `tpr` = the power of two at or below `k / 128` (a quarter of the
-    /// row's 16-byte units), clamped to 8..=32, `256 / tpr` row slots per group.
+    /// The default work-group shape of [`Kernels::gemv_q4_t`] and
+    /// [`Kernels::gemv_q4_0_t_dp4a`] for rows of `k` weights: two rows per work-item, `tpr` =
+    /// the power of two at or below `k / 128` (a quarter of the row's 16-byte units), clamped
+    /// to 8..=64, `256 / tpr` row slots per group (the H200 sweep's best or within 10% of it
+    /// on the four decode shapes; see `benches/results/opencl-kernels.md`).
     pub fn gemv_q4_t_default(k: usize) -> RowShape {
-        let tpr = pow2_floor(k / 128).clamp(8, 32);
+        let tpr = pow2_floor(k / 128).clamp(8, 64);
         RowShape {
             tpr,
             rows: MAX_WG / tpr,
             per_item: 2,
+            unroll: 0,
         }
     }
 
@@ -493,15 +561,13 @@ impl Kernels {
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
         let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
-        let name = match (format, s.per_item) {
-            (WeightFormat::Q4_0, 1) => "gemv_q4_0_t_r1",
-            (WeightFormat::Q4_0, 2) => "gemv_q4_0_t_r2",
-            (WeightFormat::Q4_0, 4) => "gemv_q4_0_t_r4",
-            (WeightFormat::Q4_1, 1) => "gemv_q4_1_t_r1",
-            (WeightFormat::Q4_1, 2) => "gemv_q4_1_t_r2",
-            (WeightFormat::Q4_1, 4) => "gemv_q4_1_t_r4",
-            _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
-        };
+        let name = t_kernel_name(
+            match format {
+                WeightFormat::Q4_0 => TFamily::Q4_0,
+                _ => TFamily::Q4_1,
+            },
+            s,
+        )?;
         let items = n.div_ceil(s.per_item);
         let mut l = self.launch(
             name,
@@ -718,6 +784,33 @@ impl Kernels {
         l.len_arg = Some((l.nargs, max_seq));
         l.scalar(to_u32(len, "len")?)?
             .scalar(1.0f32 / (head_dim as f32).sqrt())?;
+        l.finish_args()?;
+        Ok(l)
+    }
+
+    /// A read-only stream over `bytes` (a multiple of 16) of `src`, four 16-byte words per
+    /// work-item, writing at most 64 bytes of `out` (only if an XOR of the data equals `never`):
+    /// what a kernel that reads as many bytes as a GEMV can reach, launch costs included.
+    pub fn stream_read<'a>(
+        &'a self,
+        src: &'a Buffer,
+        out: &'a Buffer,
+        bytes: usize,
+        never: u32,
+    ) -> Result<Launch<'a>> {
+        if bytes == 0 || !bytes.is_multiple_of(16) {
+            return Err(Error::BadShape(
+                "stream size must be a positive multiple of 16".into(),
+            ));
+        }
+        need("src", src, bytes)?;
+        need("out", out, 64)?;
+        let n = bytes / 16;
+        let ls = 256.min(self.max_wg());
+        let items = n.div_ceil(4);
+        let mut l = self.launch("stream_read", 1, [items.div_ceil(ls) * ls, 1], [ls, 1])?;
+        l.mem(src)?.mem(out)?;
+        l.scalar(to_u32(n, "n")?)?.scalar(never)?;
         l.finish_args()?;
         Ok(l)
     }

@@ -251,6 +251,7 @@ fn gemv_explicit_shapes_match_reference() {
                 tpr,
                 rows,
                 per_item,
+                unroll: 0,
             };
             k.gemv_with(format, &bw, &bx, &by, n, kk, Some(shape))
                 .unwrap()
@@ -317,6 +318,7 @@ fn gemv_q4_0_relayout_matches_reference() {
                 tpr,
                 rows,
                 per_item,
+                unroll: 0,
             };
             k.gemv_q4_0_soa(&bq, &bd, &bx, &by, n, kk, Some(shape))
                 .unwrap()
@@ -360,6 +362,7 @@ fn gemv_q4_0_x4_relayout_matches_reference() {
                 tpr,
                 rows,
                 per_item: 4,
+                unroll: 0,
             });
             let by = poisoned(k, n);
             k.gemv_q4_0_x4(&bq, &bd, &bx, &by, n, kk, shape)
@@ -413,21 +416,24 @@ fn gemv_q4_t_layout_matches_reference() {
                 d.upload(&ds).unwrap(),
                 d.upload(&x).unwrap(),
             );
+            // (work-items per row, row slots, rows per item, units in flight; 0 = default)
             let shapes = [
                 None,
-                Some((1, 1, 1)),
-                Some((8, 4, 1)),
-                Some((32, 8, 1)),
-                Some((2, 2, 2)),
-                Some((16, 4, 2)),
-                Some((4, 4, 4)),
-                Some((32, 2, 4)),
+                Some((1, 1, 1, 0)),
+                Some((8, 4, 1, 1)),
+                Some((32, 8, 1, 2)),
+                Some((2, 2, 2, 0)),
+                Some((16, 4, 2, 4)),
+                Some((4, 4, 4, 0)),
+                Some((32, 2, 4, 2)),
+                Some((2, 8, 4, 4)),
             ];
             for shape in shapes {
-                let shape = shape.map(|(tpr, rows, per_item)| ocl::RowShape {
+                let shape = shape.map(|(tpr, rows, per_item, unroll)| ocl::RowShape {
                     tpr,
                     rows,
                     per_item,
+                    unroll,
                 });
                 let by = poisoned(k, n);
                 k.gemv_q4_t(format, &bq, &bd, &bx, &by, n, kk, shape)
@@ -445,13 +451,22 @@ fn gemv_q4_t_layout_matches_reference() {
         .gemv_q4_t(WeightFormat::Q8_0, &b, &b, &b, &b, 4, 32, None)
         .unwrap_err();
     assert!(matches!(e, Error::NotApplicable(_)), "{e}");
-    let bad = ocl::RowShape {
-        tpr: 8,
-        rows: 1,
-        per_item: 3,
-    };
+    for (per_item, unroll) in [(3, 0), (1, 3)] {
+        let bad = ocl::RowShape {
+            tpr: 8,
+            rows: 1,
+            per_item,
+            unroll,
+        };
+        let e = k
+            .gemv_q4_t(WeightFormat::Q4_0, &b, &b, &b, &b, 4, 32, Some(bad))
+            .unwrap_err();
+        assert!(matches!(e, Error::NotApplicable(_)), "{e}");
+    }
+    // The dp4a variant is NVIDIA-only: elsewhere a typed error, and its launches refuse to
+    // exist before it is enabled.
     let e = k
-        .gemv_q4_t(WeightFormat::Q4_0, &b, &b, &b, &b, 4, 32, Some(bad))
+        .gemv_q4_0_t_dp4a(&b, &b, &b, &b, &b, 4, 32, None)
         .unwrap_err();
     assert!(matches!(e, Error::NotApplicable(_)), "{e}");
 }
@@ -874,6 +889,31 @@ fn relayout_q4_t_layout_is_as_documented() {
     assert!(matches!(
         ocl::relayout_q4_t(WeightFormat::Q4_0, &src, 1, 64, &mut small, &mut dd),
         Err(Error::BufferTooSmall { what: "qs", .. })
+    ));
+}
+
+/// The read-stream probe reads what it is given and writes nothing unless the XOR matches.
+#[test]
+fn stream_read_runs_and_checks_sizes() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let src = d.upload(&vec![0x5au8; 4096 + 48]).unwrap();
+    let out = d.upload(&[7u32; 16]).unwrap();
+    // XOR of an even number of equal words per work-item is 0: `never` = 1 never matches.
+    k.stream_read(&src, &out, 4096 + 48, 1)
+        .unwrap()
+        .enqueue()
+        .unwrap();
+    let mut o = [0u32; 16];
+    out.read(&mut o).unwrap();
+    assert_eq!(o, [7u32; 16]);
+    assert!(matches!(
+        k.stream_read(&src, &out, 20, 1),
+        Err(Error::BadShape(_))
+    ));
+    assert!(matches!(
+        k.stream_read(&src, &out, 1 << 20, 1),
+        Err(Error::BufferTooSmall { what: "src", .. })
     ));
 }
 
