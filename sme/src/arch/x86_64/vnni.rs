@@ -1,0 +1,243 @@
+//! AVX-512 VNNI int8 GEMM on [`crate::Int8Weight`] (see `src/int8.rs` for the format and the
+//! arithmetic it must reproduce bit for bit).
+//!
+//! Micro-kernel: `MR` (≤ 8) activation rows × one 16-row weight group, over all of K. Per 32-k
+//! block: the group's `u` is 4 (Q4: two nibble operands each, split with `vpand` / `vpsrlw` +
+//! `vpand`) or 8 (Q8) 64-byte `vpdpbusd` operands; each activation row's 4 k-bytes are broadcast
+//! (`vpbroadcastd` from memory) and `vpdpbusd` accumulates the exact block integer in an i32
+//! vector whose lane `j` is output `j` of the group. Then per row: `vcvtdq2ps`, one `vmulps`
+//! (`d_w · d_x`), one FMA into the f32 accumulator (Q4_1: one more FMA, `m_w · s_x`). For
+//! `MR ≤ 4` each row has two integer chains (even/odd k steps) so the `vpdpbusd` latency is
+//! hidden; the integer sum is the same. No horizontal reduction: lanes are outputs.
+
+use core::arch::x86_64::*;
+
+use crate::int8::{BlockMeta, Ctx, Int8Format, INT8_GROUP};
+use crate::quant::QK;
+
+/// Capability token: proves AVX-512F, AVX-512BW and AVX-512 VNNI (the int8 GEMM's `vpdpbusd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vnni {
+    _p: (),
+}
+
+impl Vnni {
+    /// `Some` when the CPU (and OS, through XCR0) supports AVX-512F, BW and VNNI.
+    pub fn try_new() -> Option<Self> {
+        (std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni"))
+        .then_some(Self { _p: () })
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI, with AVX-512 state enabled by
+    /// the OS.
+    pub unsafe fn new_unchecked() -> Self {
+        Self { _p: () }
+    }
+
+    /// Quantizes `blocks` consecutive 32-float blocks of `x` into `q` (32 bytes each) and `meta`.
+    ///
+    /// # Safety
+    /// `x` readable for `32·blocks` floats, `q` writable for `32·blocks` bytes, `meta` for
+    /// `blocks` records.
+    pub(crate) unsafe fn quantize(
+        self,
+        x: *const f32,
+        blocks: usize,
+        q: *mut i8,
+        meta: *mut BlockMeta,
+    ) {
+        // SAFETY: the token proves the features; the rest is forwarded.
+        unsafe { quantize_impl(x, blocks, q, meta) }
+    }
+
+    /// # Safety
+    /// As [`crate::Int8Kernel`]'s `tile`: `ctx` validated, `r0 + rows <= ctx.m`,
+    /// `g0 <= g1 <= ceil(n/16)`, exclusive access to that region of y.
+    pub(crate) unsafe fn tile(self, ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
+        // SAFETY: the token proves the features; the rest is forwarded.
+        unsafe {
+            match ctx.format {
+                Int8Format::Q4_0 => tile_impl::<0>(ctx, r0, rows, g0, g1),
+                Int8Format::Q4_1 => tile_impl::<1>(ctx, r0, rows, g0, g1),
+                Int8Format::Q8_0 => tile_impl::<2>(ctx, r0, rows, g0, g1),
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut BlockMeta) {
+    for blk in 0..blocks {
+        // SAFETY: blk < blocks: the 32 floats, 32 bytes and one record are inside the caller's
+        // buffers.
+        unsafe {
+            let a = _mm512_loadu_ps(x.add(blk * QK));
+            let b = _mm512_loadu_ps(x.add(blk * QK + 16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+            // The same scalar operations as the portable `quantize_block`.
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let vinv = _mm512_set1_ps(inv);
+            const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+            let lo = _mm512_set1_epi32(-127);
+            let hi = _mm512_set1_epi32(127);
+            let clamp = |v: __m512i| _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+            let ia = clamp(_mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(a, vinv)));
+            let ib = clamp(_mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(b, vinv)));
+            _mm_storeu_si128(q.add(blk * QK).cast(), _mm512_cvtepi32_epi8(ia));
+            _mm_storeu_si128(q.add(blk * QK + 16).cast(), _mm512_cvtepi32_epi8(ib));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(ia, ib));
+            meta.add(blk).write(BlockMeta {
+                d,
+                s: d * sum as f32,
+                n8: -8 * sum,
+                n128: -128 * sum,
+            });
+        }
+    }
+}
+
+/// `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q8_0.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_impl<const F: u8>(ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
+    let end = r0 + rows;
+    for g in g0..g1 {
+        let lanes = (ctx.n - g * INT8_GROUP).min(INT8_GROUP);
+        let mask: __mmask16 = if lanes >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << lanes) - 1) as __mmask16
+        };
+        let mut r = r0;
+        // SAFETY: every call has r + MR <= end <= m and g < ng (the tile contract), and forwards
+        // the exclusive access to these outputs.
+        unsafe {
+            while end - r >= 8 {
+                micro::<8, F>(ctx, g, r, mask);
+                r += 8;
+            }
+            match end - r {
+                0 => {}
+                1 => micro::<1, F>(ctx, g, r, mask),
+                2 => micro::<2, F>(ctx, g, r, mask),
+                3 => micro::<3, F>(ctx, g, r, mask),
+                4 => micro::<4, F>(ctx, g, r, mask),
+                5 => micro::<5, F>(ctx, g, r, mask),
+                6 => micro::<6, F>(ctx, g, r, mask),
+                _ => micro::<7, F>(ctx, g, r, mask),
+            }
+        }
+    }
+}
+
+/// Broadcast of the 4 bytes at `p` (unaligned).
+///
+/// # Safety
+/// `p` readable for 4 bytes; AVX-512F.
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> __m512i {
+    // SAFETY: forwarded.
+    unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+/// Rows `r0..r0+MR` × group `g`, all of K; stores the group's valid lanes (`mask`).
+///
+/// # Safety
+/// `r0 + MR <= ctx.m`, `g < ceil(n/16)`, `mask` has only lanes `< n - 16g`; exclusive access
+/// to those outputs; AVX-512F/BW/VNNI (guaranteed by the caller's target features).
+#[inline(always)]
+unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, mask: __mmask16) {
+    let nb = ctx.nb;
+    let q4 = F != 2;
+    let (qb, sw) = if q4 {
+        (
+            INT8_GROUP * QK / 2,
+            if F == 1 { 2 * INT8_GROUP } else { INT8_GROUP },
+        )
+    } else {
+        (INT8_GROUP * QK, INT8_GROUP)
+    };
+    let split = MR <= 4;
+    // SAFETY: every pointer below stays inside the validated buffers: the group's nb records of
+    // qb bytes and sw words, rows r0..r0+MR of q (k bytes each) and meta (nb records each), and
+    // the masked lanes of rows r0..r0+MR of y. Aligned loads of u: the storage is 64-byte
+    // aligned and qb is a multiple of 64.
+    unsafe {
+        let u = ctx.u.add(g * nb * qb);
+        let s = ctx.s.add(g * nb * sw);
+        let xq: [*const i8; MR] = core::array::from_fn(|i| ctx.q.add((r0 + i) * ctx.k));
+        let meta: [*const BlockMeta; MR] = core::array::from_fn(|i| ctx.meta.add((r0 + i) * nb));
+        let m0f = _mm512_set1_epi8(15);
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for b in 0..nb {
+            let ub = u.add(b * qb);
+            let sb = s.add(b * sw);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(sb.cast()));
+            let mut i0 = [_mm512_setzero_si512(); MR];
+            let mut i1 = [_mm512_setzero_si512(); MR];
+            for i in 0..MR {
+                let mt = meta[i].add(b);
+                i0[i] = match F {
+                    0 => _mm512_set1_epi32((*mt).n8),
+                    2 => _mm512_set1_epi32((*mt).n128),
+                    _ => _mm512_setzero_si512(),
+                };
+            }
+            let xb = b * QK;
+            if q4 {
+                for v in 0..4 {
+                    let raw = _mm512_load_si512(ub.add(v * 64).cast());
+                    let lo = _mm512_and_si512(raw, m0f);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m0f);
+                    for i in 0..MR {
+                        let xa = bcast4(xq[i].add(xb + 4 * v));
+                        let xh = bcast4(xq[i].add(xb + 16 + 4 * v));
+                        i0[i] = _mm512_dpbusd_epi32(i0[i], lo, xa);
+                        if split {
+                            i1[i] = _mm512_dpbusd_epi32(i1[i], hi, xh);
+                        } else {
+                            i0[i] = _mm512_dpbusd_epi32(i0[i], hi, xh);
+                        }
+                    }
+                }
+            } else {
+                for st in 0..8 {
+                    let wv = _mm512_load_si512(ub.add(st * 64).cast());
+                    for i in 0..MR {
+                        let xa = bcast4(xq[i].add(xb + 4 * st));
+                        if split && st % 2 == 1 {
+                            i1[i] = _mm512_dpbusd_epi32(i1[i], wv, xa);
+                        } else {
+                            i0[i] = _mm512_dpbusd_epi32(i0[i], wv, xa);
+                        }
+                    }
+                }
+            }
+            let mw = if F == 1 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(INT8_GROUP).cast()))
+            } else {
+                _mm512_setzero_ps()
+            };
+            for i in 0..MR {
+                let isum = if split {
+                    _mm512_add_epi32(i0[i], i1[i])
+                } else {
+                    i0[i]
+                };
+                let mt = meta[i].add(b);
+                // Same order as the portable oracle: (d_w · d_x), then fma, then Q4_1's fma.
+                let sc = _mm512_mul_ps(dw, _mm512_set1_ps((*mt).d));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[i]);
+                if F == 1 {
+                    acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps((*mt).s), acc[i]);
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm512_mask_storeu_ps(ctx.y.add((r0 + i) * ctx.ldy + g * INT8_GROUP), mask, *a);
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`): every implementation against the
+//! portable oracle (bit-identical), the oracle against f64 references, batch invariance, the
+//! parallel driver, packing round-trips and bad input.
+
+mod common;
+
+use common::Rng;
+use hetero_sme::*;
+
+/// Weights of one format in GGUF blocks, plus their exact f64 values (`N×K`, row-major).
+struct W {
+    q40: Vec<BlockQ4_0>,
+    q41: Vec<BlockQ4_1>,
+    q80: Vec<BlockQ8_0>,
+}
+
+fn f16b(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
+fn rand_weights(rng: &mut Rng, n: usize, k: usize) -> W {
+    let blocks = n * k / 32;
+    let byte = |rng: &mut Rng| rng.next_u64() as u8;
+    let mut q40 = Vec::with_capacity(blocks);
+    let mut q41 = Vec::with_capacity(blocks);
+    let mut q80 = Vec::with_capacity(blocks);
+    for _ in 0..blocks {
+        let d = f16b(0.002 + 0.05 * rng.f32().abs());
+        let m = f16b(0.1 * rng.f32());
+        let qs: [u8; 16] = core::array::from_fn(|_| byte(rng));
+        q40.push(BlockQ4_0 { d, qs });
+        q41.push(BlockQ4_1 { d, m, qs });
+        let q8: [i8; 32] = core::array::from_fn(|_| byte(rng) as i8);
+        q80.push(BlockQ8_0 { d, qs: q8 });
+    }
+    W { q40, q41, q80 }
+}
+
+fn pack(w: &W, f: Int8Format, n: usize, k: usize) -> Int8Weight {
+    match f {
+        Int8Format::Q4_0 => Int8Weight::pack_q4_0(&w.q40, n, k),
+        Int8Format::Q4_1 => Int8Weight::pack_q4_1(&w.q41, n, k),
+        Int8Format::Q8_0 => Int8Weight::pack_q8_0(&w.q80, n, k),
+    }
+    .unwrap()
+}
+
+/// Exact dequantized weight `W[r][i]` in f64 (from the GGUF blocks, not the packed form).
+fn dequant(w: &W, f: Int8Format, n: usize, k: usize) -> Vec<f64> {
+    let nb = k / 32;
+    let mut out = vec![0f64; n * k];
+    for r in 0..n {
+        for b in 0..nb {
+            for j in 0..32 {
+                let v = match f {
+                    Int8Format::Q4_0 => {
+                        let blk = &w.q40[r * nb + b];
+                        let q = (blk.qs[j % 16] >> (4 * (j / 16))) & 15;
+                        (q as f64 - 8.0) * half::f16::from_bits(blk.d).to_f64()
+                    }
+                    Int8Format::Q4_1 => {
+                        let blk = &w.q41[r * nb + b];
+                        let q = (blk.qs[j % 16] >> (4 * (j / 16))) & 15;
+                        q as f64 * half::f16::from_bits(blk.d).to_f64()
+                            + half::f16::from_bits(blk.m).to_f64()
+                    }
+                    Int8Format::Q8_0 => {
+                        let blk = &w.q80[r * nb + b];
+                        blk.qs[j] as f64 * half::f16::from_bits(blk.d).to_f64()
+                    }
+                };
+                out[r * k + b * 32 + j] = v;
+            }
+        }
+    }
+    out
+}
+
+/// Activations in [-1, 1) with some all-zero blocks and some outliers.
+fn rand_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut x = rng.vec(m * k);
+    for blk in x.chunks_exact_mut(32) {
+        match rng.below(16) {
+            0 => blk.fill(0.0),
+            1 => blk[rng.below(32)] = 40.0 * rng.f32(),
+            _ => {}
+        }
+    }
+    x
+}
+
+fn kernels() -> Vec<Int8Kernel> {
+    let v = Int8Kernel::available();
+    if v.len() == 1 {
+        eprintln!("SKIP int8 kernel avx512-vnni: this CPU lacks AVX-512 VNNI");
+    }
+    v
+}
+
+const FORMATS: [Int8Format; 3] = [Int8Format::Q4_0, Int8Format::Q4_1, Int8Format::Q8_0];
+const MS: [usize; 10] = [0, 1, 2, 3, 5, 16, 17, 64, 128, 129];
+const NS: [usize; 7] = [1, 15, 16, 17, 47, 64, 100];
+const KS: [usize; 3] = [64, 576, 1536];
+
+/// Runs `kernel` into a NaN-poisoned `y` with padded stride; checks the padding is untouched.
+fn run(kernel: Int8Kernel, w: &Int8Weight, a: &QActs, m: usize, n: usize) -> Vec<f32> {
+    let ldy = n + 3;
+    let mut y = vec![f32::NAN; m * ldy];
+    kernel.gemm(w, a, &mut y, ldy).unwrap();
+    for r in 0..m {
+        for c in n..ldy {
+            assert!(y[r * ldy + c].is_nan(), "padding ({r},{c}) written");
+        }
+    }
+    (0..m)
+        .flat_map(|r| y[r * ldy..r * ldy + n].to_vec())
+        .collect()
+}
+
+fn quantize_with(kernel: Int8Kernel, x: &[f32], m: usize, k: usize) -> QActs {
+    let mut a = QActs::with_capacity(m, k);
+    kernel.quantize_acts(x, m, k, &mut a).unwrap();
+    a
+}
+
+#[test]
+fn every_kernel_matches_the_oracle_and_the_references() {
+    let ks = kernels();
+    let mut rng = Rng::new(81);
+    let mut case = 0;
+    let mut worst_q = 0f64; // worst |err| / bound against the quantized-activation reference
+    let mut worst_x = 0f64; // same against the f32 activations
+    for &k in &KS {
+        for &m in &MS {
+            let n = NS[case % NS.len()];
+            case += 1;
+            let wb = rand_weights(&mut rng, n, k);
+            let x = rand_acts(&mut rng, m, k);
+            // Every quantizer writes the same bytes and records as the portable one.
+            let a = quantize_with(Int8Kernel::Portable, &x, m, k);
+            for &kq in &ks {
+                let b = quantize_with(kq, &x, m, k);
+                for r in 0..m {
+                    assert_eq!(a.q_row(r), b.q_row(r), "{} q row {r}", kq.name());
+                    for (p, q) in a.meta_row(r).iter().zip(b.meta_row(r)) {
+                        assert_eq!(
+                            (p.d.to_bits(), p.s.to_bits(), p.n8, p.n128),
+                            (q.d.to_bits(), q.s.to_bits(), q.n8, q.n128),
+                            "{} meta row {r}",
+                            kq.name()
+                        );
+                    }
+                }
+            }
+            let nb = k / 32;
+            for &f in &FORMATS {
+                let w = pack(&wb, f, n, k);
+                let oracle = run(Int8Kernel::Portable, &w, &a, m, n);
+                for &kern in &ks {
+                    let y = run(kern, &w, &a, m, n);
+                    for (i, (p, q)) in oracle.iter().zip(&y).enumerate() {
+                        assert_eq!(
+                            p.to_bits(),
+                            q.to_bits(),
+                            "{} {f:?} m{m} n{n} k{k} at {i}: {p} vs {q}",
+                            kern.name()
+                        );
+                    }
+                }
+                let wd = dequant(&wb, f, n, k);
+                for r in 0..m {
+                    let (qx, meta) = (a.q_row(r), a.meta_row(r));
+                    for c in 0..n {
+                        let got = oracle[r * n + c] as f64;
+                        assert!(got.is_finite());
+                        let (mut refq, mut refx, mut mag, mut xbound) = (0f64, 0f64, 0f64, 0f64);
+                        for (b, mb) in meta.iter().enumerate() {
+                            let dx = mb.d as f64;
+                            let (mut blk, mut absw) = (0f64, 0f64);
+                            for j in 0..32 {
+                                let i = b * 32 + j;
+                                let wv = wd[c * k + i];
+                                blk += wv * qx[i] as f64 * dx;
+                                refx += wv * x[r * k + i] as f64;
+                                absw += wv.abs();
+                            }
+                            refq += blk;
+                            // Magnitude of the block's f32 terms (the integer term and Q4_1's
+                            // offset term are each at most this).
+                            mag += absw * 127.0 * dx + blk.abs();
+                            xbound += absw * dx / 2.0;
+                        }
+                        // f32 error of the oracle: per block one rounding of d_w·d_x, of s_x
+                        // and of each FMA; sequential accumulation of nb terms adds at most
+                        // nb roundings of a partial sum, each <= 2^-24 · Σ|terms|. Twice that.
+                        let tol_q = 2.0 * (nb as f64 + 4.0) * 2f64.powi(-24) * mag + 1e-30;
+                        let eq = (got - refq).abs();
+                        assert!(
+                            eq <= tol_q,
+                            "{f:?} m{m} n{n} k{k} ({r},{c}): {got} vs q-ref {refq} (tol {tol_q})"
+                        );
+                        // Against the f32 activations: each x moved by at most d_x/2.
+                        let tol_x = xbound + tol_q;
+                        let ex = (got - refx).abs();
+                        assert!(
+                            ex <= tol_x,
+                            "{f:?} m{m} n{n} k{k} ({r},{c}): {got} vs x-ref {refx} (tol {tol_x})"
+                        );
+                        worst_q = worst_q.max(eq / tol_q);
+                        worst_x = worst_x.max(ex / tol_x);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("worst error / bound: quantized-activation ref {worst_q:.3}, f32 ref {worst_x:.3}");
+}
+
+#[test]
+fn rows_do_not_depend_on_the_batch() {
+    let (m, n, k) = (129, 40, 576);
+    let mut rng = Rng::new(7);
+    let wb = rand_weights(&mut rng, n, k);
+    let x = rand_acts(&mut rng, m, k);
+    for &f in &FORMATS {
+        let w = pack(&wb, f, n, k);
+        for kern in kernels() {
+            let full = run(kern, &w, &quantize_with(kern, &x, m, k), m, n);
+            // Each row alone (M = 1), and a sub-batch starting at an odd row (other tiles,
+            // other micro-kernel sizes).
+            for r in [0, 5, 63, 128] {
+                let one = run(
+                    kern,
+                    &w,
+                    &quantize_with(kern, &x[r * k..(r + 1) * k], 1, k),
+                    1,
+                    n,
+                );
+                assert_eq!(
+                    bits(&one),
+                    bits(&full[r * n..(r + 1) * n]),
+                    "{} {f:?} row {r}",
+                    kern.name()
+                );
+            }
+            let (r0, mm) = (3, 21);
+            let sub = run(
+                kern,
+                &w,
+                &quantize_with(kern, &x[r0 * k..(r0 + mm) * k], mm, k),
+                mm,
+                n,
+            );
+            assert_eq!(
+                bits(&sub),
+                bits(&full[r0 * n..(r0 + mm) * n]),
+                "{} {f:?}",
+                kern.name()
+            );
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn parallel_equals_serial() {
+    let mut rng = Rng::new(11);
+    for &(m, n, k) in &[(1, 600, 576), (16, 100, 64), (129, 70, 576)] {
+        let wb = rand_weights(&mut rng, n, k);
+        let x = rand_acts(&mut rng, m, k);
+        let w = pack(&wb, Int8Format::Q4_1, n, k);
+        for kern in kernels() {
+            let a = quantize_with(kern, &x, m, k);
+            let serial = run(kern, &w, &a, m, n);
+            for workers in [2, 3] {
+                let mut st = StealState::new(workers).unwrap();
+                let mut y = vec![f32::NAN; m * n];
+                let plan = Int8Plan::new(kern, &w, &a, &mut y, n).unwrap();
+                st.prepare(plan.tiles()).unwrap();
+                std::thread::scope(|s| {
+                    for wk in 0..workers {
+                        let (p, st) = (&plan, &st);
+                        s.spawn(move || p.run_worker(st, wk).unwrap());
+                    }
+                });
+                assert_eq!(
+                    bits(&y),
+                    bits(&serial),
+                    "{} m{m} n{n} w{workers}",
+                    kern.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_layout_round_trips() {
+    let (n, k) = (37, 96);
+    let mut rng = Rng::new(3);
+    let wb = rand_weights(&mut rng, n, k);
+    for &f in &FORMATS {
+        let w = pack(&wb, f, n, k);
+        assert_eq!(
+            (w.n(), w.k(), w.blocks(), w.groups(), w.format()),
+            (n, k, 3, 3, f)
+        );
+        let wd = dequant(&wb, f, n, k);
+        for r in 0..n {
+            for i in 0..k {
+                let u = w.u_at(r, i).unwrap() as f64;
+                let (d, mm) = w.scale_at(r, i / 32).unwrap();
+                assert_eq!(d as f64 * u + mm as f64, wd[r * k + i], "{f:?} ({r},{i})");
+            }
+        }
+        assert_eq!(w.u_at(n, 0), None);
+        assert_eq!(w.scale_at(0, 3), None);
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let (m, n, k) = (3, 20, 64);
+    let mut rng = Rng::new(5);
+    let wb = rand_weights(&mut rng, n, k);
+    // Packing: K not a multiple of 32, K = 0, block count not N·K/32.
+    assert!(matches!(
+        Int8Weight::pack_q4_1(&wb.q41, n * 2, 32 + 16),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(Int8Weight::pack_q4_0(&wb.q40, n, 0).is_err());
+    assert!(matches!(
+        Int8Weight::pack_q8_0(&wb.q80[1..], n, k),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let w = pack(&wb, Int8Format::Q4_1, n, k);
+    let x = rand_acts(&mut rng, m, k);
+    for kern in kernels() {
+        // Quantization: x too short, capacity too small, K not a multiple of 32.
+        let mut a = quantize_with(kern, &x, m, k);
+        let before = a.clone();
+        let e = kern.quantize_acts(&x[1..], m, k, &mut a);
+        assert!(
+            matches!(e, Err(Error::BufferTooSmall { what: "x", .. })),
+            "{e:?}"
+        );
+        let e = kern.quantize_acts(&x, m, 40, &mut a);
+        assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
+        let mut small = QActs::with_capacity(m - 1, k);
+        let e = kern.quantize_acts(&x, m, k, &mut small);
+        assert!(matches!(e, Err(Error::BufferTooSmall { .. })), "{e:?}");
+        assert_eq!(small.m(), 0);
+        assert_eq!((a.m(), a.k()), (m, k));
+        for r in 0..m {
+            assert_eq!(a.q_row(r), before.q_row(r));
+            assert_eq!(a.meta_row(r), before.meta_row(r));
+        }
+        // GEMM: y too short, stride below N, K mismatch.
+        let mut y = vec![f32::NAN; m * n];
+        let e = kern.gemm(&w, &a, &mut y[..m * n - 1], n);
+        assert!(
+            matches!(e, Err(Error::BufferTooSmall { what: "y", .. })),
+            "{e:?}"
+        );
+        let e = kern.gemm(&w, &a, &mut y, n - 1);
+        assert!(matches!(e, Err(Error::BadStride { .. })), "{e:?}");
+        let a2 = quantize_with(kern, &x[..2 * 96], 2, 96);
+        let e = kern.gemm(&w, &a2, &mut y, n);
+        assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
+        assert!(
+            y.iter().all(|v| v.is_nan()),
+            "{}: y written on error",
+            kern.name()
+        );
+        // A steal state prepared for another tile count.
+        let plan = Int8Plan::new(kern, &w, &a, &mut y, n).unwrap();
+        let mut st = StealState::new(1).unwrap();
+        st.prepare(plan.tiles() + 1).unwrap();
+        assert!(matches!(
+            plan.run_worker(&st, 0),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(y.iter().all(|v| v.is_nan()));
+    }
+    assert_eq!(quantize_acts_len(2, 64), Some(2 * 64 + 4 * 16));
+    assert_eq!(quantize_acts_len(usize::MAX, 2), None);
+}
