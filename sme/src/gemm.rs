@@ -282,8 +282,8 @@ impl<'a> GemmPlan<'a> {
 }
 
 /// Largest FP32 scratch an FP16-output tile needs: rows × panels × 64 over every kernel (AVX-512:
-/// 48 rows × 1 panel; AMX: 16 rows × 8 panels; the others at most 16 × 1).
-const F16_SCRATCH: usize = 16 * 8 * PANEL_COLS;
+/// 48 rows × 1 panel; AMX: up to 64 rows × 8 panels; the others at most 16 × 1).
+const F16_SCRATCH: usize = 64 * 8 * PANEL_COLS;
 
 #[repr(C, align(64))]
 struct Scratch([f32; F16_SCRATCH]);

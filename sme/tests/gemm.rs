@@ -138,6 +138,27 @@ fn run_case(kernel: Kernel, c: &Case, rng: &mut Rng) {
     }
 }
 
+/// The grid kernels, with AMX (where present) once per tile blocking: each is its own kernel.
+fn gemm_kernels() -> Vec<Kernel> {
+    let mut v = Vec::new();
+    for k in grid_kernels() {
+        #[cfg(target_arch = "x86_64")]
+        if let Kernel::Amx(t) = k {
+            use hetero_sme::arch::x86_64::AmxBlocking;
+            for b in [
+                AmxBlocking::Rows16,
+                AmxBlocking::Rows32,
+                AmxBlocking::Rows64,
+            ] {
+                v.push(Kernel::Amx(t.with_blocking(b)));
+            }
+            continue;
+        }
+        v.push(k);
+    }
+    v
+}
+
 fn formats(kernel: Kernel) -> Vec<PackedFormat> {
     [PackedFormat::F16, PackedFormat::Bf16]
         .into_iter()
@@ -147,7 +168,7 @@ fn formats(kernel: Kernel) -> Vec<PackedFormat> {
 
 #[test]
 fn edge_shapes_every_kernel() {
-    for kernel in grid_kernels() {
+    for kernel in gemm_kernels() {
         let mut rng = Rng::new(1);
         let mut count = 0;
         for (i, &m) in SIZES.iter().enumerate() {
@@ -177,7 +198,11 @@ fn edge_shapes_every_kernel() {
                 }
             }
         }
-        eprintln!("{}: {count} edge cases", kernel.name());
+        eprintln!(
+            "{} (tile rows {}): {count} edge cases",
+            kernel.name(),
+            kernel.tile_rows()
+        );
     }
 }
 
@@ -197,7 +222,7 @@ fn large_shapes_every_kernel() {
     } else {
         &emulated[..]
     };
-    for kernel in grid_kernels() {
+    for kernel in gemm_kernels() {
         let mut rng = Rng::new(2);
         for (idx, &(m, n, k)) in shapes.iter().enumerate() {
             for format in formats(kernel) {

@@ -2,11 +2,10 @@
 
 mod amx;
 mod avx512;
-mod vnni;
 
+pub use amx::AmxBlocking;
 pub(crate) use amx::GROUP as AMX_GROUP;
 pub(crate) use avx512::AVX512_TILE_ROWS;
-pub use vnni::Vnni;
 
 /// Capability token: proves AVX-512F, F16C and FMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +34,7 @@ impl Avx512 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Amx {
     _p: (),
+    blocking: AmxBlocking,
 }
 
 impl Amx {
@@ -43,13 +43,19 @@ impl Amx {
     pub fn try_new() -> Option<Self> {
         static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         (*OK.get_or_init(amx::detect_and_request) && std::arch::is_x86_feature_detected!("avx512f"))
-            .then_some(Self { _p: () })
+            .then_some(Self {
+                _p: (),
+                blocking: AmxBlocking::default(),
+            })
     }
 
     /// # Safety
     /// The CPU must support AMX-TILE, AMX-BF16 and AVX-512F, and this process must already hold
     /// the XTILEDATA permission (otherwise the first tile instruction faults).
     pub unsafe fn new_unchecked() -> Self {
-        Self { _p: () }
+        Self {
+            _p: (),
+            blocking: AmxBlocking::default(),
+        }
     }
 }
