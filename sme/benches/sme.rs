@@ -147,6 +147,66 @@ fn gemv_benches(c: &mut Criterion) {
         b.iter(|| gemv_q8_0(black_box(&x), 1, k, &w80, &mut y, n).unwrap())
     });
     drop(w80);
+    // The packed (row-interleaved) format, packed once outside the timed loop, 64-byte aligned:
+    // Q4_0 at M = 1, 4, 16, Q4_1 and Q8_0 at M = 1. GB/s count the packed bytes (the same bytes
+    // per value as GGUF: FP16 scales).
+    for (ty, name) in [
+        (QType::Q4_0, "q4_0-packed"),
+        (QType::Q4_1, "q4_1-packed"),
+        (QType::Q8_0, "q8_0-packed"),
+    ] {
+        let len = qpacked_len(ty, k, n).unwrap();
+        let mut store = vec![0u8; len + 64];
+        let off = store.as_ptr().align_offset(64);
+        let buf = &mut store[off..off + len];
+        match ty {
+            QType::Q4_0 => pack_q4_0(&w, k, n, 0..n, buf).unwrap(),
+            QType::Q4_1 => {
+                let w41: Vec<BlockQ4_1> = w
+                    .iter()
+                    .map(|b| BlockQ4_1 {
+                        d: b.d,
+                        m: 0xac00,
+                        qs: b.qs,
+                    })
+                    .collect();
+                pack_q4_1(&w41, k, n, 0..n, buf).unwrap()
+            }
+            QType::Q8_0 => {
+                let w80: Vec<BlockQ8_0> = w
+                    .iter()
+                    .map(|b| BlockQ8_0 {
+                        d: b.d,
+                        qs: core::array::from_fn(|i| b.qs[i % 16] as i8),
+                    })
+                    .collect();
+                pack_q8_0(&w80, k, n, 0..n, buf).unwrap()
+            }
+        }
+        let pw = QPackedRef::new(buf, ty, k, n).unwrap();
+        let ms: &[usize] = if ty == QType::Q4_0 { &[1, 4, 16] } else { &[1] };
+        for &m in ms {
+            let x = rnd(m * k, 3);
+            let mut y = vec![0f32; m * n];
+            g.throughput(Throughput::Bytes(len as u64));
+            g.bench_function(BenchmarkId::new(name, format!("m{m}_k{k}_n{n}")), |b| {
+                b.iter(|| gemv_qpacked(black_box(&x), m, pw, &mut y, n).unwrap())
+            });
+        }
+        if ty == QType::Q4_0 {
+            // L3-resident packed weight (4096 × 1024), as `q4_0-l3` below.
+            let nc = 1024;
+            let lc = qpacked_len(ty, k, nc).unwrap();
+            let pc = QPackedRef::new(&buf[..lc], ty, k, nc).unwrap();
+            let x = rnd(k, 3);
+            let mut y = vec![0f32; nc];
+            g.throughput(Throughput::Bytes(lc as u64));
+            g.bench_function(
+                BenchmarkId::new("q4_0-packed-l3", format!("m1_k{k}_n{nc}")),
+                |b| b.iter(|| gemv_qpacked(black_box(&x), 1, pc, &mut y, nc).unwrap()),
+            );
+        }
+    }
     // The same kernel on an L3-resident weight (4096 × 1024, 2.4 MB): its compute ceiling.
     let (kc, nc) = (4096, 1024);
     let wc = &w[..nc * (kc / 32)];

@@ -331,3 +331,321 @@ fn quantized_rows_independent_of_m() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The packed (row-interleaved) quantized format.
+
+struct QSet {
+    w40: Vec<BlockQ4_0>,
+    w41: Vec<BlockQ4_1>,
+    w80: Vec<BlockQ8_0>,
+}
+
+fn qset(rng: &mut Rng, blocks: usize) -> QSet {
+    QSet {
+        w40: (0..blocks)
+            .map(|_| BlockQ4_0 {
+                d: rand_d(rng),
+                qs: core::array::from_fn(|_| rng.next_u64() as u8),
+            })
+            .collect(),
+        w41: (0..blocks)
+            .map(|_| BlockQ4_1 {
+                d: rand_d(rng),
+                m: rand_d(rng),
+                qs: core::array::from_fn(|_| rng.next_u64() as u8),
+            })
+            .collect(),
+        w80: (0..blocks)
+            .map(|_| BlockQ8_0 {
+                d: rand_d(rng),
+                qs: core::array::from_fn(|_| rng.next_u64() as i8),
+            })
+            .collect(),
+    }
+}
+
+/// Packs rows `rows` of one of the set's weights; returns the bytes.
+fn pack(s: &QSet, ty: QType, k: usize, n: usize, rows: core::ops::Range<usize>) -> Vec<u8> {
+    let mut buf = vec![0xA5u8; qpacked_len(ty, k, rows.len()).unwrap()];
+    match ty {
+        QType::Q4_0 => pack_q4_0(&s.w40, k, n, rows, &mut buf),
+        QType::Q4_1 => pack_q4_1(&s.w41, k, n, rows, &mut buf),
+        QType::Q8_0 => pack_q8_0(&s.w80, k, n, rows, &mut buf),
+    }
+    .unwrap();
+    buf
+}
+
+/// Reference for the packed format: value `w[j][32b + t]` in f64, and the magnitude used for the
+/// tolerance. Q4_1 kernels compute `d·Σ q·x + m·Σ x` (the minimum folded per block), so their
+/// error scales with `Σ |x|(|q·d| + |m|)`, not with `Σ |x·w|` where `q·d` and `m` may cancel.
+fn deq_mag(s: &QSet, ty: QType, nb: usize, j: usize, b: usize) -> ([f64; 32], [f64; 32]) {
+    match ty {
+        QType::Q4_0 => {
+            // Kernels compute `d·(Σ q·x − 8·Σ x)`: the error scales with (q + 8)·|d|.
+            let blk = &s.w40[j * nb + b];
+            let d = f16v(blk.d).abs();
+            let mut mag = [0f64; 32];
+            for i in 0..16 {
+                mag[i] = ((blk.qs[i] & 15) as f64 + 8.0) * d;
+                mag[i + 16] = ((blk.qs[i] >> 4) as f64 + 8.0) * d;
+            }
+            (ref_q40(blk), mag)
+        }
+        QType::Q4_1 => {
+            let blk = &s.w41[j * nb + b];
+            let w = ref_q41(blk);
+            let (d, m) = (f16v(blk.d).abs(), f16v(blk.m).abs());
+            let mut mag = [0f64; 32];
+            for i in 0..16 {
+                mag[i] = (blk.qs[i] & 15) as f64 * d + m;
+                mag[i + 16] = (blk.qs[i] >> 4) as f64 * d + m;
+            }
+            (w, mag)
+        }
+        QType::Q8_0 => {
+            let w = ref_q80(&s.w80[j * nb + b]);
+            (w, w.map(f64::abs))
+        }
+    }
+}
+
+/// Tolerance: the kernels sum each block's 32 products in FP32 (4 chains of 8 + 2 adds), scale
+/// once per block (one rounding) and accumulate K/32 block sums, so the error is well within
+/// (K + 8)·u·Σ|x|·|w| with u = 2^-24 (Q4_1: see `deq_mag`); we allow twice that. The dequantized
+/// values are exact in FP32 (`q - 8` and `q` are small integers, `d` an FP16).
+#[allow(clippy::too_many_arguments)]
+fn check_packed(
+    name: &str,
+    s: &QSet,
+    ty: QType,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    col0: usize,
+    n: usize,
+    y: &[f32],
+    ldy: usize,
+) {
+    let u = 2f64.powi(-24);
+    let nb = k / 32;
+    for i in 0..m {
+        for j in 0..n {
+            let (mut sum, mut mag) = (0f64, 0f64);
+            for b in 0..nb {
+                let (w, wm) = deq_mag(s, ty, nb, col0 + j, b);
+                for t in 0..32 {
+                    let xv = x[i * k + b * 32 + t] as f64;
+                    sum += xv * w[t];
+                    mag += xv.abs() * wm[t];
+                }
+            }
+            let tol = 2.0 * (k as f64 + 8.0) * u * mag + 1e-30;
+            let got = y[i * ldy + j] as f64;
+            assert!(
+                (got - sum).abs() <= tol,
+                "{name} {ty:?} m{m} k{k} n{n}: y[{i}][{j}] = {got}, want {sum} (tol {tol})"
+            );
+        }
+        for j in n..ldy {
+            assert!(
+                y[i * ldy + j].is_nan(),
+                "{name} {ty:?}: padding y[{i}][{j}] written"
+            );
+        }
+    }
+}
+
+const QTYPES: [QType; 3] = [QType::Q4_0, QType::Q4_1, QType::Q8_0];
+
+/// Every kernel on the packed format over the edge shapes (N over all of them; M and K
+/// cycled), y poisoned with NaN before each run, plus a column shard packed on its own.
+#[test]
+fn packed_every_kernel() {
+    let ms = [1, 2, 15, 16, 4, 5];
+    let ks = [32, 64, 96, 576, 1536];
+    let ns = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 576, 1536];
+    let mut rng = Rng::new(21);
+    for (ci, &n) in ns.iter().enumerate() {
+        let m = ms[ci % ms.len()];
+        let k = ks[ci % ks.len()];
+        let ldy = n + (ci % 2) * 3;
+        let x = rng.vec(m * k);
+        let s = qset(&mut rng, n * (k / 32));
+        for ty in QTYPES {
+            let buf = pack(&s, ty, k, n, 0..n);
+            let w = QPackedRef::new(&buf, ty, k, n).unwrap();
+            for kernel in kernels() {
+                let mut y = vec![f32::NAN; m * ldy];
+                kernel.qgemv_packed(&x, m, k, w, &mut y, ldy).unwrap();
+                check_packed(kernel.name(), &s, ty, &x, m, k, 0, n, &y, ldy);
+            }
+            // A shard: rows n0..n1 packed alone is a weight of n1 - n0 rows.
+            let (n0, n1) = (n / 3, n - n / 4);
+            let buf = pack(&s, ty, k, n, n0..n1);
+            let w = QPackedRef::new(&buf, ty, k, n1 - n0).unwrap();
+            let mut y = vec![f32::NAN; m * (n1 - n0)];
+            gemv_qpacked(&x, m, w, &mut y, n1 - n0).unwrap();
+            check_packed("shard", &s, ty, &x, m, k, n0, n1 - n0, &y, n1 - n0);
+        }
+    }
+}
+
+/// A few large shapes on the dispatched kernel (the portable one is too slow for all of them).
+#[test]
+fn packed_large_shapes() {
+    let mut rng = Rng::new(22);
+    for (m, k, n) in [(1, 4096, 1000), (3, 2048, 777), (16, 1024, 300)] {
+        let x = rng.vec(m * k);
+        let s = qset(&mut rng, n * (k / 32));
+        for ty in QTYPES {
+            let buf = pack(&s, ty, k, n, 0..n);
+            let w = QPackedRef::new(&buf, ty, k, n).unwrap();
+            let mut y = vec![f32::NAN; m * n];
+            gemv_qpacked(&x, m, w, &mut y, n).unwrap();
+            check_packed("best", &s, ty, &x, m, k, 0, n, &y, n);
+        }
+    }
+}
+
+/// Batch invariance on the packed format: row i of an M-row GEMV (M = 1..16) is bitwise equal
+/// to the M = 1 GEMV of that row alone, for every kernel and type, also through the parallel
+/// plan with several workers.
+#[test]
+fn packed_rows_independent_of_m() {
+    let mut rng = Rng::new(23);
+    let n = 37;
+    for k in [96, 1056, 1536] {
+        let x = rng.vec(16 * k);
+        let s = qset(&mut rng, n * (k / 32));
+        for ty in QTYPES {
+            let buf = pack(&s, ty, k, n, 0..n);
+            let w = QPackedRef::new(&buf, ty, k, n).unwrap();
+            for kernel in kernels() {
+                let mut single = vec![f32::NAN; 16 * n];
+                for i in 0..16 {
+                    kernel
+                        .qgemv_packed(
+                            &x[i * k..(i + 1) * k],
+                            1,
+                            k,
+                            w,
+                            &mut single[i * n..][..n],
+                            n,
+                        )
+                        .unwrap();
+                }
+                for m in 1..=16 {
+                    let mut y = vec![f32::NAN; m * n];
+                    kernel
+                        .qgemv_packed(&x[..m * k], m, k, w, &mut y, n)
+                        .unwrap();
+                    for (i, (a, b)) in y.iter().zip(&single).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{} {ty:?} k={k} m={m} row {} col {}",
+                            kernel.name(),
+                            i / n,
+                            i % n
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bad input to the packers and the packed GEMV: typed errors, nothing written.
+#[test]
+fn packed_bad_input() {
+    let mut rng = Rng::new(24);
+    let (k, n) = (64, 20);
+    let s = qset(&mut rng, n * 2);
+    let len = qpacked_len(QType::Q4_0, k, n).unwrap();
+    let mut dst = vec![0x5Au8; len];
+    // K not a multiple of 32.
+    assert!(matches!(
+        pack_q4_0(&s.w40, 48, n, 0..n, &mut dst),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(qpacked_len(QType::Q4_0, 33, n).is_err());
+    // N not matching the blocks.
+    assert!(matches!(
+        pack_q4_0(&s.w40, k, n + 1, 0..n, &mut dst),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    // Row range past N, reversed.
+    assert!(matches!(
+        pack_q4_1(&s.w41, k, n, 3..n + 1, &mut dst),
+        Err(Error::BadRange { .. })
+    ));
+    #[allow(clippy::reversed_empty_ranges)]
+    let rev = 5..3;
+    assert!(matches!(
+        pack_q8_0(&s.w80, k, n, rev, &mut dst),
+        Err(Error::BadRange { .. })
+    ));
+    // Destination too small.
+    assert!(matches!(
+        pack_q4_0(&s.w40, k, n, 0..n, &mut dst[..len - 1]),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    assert!(dst.iter().all(|&b| b == 0x5A), "a failed pack wrote");
+    pack_q4_0(&s.w40, k, n, 0..n, &mut dst).unwrap();
+    assert!(matches!(
+        QPackedRef::new(&dst[..len - 1], QType::Q4_0, k, n),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    let w = QPackedRef::new(&dst, QType::Q4_0, k, n).unwrap();
+    let x = rng.vec(17 * k);
+    for kernel in kernels() {
+        let mut y = vec![f32::NAN; 17 * n];
+        let errs = [
+            kernel.qgemv_packed(&x, 17, k, w, &mut y, n),
+            kernel.qgemv_packed(&x, 1, k + 32, w, &mut y, n),
+            kernel.qgemv_packed(&x[..k - 1], 1, k, w, &mut y, n),
+            kernel.qgemv_packed(&x, 2, k, w, &mut y[..2 * n - 1], n),
+            kernel.qgemv_packed(&x, 2, k, w, &mut y, n - 1),
+        ];
+        assert!(matches!(errs[0], Err(Error::TooManyRows { .. })));
+        assert!(matches!(errs[1], Err(Error::ShapeMismatch { .. })));
+        assert!(matches!(errs[2], Err(Error::BufferTooSmall { .. })));
+        assert!(matches!(errs[3], Err(Error::BufferTooSmall { .. })));
+        assert!(matches!(errs[4], Err(Error::BadStride { .. })));
+        assert!(
+            y.iter().all(|v| v.is_nan()),
+            "{}: a refused call wrote",
+            kernel.name()
+        );
+    }
+}
+
+/// The packed plan through the work-stealing driver (4 workers, 3 threads + this one).
+#[test]
+fn packed_parallel_matches_single() {
+    let mut rng = Rng::new(25);
+    let (m, k, n) = (2, 512, 1000);
+    let x = rng.vec(m * k);
+    let s = qset(&mut rng, n * (k / 32));
+    let buf = pack(&s, QType::Q4_0, k, n, 0..n);
+    let w = QPackedRef::new(&buf, QType::Q4_0, k, n).unwrap();
+    let kernel = Kernel::best_gemv();
+    let mut single = vec![f32::NAN; m * n];
+    kernel.qgemv_packed(&x, m, k, w, &mut single, n).unwrap();
+    let mut y = vec![f32::NAN; m * n];
+    let plan = QPackedPlan::new(kernel, &x, m, k, w, &mut y, n).unwrap();
+    let mut state = StealState::new(4).unwrap();
+    state.prepare(plan.tiles()).unwrap();
+    std::thread::scope(|sc| {
+        for wk in 1..4 {
+            let (plan, state) = (&plan, &state);
+            sc.spawn(move || plan.run_worker(state, wk).unwrap());
+        }
+        plan.run_worker(&state, 0).unwrap();
+    });
+    for (a, b) in y.iter().zip(&single) {
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+}
