@@ -21,8 +21,9 @@ pub use pack::{
 pub use parallel::StealState;
 pub use portable::Portable;
 pub use quant::{
-    BlockQ4_0, BlockQ4_1, BlockQ8_0, QGemv, QGemvPlan, QWeights, QuantBlock, GEMV_MAX_ROWS,
-    GEMV_TILE_ROWS, QK,
+    gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
+    QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,
+    GEMV_TILE_ROWS, QK, QPACK_ROWS,
 };
 
 #[cfg(target_arch = "aarch64")]
