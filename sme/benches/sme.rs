@@ -22,6 +22,9 @@ use hetero_sme::*;
 mod anchor;
 use anchor::{gemm_anchor, rnd};
 
+#[path = "support/int8.rs"]
+mod int8_bench;
+
 const SHAPES: [(usize, usize); 5] = [
     (576, 1536),
     (1536, 576),
@@ -237,6 +240,6 @@ fn gemv_benches(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
-    targets = gemm_benches, gemv_benches
+    targets = gemm_benches, gemv_benches, int8_bench::int8_benches
 }
 criterion_main!(benches);

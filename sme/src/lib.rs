@@ -4,6 +4,7 @@ pub mod arch;
 mod error;
 mod f16out;
 mod gemm;
+mod int8;
 mod pack;
 mod parallel;
 mod portable;
@@ -14,6 +15,10 @@ mod sme_driver;
 
 pub use error::Error;
 pub use gemm::{Gemm, GemmPlan, Lhs};
+pub use int8::{
+    int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,
+    Int8Weight, QActs, INT8_GROUP, INT8_TILE_ROWS,
+};
 pub use pack::{
     k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,

@@ -2,10 +2,12 @@
 
 mod amx;
 mod avx512;
+mod vnni;
 
 pub use amx::AmxBlocking;
 pub(crate) use amx::GROUP as AMX_GROUP;
 pub(crate) use avx512::AVX512_TILE_ROWS;
+pub use vnni::Vnni;
 
 /// Capability token: proves AVX-512F, F16C and FMA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
