@@ -2,13 +2,21 @@
 //! [`crate::arch::x86_64::Avx512`] token).
 //!
 //! One zmm lane = one weight row of a 16-row group, so no horizontal reduction is ever needed.
-//! Q4 per 64-byte vector (16 rows × 8 nibbles): for each nibble position p one `vpandd` with
-//! `0xF << 4p`, one `vcvtudq2ps` (exact: `q·2^4p`) and one FMA per x row with x[k]·2^-4p
-//! broadcast from memory (x pre-scaled once per chunk of blocks into a stack buffer; powers of
-//! two, so each product equals `q·x` exactly unless |x| < 2^-98 underflows). No shuffles: the
-//! AND goes to any FP pipe, the convert and the FMA to different ones (Zen 4), which is what
-//! makes this faster than a `vpsrld` + `vpermps` table lookup (tried first: shifts and
-//! permutes share two pipes, L3-resident M = 1 ran at the old kernel's speed).
+//! Q4 per 64-byte vector (16 rows × 8 nibbles, dword lane = 8 values of one row), no shuffle
+//! but the lookups, no horizontal sums:
+//! - even nibble positions p = 2o (the low nibble of byte o): a load at byte offset o puts it in
+//!   bits 0..3 of every lane, and one `vpermps` with the table [0..15] turns it into `q` (it
+//!   reads only those 4 bits, so no shift and no mask);
+//! - odd positions p = 2o + 1: one `vpandd` with `0xF << 4p` and one `vcvtudq2ps`, exact
+//!   `q·2^4p`, multiplied by x pre-scaled by 2^-4p (x is scaled once per chunk of blocks into a
+//!   stack buffer; powers of two, so each product equals `q·x` exactly unless |x| < 2^-98
+//!   underflows);
+//! - one FMA per x row and value, x[k] broadcast from memory.
+//!
+//! The mix spreads the work over Zen 4's pipes (permutes on the shuffle pipes, AND anywhere,
+//! converts and FMAs elsewhere). Measured on an L3-resident weight at M = 1: `vpsrld` +
+//! `vpermps` for every nibble ran no faster than the GGUF-layout kernel (shifts and permutes
+//! share two pipes), AND + convert for every nibble 1.7× it, this mix 1.85×.
 //! Q8 per k: `vpmovsxbd` of 16 bytes (one per row), `vcvtdq2ps`, FMA.
 //! Per block and x row the 32 products go into 4 chains (one per 8-value dword, so the FMA
 //! latency is hidden), summed `(c0 + c1) + (c2 + c3)`, then one FMA with the 16 rows' scales
@@ -33,6 +41,9 @@ const P28: f32 = P16 * P12;
 
 /// Software prefetch distance in bytes along a group's quant stream (0: none).
 const PF: usize = 768;
+
+/// Even nibbles through unaligned loads + `vpermps`, odd ones through AND + convert.
+const HYB: bool = true;
 
 /// Blocks per chunk: accumulators of the tile's groups wait on the stack between chunks.
 const CB: usize = 128;
@@ -79,6 +90,9 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
     let mut acc = [[_mm512_setzero_ps(); G]; TG];
     let mut sx = [[0f32; CB]; G];
     let mut xs = [[0f32; CB * QK]; G];
+    let table = _mm512_setr_ps(
+        0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+    );
     let (db, sb) = (ctx.ty.data_bytes(), ctx.ty.scale_bytes());
     // SAFETY: (whole body) x row m0+g < m, values 32b..32b+32 with b < nb: inside x. Group data
     // and scale regions of g < ceil(n/16) lie inside the validated buffer; a Q4 data vector
@@ -92,9 +106,16 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
             // 2^-4p for the element in nibble p (exact powers of two), so the masked nibble
             // `q·2^4p` converted to FP32 times the scaled x is exactly the product `q·x`.
             if T != 2 {
-                let pat = _mm512_setr_ps(
-                    1.0, P4, P8, P12, P16, P20, P24, P28, 1.0, P4, P8, P12, P16, P20, P24, P28,
-                );
+                let pat = if HYB {
+                    _mm512_setr_ps(
+                        1.0, P4, 1.0, P12, 1.0, P20, 1.0, P28, 1.0, P4, 1.0, P12, 1.0, P20, 1.0,
+                        P28,
+                    )
+                } else {
+                    _mm512_setr_ps(
+                        1.0, P4, P8, P12, P16, P20, P24, P28, 1.0, P4, P8, P12, P16, P20, P24, P28,
+                    )
+                };
                 for (g, (sxg, xsg)) in sx.iter_mut().zip(xs.iter_mut()).enumerate() {
                     for (j, sxj) in sxg[..cnt].iter_mut().enumerate() {
                         let xp = ctx.x.add((m0 + g) * ctx.k + (b0 + j) * QK);
@@ -141,8 +162,15 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
                             }
                             let v = _mm512_loadu_si512(dq.add(64 * c) as _);
                             for p in 0..8 {
-                                let nib = _mm512_and_si512(v, _mm512_set1_epi32(0xF << (4 * p)));
-                                let w = _mm512_cvtepu32_ps(nib);
+                                let w = if HYB && p % 2 == 0 {
+                                    // Low nibble of byte p/2: a load at that byte offset puts it
+                                    // in bits 0..3 of each lane, which is all `vpermps` reads.
+                                    let u = _mm512_loadu_si512(dq.add(64 * c + p / 2) as _);
+                                    _mm512_permutexvar_ps(u, table)
+                                } else {
+                                    let m = _mm512_set1_epi32(0xF << (4 * p));
+                                    _mm512_cvtepu32_ps(_mm512_and_si512(v, m))
+                                };
                                 for (g, pg) in part.iter_mut().enumerate() {
                                     let xv = _mm512_set1_ps(xs[g][j * QK + 8 * c + p]);
                                     pg[c] = if p > 0 {
