@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::act::UmaActs;
 use crate::backend::{Backend, BackendError};
 use crate::layer::{Clock, KvCache, Rows, Work};
 use crate::model::{Model, WeightRef};
@@ -114,9 +115,22 @@ impl Engine {
     /// goes through `backend.prepare` here.
     pub fn new(
         model: Arc<Model>,
+        backend: Box<dyn Backend>,
+        pool: Arc<Pool>,
+        opts: EngineOptions,
+    ) -> Result<Self, EngineError> {
+        Self::with_acts(model, backend, pool, opts, None)
+    }
+
+    /// [`Engine::new`] with the activation buffers in the slots of `acts` (made with
+    /// [`UmaActs::for_model`] for the same `max_batch`; a slot too small falls back to the
+    /// heap), so a backend given the same `acts` can reach them in place (zero copy).
+    pub fn with_acts(
+        model: Arc<Model>,
         mut backend: Box<dyn Backend>,
         pool: Arc<Pool>,
         opts: EngineOptions,
+        acts: Option<Arc<UmaActs>>,
     ) -> Result<Self, EngineError> {
         let c = &model.config;
         let name = backend.name().to_owned();
@@ -135,7 +149,7 @@ impl Engine {
         backend.reserve(mb, c.d_model.max(c.d_ff));
         Ok(Self {
             cache: KvCache::new(c, ctx),
-            work: Work::new(c, ctx, mb, pool.threads()),
+            work: Work::new_in(c, ctx, mb, pool.threads(), acts.as_ref()),
             timings: Timings {
                 matmul: vec![(name, Duration::ZERO)],
                 host: Duration::ZERO,

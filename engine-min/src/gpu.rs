@@ -20,7 +20,8 @@ struct Bufs {
 /// Matmuls on an OpenCL device.
 pub struct GpuBackend {
     dev: Arc<Device>,
-    kernels: Kernels,
+    // Boxed: prepared launches (crate::split) keep a reference to it across moves.
+    kernels: Box<Kernels>,
     weights: HashMap<(usize, usize), Buffer>,
     bufs: Mutex<Bufs>,
     max_k: usize,
@@ -28,7 +29,7 @@ pub struct GpuBackend {
     name: String,
 }
 
-fn format(ty: GgmlType) -> Option<WeightFormat> {
+pub(crate) fn format(ty: GgmlType) -> Option<WeightFormat> {
     Some(match ty {
         GgmlType::F16 => WeightFormat::F16,
         GgmlType::Q4_0 => WeightFormat::Q4_0,
@@ -38,7 +39,7 @@ fn format(ty: GgmlType) -> Option<WeightFormat> {
     })
 }
 
-fn kerr(e: impl std::fmt::Debug) -> BackendError {
+pub(crate) fn kerr(e: impl std::fmt::Debug) -> BackendError {
     BackendError::Kernel(format!("opencl: {e:?}"))
 }
 
@@ -47,7 +48,7 @@ impl GpuBackend {
     /// `HETERO_OPENCL_DEVICE`) and builds the kernels; an error says why OpenCL is unusable.
     pub fn open() -> Result<Self, String> {
         let dev = Device::from_env().map_err(|e| format!("{e}"))?;
-        let kernels = Kernels::new(&dev).map_err(|e| format!("{e}"))?;
+        let kernels = Box::new(Kernels::new(&dev).map_err(|e| format!("{e}"))?);
         let name = format!("gpu ({})", dev.info().name.trim());
         Ok(Self {
             dev,
@@ -91,20 +92,55 @@ impl Backend for GpuBackend {
         m: usize,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
+        if out.len() != m * w.n {
+            return Err(BackendError::Shape("out"));
+        }
+        let n = w.n;
+        let mut rest = Some(out);
+        self.matmul_rows(w, x, m, |_| {
+            let (row, tail) = rest.take().unwrap_or_default().split_at_mut(n);
+            rest = Some(tail);
+            row
+        })
+    }
+}
+
+impl GpuBackend {
+    /// The OpenCL device.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    /// The built kernels (boxed: their address is stable while `self` lives).
+    pub(crate) fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+
+    /// The device copy of a prepared weight.
+    pub(crate) fn weight(&self, w: &WeightView<'_>) -> Result<&Buffer, BackendError> {
+        self.weights
+            .get(&(w.data.as_ptr() as usize, w.data.len()))
+            .ok_or(BackendError::Kernel(
+                "weight was not prepared for the GPU".into(),
+            ))
+    }
+
+    /// `out_row(t) = W x_t` for each of the `m` rows: one GEMV per row through the device's
+    /// staging buffers (activation row written, GEMV enqueued, outputs read back straight into
+    /// the slice `out_row(t)` gives, e.g. the row's column range of a shared output).
+    pub(crate) fn matmul_rows<'o>(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        mut out_row: impl FnMut(usize) -> &'o mut [f32],
+    ) -> Result<(), BackendError> {
         let (n, k) = (w.n, w.k);
         if x.len() != m * k {
             return Err(BackendError::Shape("x"));
         }
-        if out.len() != m * n {
-            return Err(BackendError::Shape("out"));
-        }
         let fmt = format(w.ty).ok_or(BackendError::Unsupported(w.ty))?;
-        let wb = self
-            .weights
-            .get(&(w.data.as_ptr() as usize, w.data.len()))
-            .ok_or(BackendError::Kernel(
-                "weight was not prepared for the GPU".into(),
-            ))?;
+        let wb = self.weight(w)?;
         let bufs = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
         let (Some(xb), Some(yb)) = (&bufs.x, &bufs.y) else {
             return Err(BackendError::Kernel("GPU buffers not allocated".into()));
@@ -114,7 +150,11 @@ impl Backend for GpuBackend {
             xb.write(&x[t * k..(t + 1) * k]).map_err(kerr)?;
             launch.enqueue().map_err(kerr)?;
             // Blocking read: waits for the GEMV.
-            yb.read(&mut out[t * n..(t + 1) * n]).map_err(kerr)?;
+            let o = out_row(t);
+            if o.len() != n {
+                return Err(BackendError::Shape("out"));
+            }
+            yb.read(o).map_err(kerr)?;
         }
         Ok(())
     }

@@ -9,7 +9,10 @@
 //! engine's bit-for-bit batch invariance relies on. Nothing here allocates: [`Work`] and the
 //! [`KvCache`]s are sized once by their constructors.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::act::{ActBuf, UmaActs};
 
 use crate::backend::{Backend, BackendError};
 use crate::model::{Config, Model, WeightRef};
@@ -75,16 +78,16 @@ pub(crate) struct Work {
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     /// Residual stream, `max_batch * d_model`.
-    pub(crate) x: Vec<f32>,
+    pub(crate) x: ActBuf,
     /// Normed rows, `max_batch * d_model`.
-    pub(crate) h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    tmp: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
+    pub(crate) h: ActBuf,
+    q: ActBuf,
+    k: ActBuf,
+    v: ActBuf,
+    att: ActBuf,
+    tmp: ActBuf,
+    g: ActBuf,
+    u: ActBuf,
     scores: Vec<f32>,
 }
 
@@ -104,6 +107,24 @@ impl Work {
     /// Buffers for `max_batch` rows of model `c`, RoPE tables for `ctx` positions and
     /// attention scratch for `threads` pool threads.
     pub(crate) fn new(c: &Config, ctx: usize, max_batch: usize, threads: usize) -> Self {
+        Self::new_in(c, ctx, max_batch, threads, None)
+    }
+
+    /// [`Work::new`] with the activation buffers in the slots of `acts` when given (see
+    /// [`crate::act`]); a slot that cannot be taken falls back to the heap.
+    pub(crate) fn new_in(
+        c: &Config,
+        ctx: usize,
+        max_batch: usize,
+        threads: usize,
+        acts: Option<&Arc<UmaActs>>,
+    ) -> Self {
+        let mut slot = 0;
+        let mut buf = |len: usize| {
+            let b = acts.and_then(|a| a.take(slot, len));
+            slot += 1;
+            b.unwrap_or_else(|| ActBuf::heap(len))
+        };
         let mb = max_batch;
         let kv = c.kv_dim();
         let half = c.rope_dims / 2;
@@ -121,15 +142,15 @@ impl Work {
             ctx,
             rope_cos,
             rope_sin,
-            x: vec![0.0; mb * c.d_model],
-            h: vec![0.0; mb * c.d_model],
-            q: vec![0.0; mb * c.d_model],
-            k: vec![0.0; mb * kv],
-            v: vec![0.0; mb * kv],
-            att: vec![0.0; mb * c.d_model],
-            tmp: vec![0.0; mb * c.d_model.max(c.vocab)],
-            g: vec![0.0; mb * c.d_ff],
-            u: vec![0.0; mb * c.d_ff],
+            x: buf(mb * c.d_model),
+            h: buf(mb * c.d_model),
+            q: buf(mb * c.d_model),
+            k: buf(mb * kv),
+            v: buf(mb * kv),
+            att: buf(mb * c.d_model),
+            tmp: buf(mb * c.d_model.max(c.vocab)),
+            g: buf(mb * c.d_ff),
+            u: buf(mb * c.d_ff),
             scores: vec![0.0; threads * ctx],
         }
     }
@@ -233,7 +254,7 @@ impl Work {
         out: Buf,
     ) -> Result<(), BackendError> {
         let t0 = clock.start();
-        // Taking the output Vec out of `self` (no allocation) lets the input be borrowed.
+        // Taking the output buffer out of `self` (no allocation) lets the input be borrowed.
         let mut o = std::mem::take(self.buf(out));
         let view = model.view(&w);
         let x = match input {
@@ -248,7 +269,7 @@ impl Work {
         r
     }
 
-    fn buf(&mut self, b: Buf) -> &mut Vec<f32> {
+    fn buf(&mut self, b: Buf) -> &mut ActBuf {
         match b {
             Buf::H => &mut self.h,
             Buf::Q => &mut self.q,

@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
 
+pub mod act;
 pub mod agents;
 pub mod backend;
 pub mod batch;
 pub mod bench;
 pub mod engine;
+pub mod exec;
 pub mod gguf;
 pub mod gpu;
 mod layer;

@@ -266,6 +266,8 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
     let pool = Arc::new(Pool::new(threads));
     let mut npu_stats = None;
+    let mut split_stats = None;
+    let mut acts = None;
     let backend: Box<dyn engine_min::backend::Backend> = if npu_plan {
         let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
             Box::new(
@@ -287,10 +289,21 @@ fn run(mut args: Args) -> Result<(), Fail> {
         let gpu = engine_min::gpu::GpuBackend::open()
             .map_err(|e| Fail(format!("plan {plan}: OpenCL is not usable: {e}"), 1))?;
         let cpu = CpuBackend::new(Arc::clone(&pool), kernel);
-        Box::new(
-            engine_min::split::SplitBackend::new(cpu, gpu, r)
-                .map_err(|e| Fail(e.to_string(), 1))?,
+        // Activations in uma slots, wrapped for the GPU: one-token matmuls write one output
+        // in place from both sides (see engine_min::split).
+        let a = engine_min::act::UmaActs::for_model(&model.config, 128)
+            .map_err(|e| Fail(format!("uma pool: {e}"), 1))?;
+        let split = engine_min::split::SplitBackend::with_acts(
+            cpu,
+            gpu,
+            r,
+            Some(Arc::clone(&a)),
+            Some(Arc::clone(&pool)),
         )
+        .map_err(|e| Fail(e.to_string(), 1))?;
+        split_stats = Some(split.stats());
+        acts = Some(a);
+        Box::new(split)
     } else if plan == "gpu" {
         Box::new(
             engine_min::gpu::GpuBackend::open()
@@ -299,7 +312,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     } else {
         Box::new(CpuBackend::new(Arc::clone(&pool), kernel))
     };
-    let mut engine = Engine::new(
+    let mut engine = Engine::with_acts(
         Arc::clone(&model),
         backend,
         pool,
@@ -307,6 +320,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
             context: ctx,
             max_batch: 128,
         },
+        acts,
     )
     .map_err(|e| Fail(e.to_string(), 1))?;
     let load = t_load.elapsed();
@@ -432,6 +446,17 @@ fn run(mut args: Args) -> Result<(), Fail> {
         }
         line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
         let _ = writeln!(out, "{line}");
+    }
+    if let Some(s) = &split_stats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = writeln!(
+            out,
+            "split: {} matmuls zero-copy (one output slot, GPU flag polled), {} staged; host \
+             waited {:.1} ms for GPU flags after its own columns",
+            s.zero_copy.load(Relaxed),
+            s.staged.load(Relaxed),
+            s.gpu_wait_ns.load(Relaxed) as f64 / 1e6
+        );
     }
     if let (Some(s), Some(npu)) = (&npu_stats, prefill_npu) {
         // Simulator time: the x86 HTP simulator, not the speed of an NPU.

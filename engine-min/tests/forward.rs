@@ -146,7 +146,10 @@ fn gpu_plan_matches_reference_forward() {
 }
 
 /// Forced CPU–GPU column splits (CPU share 0.25 and 0.5 of every matmul's columns, the two
-/// halves computed concurrently) against the reference. The CPU side uses an f32 kernel, so the
+/// halves computed concurrently and written into one output) against the reference, with the
+/// activations in uma slots (decode steps take the zero-copy path: the GPU writes its columns
+/// of the slot in place and signals a completion flag) and without (every matmul staged). The
+/// CPU side uses an f32 kernel (or hetero-sme's f32-activation GEMV for prefill rows), so the
 /// f32 tolerances apply.
 #[test]
 fn cpu_gpu_split_plan_matches_reference_forward() {
@@ -160,13 +163,23 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
         .into_iter()
         .rfind(|&k| tol(k) == TOL_F32)
         .unwrap_or(CpuKernel::Portable);
-    for share in [0.25, 0.5] {
+    for (share, uma) in [(0.25, true), (0.5, true), (0.5, false)] {
         let pool = Arc::new(Pool::new(2));
         let gpu = engine_min::gpu::GpuBackend::open().expect("opencl");
         let cpu = CpuBackend::new(Arc::clone(&pool), f32_kernel);
-        let split = engine_min::split::SplitBackend::new(cpu, gpu, share).expect("split");
+        let acts =
+            uma.then(|| engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool"));
+        let split = engine_min::split::SplitBackend::with_acts(
+            cpu,
+            gpu,
+            share,
+            acts.clone(),
+            Some(Arc::clone(&pool)),
+        )
+        .expect("split");
         assert_eq!(split.cpu_cols(192), if share == 0.25 { 64 } else { 128 });
-        let mut e = Engine::new(
+        let stats = split.stats();
+        let mut e = Engine::with_acts(
             Arc::clone(&model),
             Box::new(split),
             pool,
@@ -174,6 +187,7 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
                 context: 64,
                 max_batch: 16,
             },
+            acts,
         )
         .expect("engine");
         let mut logits = vec![f32::NAN; vocab];
@@ -185,11 +199,27 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
             }
             let w = &want[t * vocab..(t + 1) * vocab];
             let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
-            eprintln!("split {share} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+            eprintln!("split {share} uma {uma} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
             assert!(
                 d <= TOL_F32 && tvd <= 1e-4,
                 "split {share} pos {t}: {d}, {tvd}"
             );
+        }
+        let (zc, st) = (
+            stats.zero_copy.load(std::sync::atomic::Ordering::Relaxed),
+            stats.staged.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        eprintln!("split {share} uma {uma}: {zc} zero-copy matmuls, {st} staged");
+        // One-row steps (the 17th prompt token, a chunk of its own, and 2 decode steps) x 30
+        // layers x 7 matmuls in place; the 16-row chunk and the LM heads are staged.
+        if uma {
+            assert_eq!(
+                zc,
+                3 * 30 * 7,
+                "decode matmuls must take the zero-copy path"
+            );
+        } else {
+            assert_eq!(zc, 0);
         }
     }
 }
