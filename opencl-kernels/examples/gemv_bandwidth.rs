@@ -310,16 +310,24 @@ fn main() -> Res<()> {
             ]
             .iter()
             .flat_map(|&(per_item, unroll)| {
-                [(8, 32), (16, 16), (32, 8), (64, 4), (32, 4)]
-                    .into_iter()
-                    .map(move |(tpr, rows)| {
-                        Some(RowShape {
-                            tpr,
-                            rows,
-                            per_item,
-                            unroll,
-                        })
+                [
+                    (8, 32),
+                    (16, 16),
+                    (32, 8),
+                    (64, 4),
+                    (32, 4),
+                    (128, 2),
+                    (256, 1),
+                ]
+                .into_iter()
+                .map(move |(tpr, rows)| {
+                    Some(RowShape {
+                        tpr,
+                        rows,
+                        per_item,
+                        unroll,
                     })
+                })
             })
             .filter(|_| !default_only),
         )

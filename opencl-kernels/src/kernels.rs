@@ -296,7 +296,7 @@ impl Kernels {
         need("xq", xq, nxq)?;
         need("xs", xs, nxs)?;
         need("y", y, n * 4)?;
-        let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
+        let s = self.fit(shape.unwrap_or(Self::gemv_q4_0_t_dp4a_default(k)));
         let name = t_kernel_name(TFamily::Dp4a, s)?;
         let items = n.div_ceil(s.per_item);
         let mut l = self.launch_in(
@@ -371,6 +371,7 @@ impl Kernels {
     }
 
     fn fit(&self, s: RowShape) -> RowShape {
+        // Keeps `unroll` as given (validated by the T-layout kernel choice).
         let max = self.max_wg();
         let tpr = pow2_floor(s.tpr.min(max));
         let rows = pow2_floor((max / tpr).min(s.rows).max(1));
@@ -517,18 +518,28 @@ impl Kernels {
         Ok(l)
     }
 
-    /// The default work-group shape of [`Kernels::gemv_q4_t`] and
-    /// [`Kernels::gemv_q4_0_t_dp4a`] for rows of `k` weights: two rows per work-item, `tpr` =
-    /// the power of two at or below `k / 128` (a quarter of the row's 16-byte units), clamped
-    /// to 8..=64, `256 / tpr` row slots per group (the H200 sweep's best or within 10% of it
-    /// on the four decode shapes; see `benches/results/opencl-kernels.md`).
+    /// The default work-group shape of [`Kernels::gemv_q4_t`] for rows of `k` weights
+    /// (`nb = k / 32` 16-byte units a row): two rows per work-item, one unit in flight per row,
+    /// `tpr` = the power of two at or below `nb / 2` clamped to 8..=64, `256 / tpr` row slots
+    /// per group. On the H200 sweep this was the best shape or within 4% of it on the four
+    /// decode shapes (see `benches/results/opencl-kernels.md`).
     pub fn gemv_q4_t_default(k: usize) -> RowShape {
-        let tpr = pow2_floor(k / 128).clamp(8, 64);
+        let tpr = pow2_floor(k / 64).clamp(8, 64);
         RowShape {
             tpr,
             rows: MAX_WG / tpr,
             per_item: 2,
-            unroll: 0,
+            unroll: 1,
+        }
+    }
+
+    /// The default shape of [`Kernels::gemv_q4_0_t_dp4a`]: as [`Kernels::gemv_q4_t_default`]
+    /// with four units in flight per row (H200 sweep: the best shape on 4096 x 4096, within 1%,
+    /// 4% and 10% of the best on 49152 x 576, 4096 x 14336 and 14336 x 4096).
+    pub fn gemv_q4_0_t_dp4a_default(k: usize) -> RowShape {
+        RowShape {
+            unroll: 4,
+            ..Self::gemv_q4_t_default(k)
         }
     }
 

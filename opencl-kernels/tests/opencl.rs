@@ -471,6 +471,90 @@ fn gemv_q4_t_layout_matches_reference() {
     assert!(matches!(e, Error::NotApplicable(_)), "{e}");
 }
 
+/// The NVIDIA-only dp4a variant: where the platform is NVIDIA's it must build and match the
+/// reference; elsewhere (PoCL in CI) `enable_dp4a` is a typed NotApplicable. Bound: NMSE
+/// <= 1e-4 — the activations are rounded to int8 per 32-block (step max|x|/127), whose
+/// rounding noise (step^2 / 12 per element) gives an NMSE of ~1.5e-5 for uniform activations
+/// (measured 1.3e-5..1.5e-5 on an H200); the weights' decoding and the integer sums are
+/// exact.
+#[test]
+fn gemv_q4_0_t_dp4a_matches_reference_where_it_runs() {
+    let Some(k) = kernels() else { return };
+    let dev = k.device().clone();
+    let mut kd = Kernels::new(&dev).unwrap();
+    let nvidia = dev
+        .info()
+        .platform_name
+        .to_ascii_lowercase()
+        .contains("nvidia");
+    match kd.enable_dp4a() {
+        Err(Error::NotApplicable(_)) if !nvidia => {
+            eprintln!("dp4a variant: not an NVIDIA platform, NotApplicable as documented");
+            return;
+        }
+        Err(e) => panic!("enable_dp4a on {}: {e}", dev.info().platform_name),
+        Ok(()) => assert!(nvidia && kd.has_dp4a()),
+    }
+    let mut r = rng(12);
+    for &(n, kk) in &[(1, 32), (5, 160), (37, 576), (77, 2048), (130, 1024)] {
+        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
+        let (nq, nd) = ocl::relayout_q4_t_len(WeightFormat::Q4_0, n, kk).unwrap();
+        let (mut qs, mut ds) = (vec![0u8; nq], vec![0u8; nd]);
+        ocl::relayout_q4_t(WeightFormat::Q4_0, &w, n, kk, &mut qs, &mut ds).unwrap();
+        let x = randn(&mut r, kk);
+        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let (nxq, nxs) = Kernels::quantize_x_q8w_len(kk).unwrap();
+        let (bq, bd, bx) = (
+            dev.upload(&qs).unwrap(),
+            dev.upload(&ds).unwrap(),
+            dev.upload(&x).unwrap(),
+        );
+        let (bxq, bxs) = (dev.alloc(nxq).unwrap(), dev.alloc(nxs).unwrap());
+        kd.quantize_x_q8w(&bx, &bxq, &bxs, kk)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+        for shape in [
+            None,
+            Some((8, 4, 1, 1)),
+            Some((16, 4, 2, 4)),
+            Some((4, 8, 4, 2)),
+        ] {
+            let shape = shape.map(|(tpr, rows, per_item, unroll)| ocl::RowShape {
+                tpr,
+                rows,
+                per_item,
+                unroll,
+            });
+            let by = poisoned(k, n);
+            kd.gemv_q4_0_t_dp4a(&bq, &bd, &bxq, &bxs, &by, n, kk, shape)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            let got = read(&by, n);
+            let what = format!("dp4a {n}x{kk} {shape:?}");
+            if n >= 16 {
+                check(&what, &got, &want, 1e-4);
+            } else {
+                assert!(
+                    got.iter().all(|v| v.is_finite()),
+                    "{what}: unwritten output"
+                );
+                // Few outputs: error relative to the outputs' magnitudes sum |w x| instead; each
+                // activation is off by at most half a step (max|x| / 254), at most ~0.8% of
+                // sum |w x| when |x| averages max|x| / 2: bound 1%.
+                let mag = magnitudes(WeightFormat::Q4_0, &w, &x, 1, n, kk);
+                for ((g, e), m) in got.iter().zip(&want).zip(&mag) {
+                    assert!(
+                        (g - e).abs() <= 1e-2 * m,
+                        "{what}: {g} vs {e} (|w x| sum {m})"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gemm_small_m_matches_reference() {
     let Some(k) = kernels() else { return };
