@@ -224,8 +224,9 @@ impl<'a> GemmPlan<'a> {
     }
 
     /// Number of tiles: `ceil(M / tile_rows) * ceil(panels / panels_per_tile)`, where a tile is
-    /// one 64-column panel for every kernel but AMX (a group of 8 panels: it converts A to BF16
-    /// once per group). Tile `t` covers panel group `t / row_blocks` and row block
+    /// one 64-column panel for the portable, AVX-512 and NEON kernels and a group of 8 panels
+    /// for AMX (it converts A to BF16 once per group) and SME (it packs A once per group and
+    /// enters streaming mode once per K chunk for the whole group). Tile `t` covers panel group `t / row_blocks` and row block
     /// `t % row_blocks` (consecutive tiles share their panels).
     pub fn tiles(&self) -> usize {
         self.nrb * self.ctx.np.div_ceil(self.pg)

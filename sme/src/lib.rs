@@ -223,6 +223,8 @@ impl Kernel {
         match self {
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => arch::x86_64::AMX_GROUP,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Sme1(_) | Kernel::Sme2(_) => sme_driver::SME_GROUP,
             _ => 1,
         }
     }
@@ -251,6 +253,17 @@ impl Kernel {
             unsafe { t.gemm_tiles(ctx, row0, rows, p0, p1) };
             return;
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Kernel::Sme1(_) | Kernel::Sme2(_) = self {
+            let tok = match *self {
+                Kernel::Sme2(t) => sme_driver::SmeTok::S2(t),
+                Kernel::Sme1(t) => sme_driver::SmeTok::S1(t),
+                _ => return,
+            };
+            // SAFETY: all obligations forwarded; the token proves SME (SME2 for S2).
+            unsafe { sme_driver::sme_tile(tok, ctx, row0, rows, p0, p1) };
+            return;
+        }
         for p in p0..p1 {
             // SAFETY: forwarded for each panel of the range.
             unsafe { self.panel_tile(ctx, row0, rows, p) };
@@ -273,11 +286,11 @@ impl Kernel {
                 Kernel::Neon(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "aarch64")]
                 Kernel::Sme1(t) => {
-                    sme_driver::sme_tile(sme_driver::SmeTok::S1(*t), ctx, row0, rows, p)
+                    sme_driver::sme_tile(sme_driver::SmeTok::S1(*t), ctx, row0, rows, p, p + 1)
                 }
                 #[cfg(target_arch = "aarch64")]
                 Kernel::Sme2(t) => {
-                    sme_driver::sme_tile(sme_driver::SmeTok::S2(*t), ctx, row0, rows, p)
+                    sme_driver::sme_tile(sme_driver::SmeTok::S2(*t), ctx, row0, rows, p, p + 1)
                 }
             }
         }

@@ -1,6 +1,8 @@
-//! Driver side of the aarch64 SME tile kernels: packs the LHS row block chunk by chunk (K in
-//! chunks of 256 k-pairs, so the scratch lives on the stack) and calls the kernel contract
-//! `gemm_block_f16` of `arch::aarch64::{Sme2, Sme1}` one panel at a time.
+//! Driver side of the aarch64 SME tile kernels: a tile is one row block × a group of up to
+//! [`SME_GROUP`] panels. The LHS row block is packed chunk by chunk (K in chunks of 256 k-pairs,
+//! so the scratch lives on the stack), once per chunk for the whole group, and each chunk is one
+//! call of the kernel (`gemm_chunk_f16` of `arch::aarch64::{Sme2, Sme1}`) over all the group's
+//! panels: one SMSTART/SMSTOP per chunk and group instead of per chunk and panel.
 
 use crate::arch::aarch64::{lhs_block_len, pack_lhs_f16, pack_lhs_f32, Sme1, Sme2};
 use crate::gemm::{APtr, Ctx};
@@ -10,6 +12,8 @@ use crate::pack::{PAIR_ELEMS, PANEL_COLS};
 const KC: usize = 256;
 /// Largest tile_rows (SVL 512 bits).
 const MAX_TILE_ROWS: usize = 16;
+/// Panels per tile: the packed LHS chunk and one streaming-mode entry serve this many panels.
+pub(crate) const SME_GROUP: usize = 8;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SmeTok {
@@ -26,16 +30,27 @@ impl SmeTok {
     }
 }
 
+/// Rows `row0..row0+rows` × panels `p0..p1`.
+///
 /// # Safety
-/// As [`crate::Kernel::tile`]; `rows <= tok.tile_rows() <= 16`.
-pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, p: usize) {
+/// As [`crate::Kernel::tile`]; `rows <= tok.tile_rows() <= 16`; `p0 < p1 <= ctx.np`.
+pub(crate) unsafe fn sme_tile(
+    tok: SmeTok,
+    ctx: &Ctx,
+    row0: usize,
+    rows: usize,
+    p0: usize,
+    p1: usize,
+) {
     let tr = tok.tile_rows();
-    if tr > MAX_TILE_ROWS || rows > tr {
+    if tr > MAX_TILE_ROWS || rows > tr || p1 <= p0 {
         // Not reachable: the probes accept SVL <= 512 and the plan cuts rows by tile_rows.
         return;
     }
-    let cols = ctx.panel_cols(p);
-    let panel = ctx.panel_ptr(p);
+    let col0 = p0 * PANEL_COLS;
+    // Columns of the panel range inside N (the last panel may be partial).
+    let cols = (ctx.n - col0).min((p1 - p0) * PANEL_COLS);
+    let panel = ctx.panel_ptr(p0);
     let mut lhs = [0u16; MAX_TILE_ROWS * 2 * KC];
     let mut q0 = 0;
     loop {
@@ -78,7 +93,6 @@ pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, 
         }
         let first = q0 == 0;
         let accumulate = !first || ctx.accumulate;
-        let col0 = p * PANEL_COLS;
         let bias = if first && !ctx.bias.is_null() {
             ctx.bias.wrapping_add(col0)
         } else {
@@ -87,15 +101,17 @@ pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, 
         let w = panel.wrapping_add(q0 * PAIR_ELEMS);
         let c = ctx.c.wrapping_add(row0 * ctx.ldc + col0);
         // SAFETY: lhs holds lhs_block_len(tr, 2*qn) packed u16 (kn rounds up to 2*qn pairs);
-        // with one panel the panel stride is unused and `w` covers qn k-pair rows of panel p;
-        // c covers rows × cols of the caller's tile; bias null or `cols` elements; rows <= tr.
+        // `w` points at k-pair row q0 of panel p0, and each of the p1-p0 panels (kp rows apart)
+        // has rows q0..q0+qn inside the validated weight; c covers rows × cols of the caller's
+        // tile (cols <= 64 * (p1-p0)); bias null or `cols` elements; rows <= tr; qn <= kp.
         unsafe {
             match tok {
-                SmeTok::S2(t) => t.gemm_block_f16(
+                SmeTok::S2(t) => t.gemm_chunk_f16(
                     lhs.as_ptr(),
                     w,
                     qn,
-                    1,
+                    ctx.kp,
+                    p1 - p0,
                     c,
                     ctx.ldc,
                     rows,
@@ -103,11 +119,12 @@ pub(crate) unsafe fn sme_tile(tok: SmeTok, ctx: &Ctx, row0: usize, rows: usize, 
                     accumulate,
                     bias,
                 ),
-                SmeTok::S1(t) => t.gemm_block_f16(
+                SmeTok::S1(t) => t.gemm_chunk_f16(
                     lhs.as_ptr(),
                     w,
                     qn,
-                    1,
+                    ctx.kp,
+                    p1 - p0,
                     c,
                     ctx.ldc,
                     rows,

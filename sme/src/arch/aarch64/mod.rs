@@ -415,6 +415,44 @@ impl Sme2 {
         if rows == 0 || cols == 0 {
             return;
         }
+        // SAFETY: forwarded; consecutive panels of this call are kp rows apart.
+        unsafe {
+            self.gemm_chunk_f16(
+                lhs, panels, kp, kp, npanels, c, ldc, rows, cols, accumulate, bias,
+            )
+        }
+    }
+
+    /// As [`Sme2::gemm_block_f16`] on one K chunk of a wider weight: the panels are `panel_kp`
+    /// k-pair rows apart (stride `panel_kp * 128` u16) and the kernel reads the first `kp` rows
+    /// of each (`panels` points at the chunk's first row in the first panel). One streaming-mode
+    /// entry serves all `npanels` panels.
+    ///
+    /// # Safety
+    /// As [`Sme2::gemm_block_f16`], except that `panels` must be valid for reads of `kp * 128` u16
+    /// at each of the `npanels` offsets `i * panel_kp * 128`, and `kp <= panel_kp`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm_chunk_f16(
+        self,
+        lhs: *const u16,
+        panels: *const u16,
+        kp: usize,
+        panel_kp: usize,
+        npanels: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        accumulate: bool,
+        bias: *const f32,
+    ) {
+        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels && kp <= panel_kp);
+        // SAFETY: the token proves FEAT_SME.
+        let tpidr2 = unsafe { tpidr2_el0() };
+        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
+        if rows == 0 || cols == 0 {
+            return;
+        }
         let args = sme::BlockArgs::new(
             self.svl_bytes,
             lhs,
@@ -426,9 +464,10 @@ impl Sme2 {
             cols,
             accumulate,
             bias,
-        );
+        )
+        .with_panel_kp(panel_kp);
         // SAFETY: the token proves FEAT_SME2 + F16F32; the caller's obligations are exactly
-        // those of `sme2_block`.
+        // those of `sme2_block`, with the panel stride they name.
         unsafe { sme::sme2_block(&args) }
     }
 }
@@ -460,6 +499,44 @@ impl Sme1 {
         if rows == 0 || cols == 0 {
             return;
         }
+        // SAFETY: forwarded; consecutive panels of this call are kp rows apart.
+        unsafe {
+            self.gemm_chunk_f16(
+                lhs, panels, kp, kp, npanels, c, ldc, rows, cols, accumulate, bias,
+            )
+        }
+    }
+
+    /// As [`Sme1::gemm_block_f16`] on one K chunk of a wider weight: the panels are `panel_kp`
+    /// k-pair rows apart (stride `panel_kp * 128` u16) and the kernel reads the first `kp` rows
+    /// of each (`panels` points at the chunk's first row in the first panel). One streaming-mode
+    /// entry serves all `npanels` panels.
+    ///
+    /// # Safety
+    /// As [`Sme1::gemm_block_f16`], except that `panels` must be valid for reads of `kp * 128` u16
+    /// at each of the `npanels` offsets `i * panel_kp * 128`, and `kp <= panel_kp`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gemm_chunk_f16(
+        self,
+        lhs: *const u16,
+        panels: *const u16,
+        kp: usize,
+        panel_kp: usize,
+        npanels: usize,
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        accumulate: bool,
+        bias: *const f32,
+    ) {
+        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels && kp <= panel_kp);
+        // SAFETY: the token proves FEAT_SME.
+        let tpidr2 = unsafe { tpidr2_el0() };
+        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
+        if rows == 0 || cols == 0 {
+            return;
+        }
         let args = sme::BlockArgs::new(
             self.svl_bytes,
             lhs,
@@ -471,9 +548,10 @@ impl Sme1 {
             cols,
             accumulate,
             bias,
-        );
+        )
+        .with_panel_kp(panel_kp);
         // SAFETY: the token proves FEAT_SME + F16F32; the caller's obligations are exactly
-        // those of `sme1_block`.
+        // those of `sme1_block`, with the panel stride they name.
         unsafe { sme::sme1_block(&args) }
     }
 }

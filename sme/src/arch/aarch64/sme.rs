@@ -64,6 +64,15 @@ impl BlockArgs {
             passes: 64 / svl_bytes,
         }
     }
+
+    /// Panels `panel_kp` k-pair rows apart (the whole weight's k-pairs) while the K loop reads
+    /// only the first `kp` rows of each: one K chunk of consecutive panels.
+    pub(super) fn with_panel_kp(self, panel_kp: usize) -> Self {
+        Self {
+            panel_stride_bytes: panel_kp * 256,
+            ..self
+        }
+    }
 }
 
 /// Emits the whole kernel; `$ext` is the assembler extension (sme2 or sme), `$setup` extra
