@@ -55,7 +55,7 @@ impl Pool {
                         return;
                     }
                     spins += 1;
-                    if spins > 1 << 14 {
+                    if spins > 1 << 12 {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();
@@ -79,8 +79,15 @@ impl Pool {
         *self.sh.job.lock().unwrap() = Some(Job(p));
         let e = self.sh.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         f(0);
+        // Spin briefly, then yield: on a loaded machine the helper may be descheduled.
+        let mut spins = 0u32;
         while self.sh.done.load(Ordering::Acquire) != e {
-            std::hint::spin_loop();
+            spins += 1;
+            if spins > 1 << 12 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 }

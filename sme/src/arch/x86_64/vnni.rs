@@ -70,7 +70,14 @@ impl Vnni {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut BlockMeta) {
-    for blk in 0..blocks {
+    let full = blocks / 16 * 16;
+    let mut blk0 = 0;
+    while blk0 < full {
+        // SAFETY: blocks blk0..blk0+16 are inside the caller's buffers (blk0 + 16 <= blocks).
+        unsafe { quantize16(x.add(blk0 * QK), q.add(blk0 * QK), meta.add(blk0)) };
+        blk0 += 16;
+    }
+    for blk in full..blocks {
         // SAFETY: blk < blocks: the 32 floats, 32 bytes and one record are inside the caller's
         // buffers.
         unsafe {
@@ -84,9 +91,10 @@ unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut Blo
             const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
             let lo = _mm512_set1_epi32(-127);
             let hi = _mm512_set1_epi32(127);
-            let clamp = |v: __m512i| _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-            let ia = clamp(_mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(a, vinv)));
-            let ib = clamp(_mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(b, vinv)));
+            let ia = _mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(a, vinv));
+            let ia = _mm512_min_epi32(_mm512_max_epi32(ia, lo), hi);
+            let ib = _mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(b, vinv));
+            let ib = _mm512_min_epi32(_mm512_max_epi32(ib, lo), hi);
             _mm_storeu_si128(q.add(blk * QK).cast(), _mm512_cvtepi32_epi8(ia));
             _mm_storeu_si128(q.add(blk * QK + 16).cast(), _mm512_cvtepi32_epi8(ib));
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(ia, ib));
@@ -95,6 +103,132 @@ unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut Blo
                 s: d * sum as f32,
                 n8: -8 * sum,
                 n128: -128 * sum,
+            });
+        }
+    }
+}
+
+/// `max` of floats (`ADD = false`) or wrapping add of i32 lanes (`ADD = true`).
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn op2<const ADD: bool>(a: __m512, b: __m512) -> __m512 {
+    // SAFETY: register-only intrinsics; AVX-512F is the caller's.
+    unsafe {
+        if ADD {
+            _mm512_castsi512_ps(_mm512_add_epi32(
+                _mm512_castps_si512(a),
+                _mm512_castps_si512(b),
+            ))
+        } else {
+            _mm512_max_ps(a, b)
+        }
+    }
+}
+
+/// Lane `i` of the result = max (or i32 sum) over all lanes of `v[i]`: a transpose-reduce tree
+/// (15 ops and 30 shuffles for 16 vectors, then one permute). Max of non-negative floats and
+/// wrapping integer adds are exact in any order, so the result equals any other reduction.
+/// (No closures here: a closure would not inherit the caller's target features.)
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn reduce16<const ADD: bool>(v: &[__m512; 16]) -> __m512 {
+    // SAFETY: register-only intrinsics; AVX-512F is the caller's.
+    unsafe {
+        // Level 1: 256-bit halves. t[i] quadrants 0,1: v[2i] folded; 2,3: v[2i+1] folded.
+        let mut t = [_mm512_setzero_ps(); 8];
+        for i in 0..8 {
+            let (a, b) = (v[2 * i], v[2 * i + 1]);
+            t[i] = op2::<ADD>(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            );
+        }
+        // Level 2: 128-bit quadrants. u[j] quadrant c: v[4j + c] folded to 4 lanes.
+        let mut u = [_mm512_setzero_ps(); 4];
+        for j in 0..4 {
+            let (a, b) = (t[2 * j], t[2 * j + 1]);
+            u[j] = op2::<ADD>(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            );
+        }
+        // Level 3: 64-bit pairs. w[l] quadrant c: lanes 0,1 = v[8l + c], lanes 2,3 = v[8l+4+c].
+        let mut w = [_mm512_setzero_ps(); 2];
+        for l in 0..2 {
+            let (a, b) = (_mm512_castps_pd(u[2 * l]), _mm512_castps_pd(u[2 * l + 1]));
+            w[l] = op2::<ADD>(
+                _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+            );
+        }
+        // Level 4: lane 4c + e = v[4e + c] fully reduced.
+        let f = op2::<ADD>(
+            _mm512_shuffle_ps::<0x88>(w[0], w[1]),
+            _mm512_shuffle_ps::<0xDD>(w[0], w[1]),
+        );
+        // Lane i takes lane 4(i % 4) + i / 4 (a 4x4 transpose).
+        let idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+        _mm512_permutexvar_ps(idx, f)
+    }
+}
+
+/// Sixteen consecutive blocks at once: the per-block maxima and sums come out of
+/// [`reduce16`] as vectors, so the scalar divisions and horizontal reductions of the one-block
+/// path become one vector division and two trees. Bit-identical to `quantize_block`: max and
+/// integer sums are exact in any order; `d`, `inv`, `x·inv`, RNE rounding and `d·Σq` are the same
+/// IEEE operations; `|x·inv| <= 127·(1 + 3·2⁻²⁴)` rounds to at most 127, so the portable clamp
+/// never changes a finite value (saturating packs keep non-finite input memory-safe).
+///
+/// # Safety
+/// `x` readable for 512 floats, `q` writable for 512 bytes, `meta` for 16 records; AVX-512F/BW.
+#[inline(always)]
+unsafe fn quantize16(x: *const f32, q: *mut i8, meta: *mut BlockMeta) {
+    // SAFETY: all loads/stores are within the 16 blocks the caller provides.
+    unsafe {
+        let mut mx = [_mm512_setzero_ps(); 16];
+        for (i, m) in mx.iter_mut().enumerate() {
+            let a = _mm512_loadu_ps(x.add(i * QK));
+            let b = _mm512_loadu_ps(x.add(i * QK + 16));
+            *m = _mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b));
+        }
+        let amax = reduce16::<false>(&mx);
+        let d = _mm512_div_ps(amax, _mm512_set1_ps(127.0));
+        let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(d, _mm512_setzero_ps());
+        let inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(1.0), d);
+        let mut invs = [0f32; 16];
+        _mm512_storeu_ps(invs.as_mut_ptr(), inv);
+        const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        let mut sums = [_mm512_setzero_ps(); 16];
+        for (i, sm) in sums.iter_mut().enumerate() {
+            let vi = _mm512_set1_ps(invs[i]);
+            let a = _mm512_loadu_ps(x.add(i * QK));
+            let b = _mm512_loadu_ps(x.add(i * QK + 16));
+            let ia = _mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(a, vi));
+            let ib = _mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(b, vi));
+            _mm_storeu_si128(q.add(i * QK).cast(), _mm512_cvtsepi32_epi8(ia));
+            _mm_storeu_si128(q.add(i * QK + 16).cast(), _mm512_cvtsepi32_epi8(ib));
+            *sm = _mm512_castsi512_ps(_mm512_add_epi32(ia, ib));
+        }
+        let sum = _mm512_castps_si512(reduce16::<true>(&sums));
+        let s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum));
+        let n8 = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-8));
+        let n128 = _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128));
+        let (mut da, mut sa) = ([0f32; 16], [0f32; 16]);
+        let (mut n8a, mut n128a) = ([0i32; 16], [0i32; 16]);
+        _mm512_storeu_ps(da.as_mut_ptr(), d);
+        _mm512_storeu_ps(sa.as_mut_ptr(), s);
+        _mm512_storeu_si512(n8a.as_mut_ptr().cast(), n8);
+        _mm512_storeu_si512(n128a.as_mut_ptr().cast(), n128);
+        for i in 0..16 {
+            meta.add(i).write(BlockMeta {
+                d: da[i],
+                s: sa[i],
+                n8: n8a[i],
+                n128: n128a[i],
             });
         }
     }
