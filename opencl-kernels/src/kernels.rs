@@ -521,10 +521,15 @@ impl Kernels {
     /// The default work-group shape of [`Kernels::gemv_q4_t`] for rows of `k` weights
     /// (`nb = k / 32` 16-byte units a row): two rows per work-item, one unit in flight per row,
     /// `tpr` = the power of two at or below `nb / 2` clamped to 8..=64, `256 / tpr` row slots
-    /// per group. On the H200 sweep this was the best shape or within 4% of it on the four
-    /// decode shapes (see `benches/results/opencl-kernels.md`).
+    /// per group; for `k >= 32768`, 256 work-items per row. On the H200 sweeps this was the
+    /// best shape or within 4% of it on the four decode shapes, and the best on 4096 x 57344
+    /// (see `benches/results/opencl-kernels.md`).
     pub fn gemv_q4_t_default(k: usize) -> RowShape {
-        let tpr = pow2_floor(k / 64).clamp(8, 64);
+        let tpr = if k >= 32768 {
+            256
+        } else {
+            pow2_floor(k / 64).clamp(8, 64)
+        };
         RowShape {
             tpr,
             rows: MAX_WG / tpr,
@@ -535,8 +540,18 @@ impl Kernels {
 
     /// The default shape of [`Kernels::gemv_q4_0_t_dp4a`]: as [`Kernels::gemv_q4_t_default`]
     /// with four units in flight per row (H200 sweep: the best shape on 4096 x 4096, within 1%,
-    /// 4% and 10% of the best on 49152 x 576, 4096 x 14336 and 14336 x 4096).
+    /// 4% and 10% of the best on 49152 x 576, 4096 x 14336 and 14336 x 4096); for
+    /// `k >= 32768`, four rows per item, two units in flight, 128 work-items per row (the best
+    /// on 4096 x 57344: 80% of copy, where the shorter-K rule gives 57%).
     pub fn gemv_q4_0_t_dp4a_default(k: usize) -> RowShape {
+        if k >= 32768 {
+            return RowShape {
+                tpr: 128,
+                rows: 2,
+                per_item: 4,
+                unroll: 2,
+            };
+        }
         RowShape {
             unroll: 4,
             ..Self::gemv_q4_t_default(k)
