@@ -107,88 +107,17 @@ pub fn map_plan(p: &OpPlan, have_gpu: bool, have_npu: bool) -> (Exec, bool) {
     }
 }
 
-/// A backend that runs the planner's plan for each matmul.
-pub struct PlanBackend {
-    split: Option<SplitBackend>,
-    cpu: Option<CpuBackend>,
-    npu: Option<NpuBackend>,
-    table: HashMap<(usize, usize), Vec<Entry>>,
-    profile: CheckedProfile,
+/// The plans of every planned shape at rows `1..=max_m`.
+#[derive(Clone, Debug, Default)]
+pub struct PlanTable {
+    map: HashMap<(usize, usize), Vec<Entry>>,
     max_m: usize,
-    time_ns: [AtomicU64; 4],
-    name: String,
 }
 
-impl PlanBackend {
-    /// Plans on `profile` for rows `1..=max_m`; `gpu` and `npu` are used when given (and the
-    /// plan wants them), the CPU always (`cpu` runs CPU-only matmuls; with a GPU the split
-    /// backend's CPU side does).
-    pub fn new(
-        profile: CheckedProfile,
-        max_m: usize,
-        pool: Arc<Pool>,
-        cpu: CpuBackend,
-        gpu: Option<GpuBackend>,
-        npu: Option<NpuBackend>,
-        acts: Option<Arc<UmaActs>>,
-    ) -> Result<Self, BackendError> {
-        let (split, cpu) = match gpu {
-            Some(g) => (
-                Some(SplitBackend::with_acts(cpu, g, 1.0, acts, Some(pool))?),
-                None,
-            ),
-            None => (None, Some(cpu)),
-        };
-        Ok(Self {
-            split,
-            cpu,
-            npu,
-            table: HashMap::new(),
-            profile,
-            max_m: max_m.max(1),
-            time_ns: Default::default(),
-            name: "auto".into(),
-        })
-    }
-
-    fn cpu(&self) -> Result<&CpuBackend, BackendError> {
-        match (&self.split, &self.cpu) {
-            (Some(s), _) => Ok(s.cpu()),
-            (None, Some(c)) => Ok(c),
-            _ => Err(BackendError::Kernel("no CPU backend".into())),
-        }
-    }
-
-    /// Plans every row count for `(k, n)` (once per shape).
-    fn plan_shape(&mut self, k: usize, n: usize) -> Result<(), BackendError> {
-        if self.table.contains_key(&(k, n)) {
-            return Ok(());
-        }
-        let (have_gpu, have_npu) = (self.split.is_some(), self.npu.is_some());
-        let mut v = Vec::with_capacity(self.max_m);
-        for m in 1..=self.max_m {
-            let plan = plan_op(&self.profile, k as u32, n as u32, m as u32).map_err(|e| {
-                BackendError::Kernel(format!("planner: no plan for k={k} n={n} m={m}: {e:?}"))
-            })?;
-            let (exec, approximated) = map_plan(&plan, have_gpu, have_npu);
-            v.push(Entry {
-                plan,
-                exec,
-                approximated,
-            });
-        }
-        self.table.insert((k, n), v);
-        Ok(())
-    }
-
-    /// The plan entry for a `(k, n)` shape at `m` rows (after `prepare`).
+impl PlanTable {
+    /// The plan entry for a `(k, n)` shape at `m` rows.
     pub fn entry(&self, k: usize, n: usize, m: usize) -> Option<&Entry> {
-        self.table.get(&(k, n))?.get(m.checked_sub(1)?)
-    }
-
-    /// Matmul time per executed kind ([`EXEC_NAMES`] order), in ns.
-    pub fn time_ns(&self) -> [u64; 4] {
-        std::array::from_fn(|i| self.time_ns[i].load(Ordering::Relaxed))
+        self.map.get(&(k, n))?.get(m.checked_sub(1)?)
     }
 
     /// One line per shape at `m` rows: the planner's strategy and split, and what runs.
@@ -219,6 +148,109 @@ impl PlanBackend {
     }
 }
 
+/// Matmul time per executed kind ([`EXEC_NAMES`] order), in ns.
+#[derive(Debug, Default)]
+pub struct ExecTimes(pub [AtomicU64; 4]);
+
+impl ExecTimes {
+    /// A snapshot, in ns.
+    pub fn get(&self) -> [u64; 4] {
+        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+}
+
+/// A backend that runs the planner's plan for each matmul.
+pub struct PlanBackend {
+    split: Option<SplitBackend>,
+    cpu: Option<CpuBackend>,
+    npu: Option<NpuBackend>,
+    table: PlanTable,
+    profile: CheckedProfile,
+    times: Arc<ExecTimes>,
+    name: String,
+}
+
+impl PlanBackend {
+    /// Plans on `profile` for rows `1..=max_m`; `gpu` and `npu` are used when given (and the
+    /// plan wants them), the CPU always (`cpu` runs CPU-only matmuls; with a GPU the split
+    /// backend's CPU side does). `shapes` (`(k, n)`) are planned now; others at `prepare`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        profile: CheckedProfile,
+        max_m: usize,
+        pool: Arc<Pool>,
+        cpu: CpuBackend,
+        gpu: Option<GpuBackend>,
+        npu: Option<NpuBackend>,
+        acts: Option<Arc<UmaActs>>,
+        shapes: &[(usize, usize)],
+    ) -> Result<Self, BackendError> {
+        let (split, cpu) = match gpu {
+            Some(g) => (
+                Some(SplitBackend::with_acts(cpu, g, 1.0, acts, Some(pool))?),
+                None,
+            ),
+            None => (None, Some(cpu)),
+        };
+        let mut me = Self {
+            split,
+            cpu,
+            npu,
+            table: PlanTable {
+                map: HashMap::new(),
+                max_m: max_m.max(1),
+            },
+            profile,
+            times: Arc::default(),
+            name: "auto".into(),
+        };
+        for &(k, n) in shapes {
+            me.plan_shape(k, n)?;
+        }
+        Ok(me)
+    }
+
+    fn cpu(&self) -> Result<&CpuBackend, BackendError> {
+        match (&self.split, &self.cpu) {
+            (Some(s), _) => Ok(s.cpu()),
+            (None, Some(c)) => Ok(c),
+            _ => Err(BackendError::Kernel("no CPU backend".into())),
+        }
+    }
+
+    /// Plans every row count for `(k, n)` (once per shape).
+    fn plan_shape(&mut self, k: usize, n: usize) -> Result<(), BackendError> {
+        if self.table.map.contains_key(&(k, n)) {
+            return Ok(());
+        }
+        let (have_gpu, have_npu) = (self.split.is_some(), self.npu.is_some());
+        let mut v = Vec::with_capacity(self.table.max_m);
+        for m in 1..=self.table.max_m {
+            let plan = plan_op(&self.profile, k as u32, n as u32, m as u32).map_err(|e| {
+                BackendError::Kernel(format!("planner: no plan for k={k} n={n} m={m}: {e:?}"))
+            })?;
+            let (exec, approximated) = map_plan(&plan, have_gpu, have_npu);
+            v.push(Entry {
+                plan,
+                exec,
+                approximated,
+            });
+        }
+        self.table.map.insert((k, n), v);
+        Ok(())
+    }
+
+    /// The plans (a copy, e.g. to print after the backend moved into an engine).
+    pub fn table(&self) -> PlanTable {
+        self.table.clone()
+    }
+
+    /// Matmul time per executed kind, shared (readable after the backend moved).
+    pub fn times(&self) -> Arc<ExecTimes> {
+        Arc::clone(&self.times)
+    }
+}
+
 impl Backend for PlanBackend {
     fn name(&self) -> &str {
         &self.name
@@ -226,7 +258,7 @@ impl Backend for PlanBackend {
 
     fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
         self.plan_shape(w.k, w.n)?;
-        let mut execs: Vec<Exec> = self.table[&(w.k, w.n)].iter().map(|e| e.exec).collect();
+        let mut execs: Vec<Exec> = self.table.map[&(w.k, w.n)].iter().map(|e| e.exec).collect();
         execs.sort_by_key(|e| match e {
             Exec::CpuGpu { cpu_cols } => (2, *cpu_cols),
             o => (o.index(), 0),
@@ -279,6 +311,7 @@ impl Backend for PlanBackend {
         out: &mut [f32],
     ) -> Result<(), BackendError> {
         let exec = self
+            .table
             .entry(w.k, w.n, m)
             .map(|e| e.exec)
             // Beyond the planned rows (not reached: the engine chunks by max_batch): CPU.
@@ -290,7 +323,7 @@ impl Backend for PlanBackend {
             (Exec::Npu, _, Some(npu)) => npu.matmul(w, x, m, out),
             _ => self.cpu()?.matmul(w, x, m, out),
         };
-        self.time_ns[exec.index()].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.times.0[exec.index()].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r
     }
 }

@@ -118,5 +118,27 @@ fn demo_and_profile_plan_on_the_model() {
     let (code, out, err) = run(&["plan", "--profile", of, "--model", model, "--seq", "17"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.matches("predicted").count(), 5, "{out}");
+    // profile -> run: with --profile the planner's plan runs by default (`--plan auto`), prints
+    // the plan it executes and the time by executed plan, and still answers " Paris".
+    let (code, out, err) = run(&[
+        "run",
+        "--model",
+        model,
+        "--profile",
+        of,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("plan auto from"), "{out}");
+    assert_eq!(out.matches("predicted").count(), 10, "{out}");
+    assert!(out.contains("auto: matmul time by executed plan"), "{out}");
+    assert!(out.contains(" Paris"), "{out}");
+    // auto without a profile is a usage error.
+    let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "auto"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--profile"), "{err}");
     std::fs::remove_file(&out_file).ok();
 }
