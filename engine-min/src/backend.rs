@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::pool::{Pool, SharedMut};
-use crate::qkernel::{PackedWeight, QuantActs, PAIR};
 use crate::quant;
 
 /// A quantized weight matrix: `n` rows of `k` elements of type `ty`, rows contiguous.
@@ -79,86 +78,213 @@ pub trait Backend: Send + Sync {
     ) -> Result<(), BackendError>;
 }
 
-/// Longest row the CPU backend handles (its per-task scratch lives on the stack).
+/// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
 pub const MAX_K: usize = 4096;
-/// Weight rows dequantized together (the micro-kernel's row block).
+/// Weight rows dequantized together by the f32 fallback (its micro-kernel's row block).
 const NR: usize = 4;
-/// Tokens per micro-kernel call.
+/// Tokens per f32 micro-kernel call.
 const MR: usize = 4;
-/// Weight rows per pool task.
+/// Weight rows per pool task of the f32 fallback.
 const ROWS_PER_TASK: usize = 32;
+/// From this many rows (tokens) on, [`CpuKernel::Sme`] runs the int8 GEMM instead of the GEMV:
+/// below it the GEMV's f32 activations cost nothing extra (decode streams the weight once
+/// either way); above it the GEMV re-reads the weight for every 16 tokens while the int8 GEMM
+/// does four multiply-adds per instruction per lane.
+pub const SME_GEMM_MIN_ROWS: usize = 4;
 
-/// The CPU micro-kernel implementations; all are public so tests can run every one.
+/// The CPU kernels; all are public so tests can run every one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CpuKernel {
-    /// Plain Rust, any CPU.
+    /// Weights dequantized to f32 in stack scratch, plain-Rust 4x4 f32 micro-kernel: the
+    /// oracle, any CPU.
     Portable,
-    /// x86-64 AVX-512F 4x4 f32 dot block.
+    /// As `Portable` with an AVX-512F micro-kernel.
     #[cfg(target_arch = "x86_64")]
     Avx512,
-    /// x86-64 AVX-512 VNNI on weights repacked at `prepare` (Q4_0, Q4_1, Q8_0 with rows a
-    /// multiple of 64) and activations quantized to 8 bits per 32-element block; other weights
-    /// take the AVX-512 f32 path.
-    #[cfg(target_arch = "x86_64")]
-    Avx512Vnni,
-    /// The `hetero-sme` crate's quantized decode GEMV (`gemv_q4_0/q4_1/q8_0`, f32 activations,
-    /// dequantized in registers, its own dispatch) on row ranges spread over the pool, tokens
-    /// in groups of `hetero_sme::GEMV_MAX_ROWS`; other tensor types take the best f32 path. Not
-    /// batch-invariant (the GEMV's per-row result depends on M), so only in [`CpuKernel::all`].
+    /// hetero-sme's int8 GEMM ([`hetero_sme::Int8Weight`] repacked at `prepare`, activations
+    /// quantized per 32-element block to 8 bits: llama.cpp's scheme; AVX-512 VNNI where the CPU
+    /// has it, else hetero-sme's portable integer kernel) for Q4_0, Q4_1 and Q8_0 weights.
+    Int8,
+    /// hetero-sme's packed quantized GEMV ([`hetero_sme::QPackedRef`] repacked at `prepare`, f32
+    /// activations dequantizing the weights in registers), tokens in groups of 16.
     SmeGemv,
+    /// [`CpuKernel::SmeGemv`] below [`SME_GEMM_MIN_ROWS`] rows (decode), [`CpuKernel::Int8`]
+    /// from there (prefill). A token's result depends on how many tokens share its call, so it
+    /// is not batch-invariant.
+    Sme,
 }
 
 impl CpuKernel {
-    /// Every batch-invariant kernel this CPU can run, best last (a token's result does not
-    /// depend on the other tokens of the call).
+    /// Every batch-invariant kernel this CPU can run (a token's result does not depend on the
+    /// other tokens of the call), the oracle first.
     pub fn available() -> Vec<CpuKernel> {
         let mut v = vec![CpuKernel::Portable];
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx512f") {
             v.push(CpuKernel::Avx512);
         }
-        #[cfg(target_arch = "x86_64")]
-        if crate::qkernel::vnni::available() {
-            v.push(CpuKernel::Avx512Vnni);
-        }
+        v.push(CpuKernel::SmeGemv);
+        v.push(CpuKernel::Int8);
         v
     }
 
-    /// [`available`](Self::available) plus the kernels that are not batch-invariant (a token's
-    /// result may depend on how many tokens share the call), which batched engines must not
-    /// use: [`CpuKernel::SmeGemv`]. Tests and `run --kernel` go through this list.
+    /// [`available`](Self::available) plus the kernels that are not batch-invariant, which
+    /// batched engines must not use: [`CpuKernel::Sme`]. Tests and `run --kernel` go through
+    /// this list.
     pub fn all() -> Vec<CpuKernel> {
         let mut v = Self::available();
-        v.push(CpuKernel::SmeGemv);
+        v.push(CpuKernel::Sme);
         v
     }
 
-    /// The kernel a single sequence runs by default (`run`, `bench`): hetero-sme's GEMV with
-    /// f32 activations. The 8-bit-activation VNNI kernel is visibly less accurate on the 135M
-    /// model (a chat answer derails, see the README), and one sequence needs no batch
-    /// invariance.
+    /// The kernel a single sequence runs by default (`run`, `bench`): [`CpuKernel::Sme`].
     pub fn default_for_run() -> CpuKernel {
-        CpuKernel::SmeGemv
+        CpuKernel::Sme
     }
 
-    /// The best batch-invariant kernel this CPU can run.
+    /// The best batch-invariant kernel (the batched agents engine, `profile`): the int8 GEMM
+    /// where it has a vector kernel, else the f32-activation GEMV.
     pub fn best() -> CpuKernel {
-        Self::available().pop().unwrap_or(CpuKernel::Portable)
+        if hetero_sme::Int8Kernel::best() == hetero_sme::Int8Kernel::Portable {
+            CpuKernel::SmeGemv
+        } else {
+            CpuKernel::Int8
+        }
+    }
+
+    /// The name `run --kernel` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuKernel::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            CpuKernel::Avx512 => "avx512",
+            CpuKernel::Int8 => "sme-int8",
+            CpuKernel::SmeGemv => "sme-gemv",
+            CpuKernel::Sme => "sme",
+        }
+    }
+
+    /// The kernel called `name` (see [`CpuKernel::name`]) if this CPU can run it.
+    pub fn from_name(name: &str) -> Option<CpuKernel> {
+        Self::all().into_iter().find(|k| k.name() == name)
+    }
+
+    fn uses_gemv(self) -> bool {
+        matches!(self, CpuKernel::SmeGemv | CpuKernel::Sme)
+    }
+
+    fn uses_int8(self) -> bool {
+        matches!(self, CpuKernel::Int8 | CpuKernel::Sme)
+    }
+
+    /// The f32 micro-kernel for weights without a hetero-sme form (F32, F16, BF16 tensors).
+    fn f32_kernel(self) -> CpuKernel {
+        match self {
+            CpuKernel::Portable => CpuKernel::Portable,
+            #[cfg(target_arch = "x86_64")]
+            _ if std::is_x86_feature_detected!("avx512f") => CpuKernel::Avx512,
+            _ => CpuKernel::Portable,
+        }
     }
 }
 
-/// The CPU backend: dequantize a block of weight rows into stack scratch, multiply by a block
-/// of tokens with an f32 micro-kernel; tasks of row blocks spread over the pool.
+/// A buffer whose usable part starts on a 64-byte boundary (the packed GEMV's fastest case).
+struct Aligned64 {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned64 {
+    fn zeroed(len: usize) -> Self {
+        let buf = vec![0u8; len + 63];
+        let off = buf.as_ptr().align_offset(64).min(63);
+        Self { buf, off, len }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + self.len]
+    }
+}
+
+/// A weight's hetero-sme forms, made once at `prepare`.
+struct Prepared {
+    n: usize,
+    k: usize,
+    /// The packed GEMV form.
+    gemv: Option<(Aligned64, hetero_sme::QType)>,
+    /// The int8 GEMM form.
+    int8: Option<hetero_sme::Int8Weight>,
+}
+
+fn sme_err(e: hetero_sme::Error) -> BackendError {
+    BackendError::Kernel(format!("hetero-sme: {e}"))
+}
+
+impl Prepared {
+    fn new(w: &WeightView<'_>, gemv: bool, int8: bool) -> Result<Option<Self>, BackendError> {
+        use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Weight, QType, QuantBlock};
+        let (n, k) = (w.n, w.k);
+        let ty = match w.ty {
+            GgmlType::Q4_0 => QType::Q4_0,
+            GgmlType::Q4_1 => QType::Q4_1,
+            GgmlType::Q8_0 => QType::Q8_0,
+            _ => return Ok(None),
+        };
+        let mut p = Prepared {
+            n,
+            k,
+            gemv: None,
+            int8: None,
+        };
+        if gemv {
+            let len = hetero_sme::qpacked_len(ty, k, n).map_err(sme_err)?;
+            let mut buf = Aligned64::zeroed(len);
+            let dst = buf.bytes_mut();
+            match ty {
+                QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
+                    .and_then(|b| hetero_sme::pack_q4_0(b, k, n, 0..n, dst)),
+                QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
+                    .and_then(|b| hetero_sme::pack_q4_1(b, k, n, 0..n, dst)),
+                QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
+                    .and_then(|b| hetero_sme::pack_q8_0(b, k, n, 0..n, dst)),
+            }
+            .map_err(sme_err)?;
+            p.gemv = Some((buf, ty));
+        }
+        if int8 {
+            let packed =
+                match ty {
+                    QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
+                        .and_then(|b| Int8Weight::pack_q4_0(b, n, k)),
+                    QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
+                        .and_then(|b| Int8Weight::pack_q4_1(b, n, k)),
+                    QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
+                        .and_then(|b| Int8Weight::pack_q8_0(b, n, k)),
+                }
+                .map_err(sme_err)?;
+            p.int8 = Some(packed);
+        }
+        Ok(Some(p))
+    }
+}
+
+/// The CPU backend: hetero-sme's quantized kernels on weights repacked at `prepare`, spread over
+/// the pool by work stealing; weights of other types take an f32 path (dequantize a block of
+/// rows into stack scratch, multiply by a block of tokens).
 pub struct CpuBackend {
     pool: Arc<Pool>,
     kernel: CpuKernel,
     /// Repacked weights, keyed by the address and length of their original bytes.
-    packed: HashMap<(usize, usize), PackedWeight>,
-    acts: Mutex<QuantActs>,
+    prepared: HashMap<(usize, usize), Prepared>,
+    /// Quantized activations of the int8 GEMM, sized in `reserve`.
+    acts: Mutex<hetero_sme::QActs>,
 }
 
 impl CpuBackend {
-    /// A CPU backend on `pool` using `kernel` (which must be in [`CpuKernel::available`]; an
+    /// A CPU backend on `pool` using `kernel` (which must be in [`CpuKernel::all`]; an
     /// unavailable one is replaced by the portable kernel).
     pub fn new(pool: Arc<Pool>, kernel: CpuKernel) -> Self {
         let kernel = if CpuKernel::all().contains(&kernel) {
@@ -169,14 +295,14 @@ impl CpuBackend {
         Self {
             pool,
             kernel,
-            packed: HashMap::new(),
-            acts: Mutex::new(QuantActs::default()),
+            prepared: HashMap::new(),
+            acts: Mutex::new(hetero_sme::QActs::default()),
         }
     }
 
-    /// Number of weights repacked for the quantized kernel.
+    /// Number of weights repacked for hetero-sme's kernels.
     pub fn packed_count(&self) -> usize {
-        self.packed.len()
+        self.prepared.len()
     }
 
     /// The kernel in use.
@@ -191,24 +317,26 @@ impl Backend for CpuBackend {
     }
 
     fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
-        #[cfg(target_arch = "x86_64")]
-        if self.kernel == CpuKernel::Avx512Vnni {
-            let key = (w.data.as_ptr() as usize, w.data.len());
-            if let std::collections::hash_map::Entry::Vacant(e) = self.packed.entry(key) {
-                if let Some(p) = PackedWeight::pack(w.ty, w.n, w.k, w.data) {
-                    e.insert(p);
+        let (gemv, int8) = (self.kernel.uses_gemv(), self.kernel.uses_int8());
+        if !gemv && !int8 {
+            return Ok(());
+        }
+        let key = (w.data.as_ptr() as usize, w.data.len());
+        if let std::collections::hash_map::Entry::Vacant(e) = self.prepared.entry(key) {
+            if let Some(p) = Prepared::new(w, gemv, int8)? {
+                e.insert(p);
+                if int8 {
                     self.reserve(1, w.k);
                 }
             }
         }
-        let _ = w;
         Ok(())
     }
 
     fn reserve(&mut self, m: usize, k: usize) {
         let a = self.acts.get_mut().unwrap_or_else(|e| e.into_inner());
-        if !a.fits(m, k) {
-            *a = QuantActs::with_capacity(m, k);
+        if a.capacity() < m.saturating_mul(k) {
+            *a = hetero_sme::QActs::with_capacity(m, k);
         }
     }
 
@@ -221,9 +349,6 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         let (n, k) = (w.n, w.k);
         let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
-        if k > MAX_K {
-            return Err(BackendError::TooWide(k));
-        }
         if w.data.len() != n * rb {
             return Err(BackendError::Shape("weight bytes"));
         }
@@ -233,42 +358,111 @@ impl Backend for CpuBackend {
         if out.len() != m * n {
             return Err(BackendError::Shape("out"));
         }
-        if let Some(p) = self.packed.get(&(w.data.as_ptr() as usize, w.data.len())) {
+        if let Some(p) = self.prepared.get(&(w.data.as_ptr() as usize, w.data.len())) {
             if p.n == n && p.k == k {
-                self.matmul_packed(p, x, m, out);
-                return Ok(());
+                let int8 = match self.kernel {
+                    CpuKernel::Int8 => true,
+                    CpuKernel::Sme => m >= SME_GEMM_MIN_ROWS,
+                    _ => false,
+                };
+                if let (true, Some(iw)) = (int8, &p.int8) {
+                    return self.matmul_int8(iw, x, m, out);
+                }
+                if let Some((buf, ty)) = &p.gemv {
+                    let pw =
+                        hetero_sme::QPackedRef::new(buf.bytes(), *ty, k, n).map_err(sme_err)?;
+                    return self.matmul_gemv(pw, x, m, out);
+                }
+                if let Some(iw) = &p.int8 {
+                    return self.matmul_int8(iw, x, m, out);
+                }
             }
         }
-        if self.kernel == CpuKernel::SmeGemv
-            && matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
-        {
-            // Tokens in groups of at most GEMV_MAX_ROWS: every token takes the same kernel
-            // whatever the batch size (results do not depend on batching).
-            let g = hetero_sme::GEMV_MAX_ROWS;
-            let mut t0 = 0;
-            while t0 < m {
-                let mm = (m - t0).min(g);
-                self.matmul_sme(
-                    w,
-                    rb,
-                    &x[t0 * k..(t0 + mm) * k],
-                    mm,
-                    &mut out[t0 * n..(t0 + mm) * n],
-                )?;
-                t0 += mm;
-            }
-            return Ok(());
+        if k > MAX_K {
+            return Err(BackendError::TooWide(k));
         }
-        // The f32 fallback of the SME-GEMV kernel: the best f32 kernel this CPU has.
-        let base = match self.kernel {
-            CpuKernel::SmeGemv => CpuKernel::available()
-                .into_iter()
-                .find(|&c| c != CpuKernel::Portable)
-                .unwrap_or(CpuKernel::Portable),
-            other => other,
-        };
+        self.matmul_f32(w, rb, x, m, out);
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// hetero-sme's packed GEMV, tokens in groups of `GEMV_MAX_ROWS`, each group's 64-row tiles
+    /// spread over the pool; results land straight in `out`.
+    fn matmul_gemv(
+        &self,
+        w: hetero_sme::QPackedRef<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let (n, k) = (w.n(), w.k());
+        let kernel = hetero_sme::Kernel::best_gemv();
+        let g = hetero_sme::GEMV_MAX_ROWS;
+        let mut t0 = 0;
+        while t0 < m {
+            let mm = (m - t0).min(g);
+            let plan = hetero_sme::QPackedPlan::new(
+                kernel,
+                &x[t0 * k..(t0 + mm) * k],
+                mm,
+                k,
+                w,
+                &mut out[t0 * n..(t0 + mm) * n],
+                n,
+            )
+            .map_err(sme_err)?;
+            self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))?;
+            t0 += mm;
+        }
+        Ok(())
+    }
+
+    /// hetero-sme's int8 GEMM: activations quantized into the reserved scratch, then the
+    /// GEMM's tiles spread over the pool.
+    fn matmul_int8(
+        &self,
+        w: &hetero_sme::Int8Weight,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let kernel = hetero_sme::Int8Kernel::best();
+        let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
+        if acts.capacity() < m * w.k() {
+            // Only when `reserve` was not told about this size (not on the engine's path).
+            *acts = hetero_sme::QActs::with_capacity(m, w.k());
+        }
+        kernel
+            .quantize_acts(x, m, w.k(), &mut acts)
+            .map_err(sme_err)?;
+        let plan = hetero_sme::Int8Plan::new(kernel, w, &acts, out, w.n()).map_err(sme_err)?;
+        self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
+    }
+
+    /// Runs a hetero-sme plan's tiles on every pool thread through the pool's work stealing.
+    fn run_plan(
+        &self,
+        tiles: usize,
+        worker: &(dyn Fn(&hetero_sme::StealState, usize) -> Result<(), hetero_sme::Error> + Sync),
+    ) -> Result<(), BackendError> {
+        let failed: Mutex<Option<hetero_sme::Error>> = Mutex::new(None);
+        self.pool.run_workers(tiles, &|st, th| {
+            if let Err(e) = worker(st, th) {
+                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+        });
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(sme_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The f32 path: dequantize `NR` weight rows into stack scratch, multiply by `MR` tokens.
+    fn matmul_f32(&self, w: &WeightView<'_>, rb: usize, x: &[f32], m: usize, out: &mut [f32]) {
+        let (n, k) = (w.n, w.k);
         let kernel = if k % 16 == 0 {
-            base
+            self.kernel.f32_kernel()
         } else {
             CpuKernel::Portable
         };
@@ -302,193 +496,6 @@ impl Backend for CpuBackend {
             }
         };
         self.pool.run(n_tasks, &task);
-        Ok(())
-    }
-}
-
-/// Output rows per pool task of the SME GEMV (its tiles are 64 columns).
-const SME_ROWS_PER_TASK: usize = 64;
-
-impl CpuBackend {
-    fn matmul_sme(
-        &self,
-        w: &WeightView<'_>,
-        rb: usize,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-    ) -> Result<(), BackendError> {
-        use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
-        let (n, k) = (w.n, w.k);
-        let outs = SharedMut::new(out);
-        let failed: Mutex<Option<String>> = Mutex::new(None);
-        let task = |t: usize, _thread: usize| {
-            let r0 = t * SME_ROWS_PER_TASK;
-            let nr = (n - r0).min(SME_ROWS_PER_TASK);
-            let bytes = &w.data[r0 * rb..(r0 + nr) * rb];
-            // Results for this row range: straight into `out` for one token, else through a
-            // local buffer (the rows of several tokens are not contiguous in `out`).
-            let mut local = [0f32; hetero_sme::GEMV_MAX_ROWS * SME_ROWS_PER_TASK];
-            let (y, ldy): (&mut [f32], usize) = if m == 1 {
-                // SAFETY: tasks own disjoint row ranges [r0, r0 + nr) of the single output row.
-                (unsafe { outs.slice(r0, nr) }, nr)
-            } else {
-                (&mut local[..m * nr], nr)
-            };
-            let r = match w.ty {
-                GgmlType::Q4_0 => BlockQ4_0::slice_from_bytes(bytes)
-                    .and_then(|b| hetero_sme::gemv_q4_0(x, m, k, b, y, ldy)),
-                GgmlType::Q4_1 => BlockQ4_1::slice_from_bytes(bytes)
-                    .and_then(|b| hetero_sme::gemv_q4_1(x, m, k, b, y, ldy)),
-                _ => BlockQ8_0::slice_from_bytes(bytes)
-                    .and_then(|b| hetero_sme::gemv_q8_0(x, m, k, b, y, ldy)),
-            };
-            if let Err(e) = r {
-                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{e:?}"));
-                return;
-            }
-            if m > 1 {
-                for tok in 0..m {
-                    // SAFETY: tasks own disjoint row ranges [r0, r0 + nr) of every output row.
-                    let o = unsafe { outs.slice(tok * n + r0, nr) };
-                    o.copy_from_slice(&local[tok * nr..(tok + 1) * nr]);
-                }
-            }
-        };
-        self.pool.run(n.div_ceil(SME_ROWS_PER_TASK), &task);
-        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(BackendError::Kernel(format!("hetero-sme: {e}"))),
-            None => Ok(()),
-        }
-    }
-
-    fn matmul_packed(&self, w: &PackedWeight, x: &[f32], m: usize, out: &mut [f32]) {
-        let (n, k) = (w.n, w.k);
-        let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
-        if !acts.fits(m, k) {
-            *acts = QuantActs::with_capacity(m, k);
-        }
-        acts.k = k;
-        acts.m = m;
-        {
-            let ds = crate::qkernel::dstride(k);
-            let a = &mut *acts;
-            let (q, d, s, e) = (
-                SharedMut::new(&mut a.q[..]),
-                SharedMut::new(&mut a.d[..]),
-                SharedMut::new(&mut a.s[..]),
-                SharedMut::new(&mut a.dexp[..]),
-            );
-            let quant_task = |t: usize, _thread: usize| {
-                // SAFETY: each task quantizes its own token `t`, so the ranges are disjoint.
-                unsafe {
-                    crate::qkernel::quantize_token(
-                        &x[t * k..(t + 1) * k],
-                        q.slice(t * k, k),
-                        d.slice(t * ds, ds),
-                        s.slice(t * ds, ds),
-                        e.slice(t * (k / PAIR) * 16, k / PAIR * 16),
-                    )
-                };
-            };
-            if m >= 8 {
-                self.pool.run(m, &quant_task);
-            } else {
-                (0..m).for_each(|t| quant_task(t, 0));
-            }
-        }
-        let acts: &QuantActs = &acts;
-        let kernel = self.kernel;
-        let outs = SharedMut::new(out);
-        let n_tasks = n.div_ceil(ROWS_PER_TASK);
-        let task = |t: usize, _thread: usize| {
-            let r_end = ((t + 1) * ROWS_PER_TASK).min(n);
-            let mut r0 = t * ROWS_PER_TASK;
-            while r0 < r_end {
-                let nr = (r_end - r0).min(NR);
-                let mut t0 = 0;
-                while t0 < m {
-                    let mr = (m - t0).min(MR);
-                    let mut acc = [[0f32; NR]; MR];
-                    qdot(kernel, w, r0, nr, acts, t0, mr, &mut acc);
-                    for (ti, row) in acc.iter().enumerate().take(mr) {
-                        // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
-                        // row, so no two live slices overlap.
-                        let o = unsafe { outs.slice((t0 + ti) * n + r0, nr) };
-                        o.copy_from_slice(&row[..nr]);
-                    }
-                    t0 += mr;
-                }
-                r0 += nr;
-            }
-        };
-        self.pool.run(n_tasks, &task);
-    }
-}
-
-/// The quantized dot block with `kernel` (the portable integer loop for non-VNNI kernels).
-#[allow(clippy::too_many_arguments)]
-pub fn qdot(
-    kernel: CpuKernel,
-    w: &PackedWeight,
-    r0: usize,
-    nr: usize,
-    a: &QuantActs,
-    t0: usize,
-    mr: usize,
-    acc: &mut [[f32; NR]; MR],
-) {
-    assert!(
-        (1..=NR).contains(&nr)
-            && r0 + nr <= w.n
-            && (1..=MR).contains(&mr)
-            && t0 + mr <= a.m
-            && a.k == w.k
-    );
-    match kernel {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx512Vnni` is only selectable when `vnni::available()` (see
-        // `CpuKernel::available` and `CpuBackend::new`); the assert above checks the index
-        // preconditions, and `PackedWeight`/`QuantActs` keep their buffer lengths consistent.
-        CpuKernel::Avx512Vnni => unsafe {
-            use crate::qkernel::vnni::dot;
-            use crate::qkernel::UKind;
-            // Decode (one token): 4 rows at once. More tokens: 2 rows x up to 4 tokens per
-            // call (register budget), twice for a 4-row group.
-            macro_rules! go {
-                ($nib:expr) => {
-                    match mr {
-                        1 => dot::<1, 4, $nib>(w, r0, nr, a, t0, acc),
-                        _ => {
-                            let mut hi = [[0f32; 4]; 4];
-                            let n1 = nr.min(2);
-                            match mr {
-                                2 => dot::<2, 2, $nib>(w, r0, n1, a, t0, acc),
-                                3 => dot::<3, 2, $nib>(w, r0, n1, a, t0, acc),
-                                _ => dot::<4, 2, $nib>(w, r0, n1, a, t0, acc),
-                            }
-                            if nr > 2 {
-                                match mr {
-                                    2 => dot::<2, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
-                                    3 => dot::<3, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
-                                    _ => dot::<4, 2, $nib>(w, r0 + 2, nr - 2, a, t0, &mut hi),
-                                }
-                                for t in 0..mr {
-                                    acc[t][2] = hi[t][0];
-                                    acc[t][3] = hi[t][1];
-                                }
-                            }
-                        }
-                    }
-                };
-            }
-            if w.kind == UKind::Nib4 {
-                go!(true)
-            } else {
-                go!(false)
-            }
-        },
-        _ => crate::qkernel::dot_portable(w, r0, nr, a, t0, mr, acc),
     }
 }
 
@@ -503,9 +510,8 @@ pub fn dot_block(
     acc: &mut [[f32; NR]; MR],
 ) {
     match kernel {
-        CpuKernel::Portable | CpuKernel::SmeGemv => dot_block_portable(w, nr, x, mr, k, acc),
         #[cfg(target_arch = "x86_64")]
-        CpuKernel::Avx512 | CpuKernel::Avx512Vnni => {
+        CpuKernel::Avx512 => {
             assert!(
                 k.is_multiple_of(16)
                     && w.len() >= nr * k
@@ -513,11 +519,12 @@ pub fn dot_block(
                     && nr >= 1
                     && mr >= 1
             );
-            // SAFETY: `Avx512` and `Avx512Vnni` are only chosen when the CPU reports AVX-512F
-            // (`CpuKernel::available`), which is the target feature the function enables; the
+            // SAFETY: `Avx512` is only chosen when the CPU reports AVX-512F
+            // (`CpuKernel::available`, `f32_kernel`), the target feature the function enables; the
             // assert above establishes the slice-length preconditions it reads within.
             unsafe { avx512::dot_block(w, nr, x, mr, k, acc) }
         }
+        _ => dot_block_portable(w, nr, x, mr, k, acc),
     }
 }
 

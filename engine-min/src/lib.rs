@@ -14,7 +14,6 @@ pub mod model;
 pub mod npu;
 pub mod planning;
 pub mod pool;
-pub mod qkernel;
 pub mod quant;
 pub mod reference;
 pub mod sample;

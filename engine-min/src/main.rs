@@ -13,9 +13,9 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan auto|cpu|gpu|cpu-gpu:R|npu|npu-gpu] [--profile FILE]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu|cpu-gpu:R|npu|npu-gpu]
                  [--npu-seq S (default 32)]
-                 [--kernel portable|avx512|avx512-vnni|sme-gemv (default)]
+                 [--kernel portable|avx512|sme-gemv|sme-int8|sme (default)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
   engine-min bench [--model PATH] [--pp N (128)] [--tg N (64)] [--reps R (5)] [--threads N]
@@ -156,7 +156,10 @@ fn plan_cmd(mut args: Args) -> Result<(), Fail> {
     };
     let model_arg = args.value("--model")?;
     args.finish()?;
-    let profile = load_profile(&file)?;
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| Fail(format!("cannot read profile {file}: {e}"), 1))?;
+    let profile: hetero_partition::Profile = serde_json::from_str(&text)
+        .map_err(|e| Fail(format!("profile {file} is not a valid profile: {e}"), 1))?;
     let checked = profile
         .check()
         .map_err(|e| Fail(format!("profile {file} rejected: {e:?}"), 1))?;
@@ -194,14 +197,6 @@ fn plan_cmd(mut args: Args) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Reads a profile file (JSON `hetero_partition::Profile`).
-fn load_profile(file: &str) -> Result<hetero_partition::Profile, Fail> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Fail(format!("cannot read profile {file}: {e}"), 1))?;
-    serde_json::from_str(&text)
-        .map_err(|e| Fail(format!("profile {file} is not a valid profile: {e}"), 1))
-}
-
 fn model_path(args: &mut Args) -> Result<String, Fail> {
     match args.value("--model")? {
         Some(p) => Ok(p),
@@ -223,15 +218,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let threads: usize = args.parsed("--threads", default_threads)?;
     let ctx: usize = args.parsed("--ctx", 2048)?;
-    let profile_file = args.value("--profile")?;
-    // With a profile the planner's plan is the default; forced plans stay available.
-    let plan = args.value("--plan")?.unwrap_or_else(|| {
-        if profile_file.is_some() {
-            "auto".into()
-        } else {
-            "cpu".into()
-        }
-    });
+    let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
     let npu_seq: usize = args.parsed("--npu-seq", 32)?;
     let kernel = match args.value("--kernel")? {
         // Default: hetero-sme's GEMV with f32 activations. The 8-bit-activation VNNI kernel is
@@ -260,19 +247,13 @@ fn run(mut args: Args) -> Result<(), Fail> {
         None => None,
     };
     let npu_plan = plan == "npu" || plan == "npu-gpu";
-    if plan != "cpu" && plan != "gpu" && plan != "auto" && !npu_plan && split_share.is_none() {
+    if plan != "cpu" && plan != "gpu" && !npu_plan && split_share.is_none() {
         return Err(usage(format!(
-            "unknown plan `{plan}`: `auto` (the planner's per-op plan for --profile FILE), \
-             `cpu`, `gpu` (all matmuls on the OpenCL device), \
+            "unknown plan `{plan}`: `cpu`, `gpu` (all matmuls on the OpenCL device), \
              `cpu-gpu:R` (CPU takes share R of every matmul's columns), `npu` (rows in chunks \
              of --npu-seq on the NPU, the rest and decode on the CPU) and `npu-gpu` (the same \
              with the GPU as partner) run in this build"
         )));
-    }
-    if plan == "auto" && profile_file.is_none() {
-        return Err(usage(
-            "--plan auto needs --profile FILE (write one with `engine-min profile`)",
-        ));
     }
     if npu_seq == 0 {
         return Err(usage("--npu-seq must be at least 1"));
@@ -287,80 +268,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let mut npu_stats = None;
     let mut split_stats = None;
     let mut acts = None;
-    let mut auto_info = None;
-    let backend: Box<dyn engine_min::backend::Backend> = if plan == "auto" {
-        let file = profile_file.clone().unwrap_or_default();
-        let mut prof = load_profile(&file)?;
-        let listed = |name: &str| prof.backends.iter().any(|b| b.backend == name);
-        let mut notes = Vec::new();
-        let gpu = if listed("gpu") {
-            match engine_min::gpu::GpuBackend::open() {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    notes.push(format!(
-                        "the profile has a GPU but OpenCL is not usable ({e}): planned without it"
-                    ));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let npu = if listed("npu") {
-            let opts = engine_min::npu::NpuOptions {
-                seq: npu_seq,
-                ..Default::default()
-            };
-            let partner = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
-            match engine_min::npu::NpuBackend::open(partner, opts) {
-                Ok(n) => {
-                    npu_stats = Some(n.stats());
-                    Some(n)
-                }
-                Err(e) => {
-                    notes.push(format!(
-                        "the profile has an NPU but it is not usable ({e}): planned without it"
-                    ));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let (has_gpu, has_npu) = (gpu.is_some(), npu.is_some());
-        prof.backends.retain(|b| {
-            b.backend == "cpu" || (b.backend == "gpu" && has_gpu) || (b.backend == "npu" && has_npu)
-        });
-        let checked = prof
-            .check()
-            .map_err(|e| Fail(format!("profile {file} rejected: {e:?}"), 1))?;
-        let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
-            .into_iter()
-            .map(|(_, k, n)| (k as usize, n as usize))
-            .collect();
-        let a = if has_gpu {
-            Some(
-                engine_min::act::UmaActs::for_model(&model.config, 128)
-                    .map_err(|e| Fail(format!("uma pool: {e}"), 1))?,
-            )
-        } else {
-            None
-        };
-        let pb = engine_min::exec::PlanBackend::new(
-            checked,
-            128,
-            Arc::clone(&pool),
-            CpuBackend::new(Arc::clone(&pool), kernel),
-            gpu,
-            npu,
-            a.clone(),
-            &shapes,
-        )
-        .map_err(|e| Fail(format!("plan auto: {e}"), 1))?;
-        acts = a;
-        auto_info = Some((file, pb.table(), pb.times(), notes));
-        Box::new(pb)
-    } else if npu_plan {
+    let backend: Box<dyn engine_min::backend::Backend> = if npu_plan {
         let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
             Box::new(
                 engine_min::gpu::GpuBackend::open()
@@ -438,23 +346,6 @@ fn run(mut args: Args) -> Result<(), Fail> {
             ),
             1,
         ));
-    }
-    if let Some((file, table, _, notes)) = &auto_info {
-        let shapes: Vec<(&str, usize, usize)> = engine_min::planning::model_shapes(&model.config)
-            .into_iter()
-            .map(|(name, k, n)| (name, k as usize, n as usize))
-            .collect();
-        println!("plan auto from {file} (non-matmul ops run on the CPU pool):");
-        for note in notes {
-            println!("  note: {note}");
-        }
-        let pm = ids.len().min(128);
-        for (phase, m) in [("prefill", pm), ("decode", 1)] {
-            println!("  {phase} (m = {m}):");
-            for line in table.describe(&shapes, m) {
-                println!("    {line}");
-            }
-        }
     }
     let vocab = model.config.vocab;
     let mut logits = vec![0f32; vocab];
@@ -554,16 +445,6 @@ fn run(mut args: Args) -> Result<(), Fail> {
             line += &format!(" {name} matmul {:.1}%,", pct(*d, total));
         }
         line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
-        let _ = writeln!(out, "{line}");
-    }
-    if let Some((_, _, times, _)) = &auto_info {
-        let t = times.get();
-        let total = t.iter().sum::<u64>().max(1) as f64;
-        let mut line = String::from("auto: matmul time by executed plan:");
-        for (name, v) in engine_min::exec::EXEC_NAMES.iter().zip(t) {
-            line += &format!(" {name} {:.1}%,", v as f64 * 100.0 / total);
-        }
-        line.pop();
         let _ = writeln!(out, "{line}");
     }
     if let Some(s) = &split_stats {
@@ -674,14 +555,7 @@ fn cpu_time() -> Duration {
 
 /// The CLI name of a CPU kernel.
 fn kernel_name(k: CpuKernel) -> &'static str {
-    match k {
-        CpuKernel::Portable => "portable",
-        #[cfg(target_arch = "x86_64")]
-        CpuKernel::Avx512 => "avx512",
-        #[cfg(target_arch = "x86_64")]
-        CpuKernel::Avx512Vnni => "avx512-vnni",
-        CpuKernel::SmeGemv => "sme-gemv",
-    }
+    k.name()
 }
 
 fn ms(d: Duration) -> f64 {

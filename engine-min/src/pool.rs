@@ -18,7 +18,8 @@ use std::thread::JoinHandle;
 
 use hetero_sme::StealState;
 
-type Job = *const (dyn Fn(usize, usize) + Sync + 'static);
+/// What every thread of a job runs once: `f(ranges, thread)`.
+type Job = *const (dyn Fn(&StealState, usize) + Sync + 'static);
 
 /// `state` layout: epoch in bits 32.., `CLOSED` flag, active-worker count in the low bits.
 const CLOSED: u64 = 1 << 31;
@@ -90,9 +91,9 @@ impl Pool {
     }
 
     /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool by work
-    /// stealing (thread `i` starts on the `i`-th contiguous share of the tasks);
-    /// `thread` is in `0..self.threads()` and no two concurrent calls share it. Returns when
-    /// all tasks are done. Panics (after all workers are out) if a task panicked.
+    /// stealing (thread `i` starts on the `i`-th contiguous share of the tasks); `thread` is in
+    /// `0..self.threads()` and no two concurrent calls share it. Returns when all tasks are
+    /// done. Panics (after all workers are out) if a task panicked.
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         if self.workers.is_empty() || n_tasks <= 1 || n_tasks > u32::MAX as usize {
             for t in 0..n_tasks {
@@ -100,21 +101,41 @@ impl Pool {
             }
             return;
         }
+        self.run_workers(n_tasks, &|steal: &StealState, thread: usize| {
+            // Cannot fail: `thread` < the number of ranges (one per pool thread).
+            let _ = steal.run_worker(thread, |t| f(t, thread));
+        });
+    }
+
+    /// The work-stealing job itself, for callers that drive a [`StealState`] (e.g. hetero-sme's
+    /// `*Plan::run_worker`): prepares the pool's ranges for `n_tasks` tasks, then calls
+    /// `f(ranges, thread)` once on each thread that joins, the caller's thread (0) included.
+    /// `f` must claim tasks only through `ranges.run_worker(thread, ..)` (or `claim_own` and
+    /// `steal`) and return once they are all claimed. Returns when every `f` has returned.
+    pub fn run_workers(&self, n_tasks: usize, f: &(dyn Fn(&StealState, usize) + Sync)) {
         let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
+        // SAFETY: as for `job` below: no worker is active and none reads `steal` before
+        // joining the epoch published below.
+        let steal = unsafe { &mut *s.steal.get() };
+        // Task indices are u32 in the ranges; the engine's task counts are far below that.
+        assert!(
+            steal.prepare(n_tasks).is_ok(),
+            "{n_tasks} pool tasks exceed u32"
+        );
+        if self.workers.is_empty() {
+            f(steal, 0);
+            return;
+        }
         // SAFETY: erasing the lifetime is sound because this function does not return before
         // the job is closed and no worker is active in it, so the pointer is never used after
         // `f` goes out of scope.
-        let job: Job =
-            unsafe { std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), Job>(f) };
+        let job: Job = unsafe {
+            std::mem::transmute::<*const (dyn Fn(&StealState, usize) + Sync + '_), Job>(f)
+        };
         // SAFETY: the previous job is closed with no active worker (we waited for that), and a
         // worker reads `job` only after joining the new epoch published below.
         unsafe { *s.job.get() = Some(job) };
-        // SAFETY: as for `job`: no worker is active, and none reads `steal` before joining the
-        // epoch published below.
-        let steal = unsafe { &mut *s.steal.get() };
-        // Cannot fail: n_tasks <= u32::MAX was checked above.
-        let _ = steal.prepare(n_tasks);
         let epoch = (s.state.load(Ordering::Relaxed) >> 32).wrapping_add(1) & 0xFFFF_FFFF;
         // Release: publishes job and the task ranges to workers whose join CAS Acquires it.
         s.state.store(epoch << 32, Ordering::Release);
@@ -143,14 +164,12 @@ impl Pool {
     }
 }
 
-/// Runs every task `thread` can claim: its own range, then tasks stolen from the others'.
-/// Returns when every range is empty (all tasks claimed, some perhaps still running).
-fn claim(s: &Shared, f: &(dyn Fn(usize, usize) + Sync), thread: usize) {
-    // SAFETY: the caller is `run` (which wrote `steal` itself) or a worker that joined the
-    // current epoch; `run` does not rewrite `steal` until no worker is active.
+/// Runs `thread`'s part of the current job: `f` claims its own range, then steals.
+fn claim(s: &Shared, f: &(dyn Fn(&StealState, usize) + Sync), thread: usize) {
+    // SAFETY: the caller is `run_workers` (which wrote `steal` itself) or a worker that joined
+    // the current epoch; `run_workers` does not rewrite `steal` until no worker is active.
     let steal = unsafe { &*s.steal.get() };
-    // Cannot fail: `thread` < the number of ranges (one per pool thread).
-    let _ = steal.run_worker(thread, |t| f(t, thread));
+    f(steal, thread);
 }
 
 fn worker(s: &Shared, id: usize) {

@@ -88,10 +88,24 @@ fn every_kernel_matches_reference() {
                             }
                             // f32 accumulation of k products: error below k * eps * sum|p|
                             // in the worst case, far less in practice; 1e-5 * sum|p| (k <= 1536)
-                            // leaves room for reordering while catching any wrong element.
+                            // leaves room for reordering while catching any wrong element. The
+                            // int8 path also rounds each activation to its block's 8-bit grid
+                            // (step d = amax/127): it moves by at most d/2, so the product by
+                            // at most sum_i |w_i| d_i / 2.
+                            let q8 = quantized(ty) && uses_int8(kernel, m);
+                            let bound = if q8 {
+                                (0..k)
+                                    .map(|i| {
+                                        f64::from(wf[r * k + i]).abs() * block_step(&x[t * k..], i)
+                                            / 2.0
+                                    })
+                                    .sum::<f64>()
+                            } else {
+                                0.0
+                            };
                             let got = f64::from(out[t * n + r]);
                             assert!(
-                                (got - s).abs() <= 1e-5 * mag + 1e-6,
+                                (got - s).abs() <= bound + 1e-5 * mag + 1e-6,
                                 "{kernel:?} {ty:?} n={n} k={k} m={m} t={t} r={r}: {got} vs {s}"
                             );
                         }
@@ -185,103 +199,96 @@ fn sampler_greedy_and_seeded() {
     assert!((1500..2100).contains(&counts[3]), "{counts:?}");
 }
 
-/// The quantized path: weights repacked, activations rounded to 8 bits per block. Checked
-/// against the exact f64 product with the rigorous rounding bound, and every quantized kernel
-/// against the portable integer loop.
+fn quantized(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// Whether `kernel` runs an `m`-row quantized matmul through hetero-sme's int8 GEMM.
+fn uses_int8(kernel: CpuKernel, m: usize) -> bool {
+    kernel == CpuKernel::Int8
+        || (kernel == CpuKernel::Sme && m >= engine_min::backend::SME_GEMM_MIN_ROWS)
+}
+
+/// The 8-bit grid step of the 32-element block of `row` holding element `i`: amax / 127.
+fn block_step(row: &[f32], i: usize) -> f64 {
+    let b = i / 32 * 32;
+    let amax = row[b..b + 32].iter().fold(0f32, |a, v| a.max(v.abs()));
+    f64::from(amax) / 127.0
+}
+
+/// The backend's hetero-sme paths spread their tiles over the pool by work stealing: the
+/// result must be bit-identical to the same hetero-sme kernel run single-threaded (tiles write
+/// disjoint outputs and a tile's result does not depend on who runs it), for every token count
+/// (tokens go in groups of 16 through the GEMV).
 #[test]
-fn quantized_kernels_match() {
-    use engine_min::backend::qdot;
-    use engine_min::qkernel::{PackedWeight, QuantActs};
+fn sme_paths_equal_single_threaded_sme() {
+    use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let pool = Arc::new(Pool::new(2));
-    let kernels: Vec<CpuKernel> = CpuKernel::all();
+    let pool = Arc::new(Pool::new(3));
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        for &(n, k) in &[(1, 64), (3, 128), (4, 576), (5, 64), (33, 1536), (70, 576)] {
+        for &(n, k) in &[(1, 64), (33, 1536), (70, 576), (200, 96)] {
             let data = random_weight(&mut rng, ty, n, k);
-            let wf = dequantize_bytes(ty, n * k, &data);
-            let packed = PackedWeight::pack(ty, n, k, &data).expect("packs");
-            // Packing is lossless: d * u + m reproduces every weight.
-            for r in 0..n {
-                for i in 0..k {
-                    let b = i / 32;
-                    // f32 evaluation of d*u + m, as the reference evaluates it.
-                    let v = packed.d_at(r, b) * f32::from(packed.u_at(r, i)) + packed.m_at(r, b);
-                    let want = wf[r * k + i];
-                    assert!(
-                        (v - want).abs() <= 1e-6 * want.abs().max(1.0),
-                        "{ty:?} pack"
-                    );
-                }
-            }
             let w = WeightView {
                 ty,
                 n,
                 k,
                 data: &data,
             };
-            for m in [1, 2, 3, 4, 5, 9] {
-                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
-                let mut acts = QuantActs::with_capacity(m, k);
-                acts.quantize(&x, m, k);
-                for &kernel in &kernels {
-                    let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
-                    engine_min::backend::Backend::prepare(&mut be, &w).expect("prepare");
-                    let mut out = vec![f32::NAN; m * n];
-                    be.matmul(&w, &x, m, &mut out).expect("matmul");
-                    let quantized = be.packed_count() == 1;
-                    for t in 0..m {
-                        for r in 0..n {
-                            let (mut s, mut mag, mut bound) = (0f64, 0f64, 0f64);
-                            for i in 0..k {
-                                let wi = f64::from(wf[r * k + i]);
-                                let p = wi * f64::from(x[t * k + i]);
-                                s += p;
-                                mag += p.abs();
-                                // |x - dx * qx| <= dx / 2 per element.
-                                let dx =
-                                    f64::from(acts.d[t * engine_min::qkernel::dstride(k) + i / 32]);
-                                bound += wi.abs() * dx / 2.0;
-                            }
-                            let got = f64::from(out[t * n + r]);
-                            let allowed = if quantized { bound } else { 0.0 } + 1e-5 * mag + 1e-5;
-                            assert!(
-                                (got - s).abs() <= allowed,
-                                "{kernel:?} {ty:?} n={n} k={k} m={m}: {got} vs {s} (bound {allowed})"
-                            );
+            let qty = match ty {
+                GgmlType::Q4_0 => hetero_sme::QType::Q4_0,
+                GgmlType::Q4_1 => hetero_sme::QType::Q4_1,
+                _ => hetero_sme::QType::Q8_0,
+            };
+            let mut packed = vec![0u8; hetero_sme::qpacked_len(qty, k, n).unwrap()];
+            let int8 = match ty {
+                GgmlType::Q4_0 => {
+                    let b = BlockQ4_0::slice_from_bytes(&data).unwrap();
+                    hetero_sme::pack_q4_0(b, k, n, 0..n, &mut packed).unwrap();
+                    hetero_sme::Int8Weight::pack_q4_0(b, n, k).unwrap()
+                }
+                GgmlType::Q4_1 => {
+                    let b = BlockQ4_1::slice_from_bytes(&data).unwrap();
+                    hetero_sme::pack_q4_1(b, k, n, 0..n, &mut packed).unwrap();
+                    hetero_sme::Int8Weight::pack_q4_1(b, n, k).unwrap()
+                }
+                _ => {
+                    let b = BlockQ8_0::slice_from_bytes(&data).unwrap();
+                    hetero_sme::pack_q8_0(b, k, n, 0..n, &mut packed).unwrap();
+                    hetero_sme::Int8Weight::pack_q8_0(b, n, k).unwrap()
+                }
+            };
+            let pw = hetero_sme::QPackedRef::new(&packed, qty, k, n).unwrap();
+            for kernel in [CpuKernel::SmeGemv, CpuKernel::Int8, CpuKernel::Sme] {
+                let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
+                be.prepare(&w).expect("prepare");
+                assert_eq!(be.packed_count(), 1);
+                for m in [1, 2, 3, 4, 5, 16, 17, 40] {
+                    let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                    let mut got = vec![f32::NAN; m * n];
+                    be.matmul(&w, &x, m, &mut got).expect("matmul");
+                    let mut want = vec![f32::NAN; m * n];
+                    if uses_int8(kernel, m) {
+                        let mut acts = hetero_sme::QActs::with_capacity(m, k);
+                        hetero_sme::quantize_acts(&x, m, k, &mut acts).unwrap();
+                        hetero_sme::int8_gemm(&int8, &acts, &mut want, n).unwrap();
+                    } else {
+                        for t0 in (0..m).step_by(16) {
+                            let mm = (m - t0).min(16);
+                            hetero_sme::gemv_qpacked(
+                                &x[t0 * k..(t0 + mm) * k],
+                                mm,
+                                pw,
+                                &mut want[t0 * n..(t0 + mm) * n],
+                                n,
+                            )
+                            .unwrap();
                         }
                     }
-                    if quantized {
-                        // Same integers as the portable loop: agreement to float rounding.
-                        for t0 in (0..m).step_by(4) {
-                            let mr = (m - t0).min(4);
-                            for r0 in (0..n).step_by(4) {
-                                let nr = (n - r0).min(4);
-                                let mut a = [[f32::NAN; 4]; 4];
-                                let mut b = [[f32::NAN; 4]; 4];
-                                qdot(CpuKernel::Portable, &packed, r0, nr, &acts, t0, mr, &mut a);
-                                qdot(kernel, &packed, r0, nr, &acts, t0, mr, &mut b);
-                                for t in 0..mr {
-                                    for r in 0..nr {
-                                        // Both sum the same integers; they differ only in the
-                                        // order of f32 operations over terms d*u*x and m*x
-                                        // that cancel (Q8_0's m = -128 d): allow 1e-5 of the
-                                        // terms' magnitude.
-                                        let (row, tok) = (r0 + r, t0 + t);
-                                        let mag: f32 = (0..k)
-                                            .map(|i| {
-                                                (packed.d_at(row, i / 32).abs()
-                                                    * f32::from(packed.u_at(row, i))
-                                                    + packed.m_at(row, i / 32).abs())
-                                                    * x[tok * k + i].abs()
-                                            })
-                                            .sum();
-                                        let tol = 1e-5 * mag + 1e-6;
-                                        assert!((a[t][r] - b[t][r]).abs() <= tol, "{kernel:?} {ty:?} n={n} k={k} m={m} r0={r0} t0={t0} t={t} r={r}: {} vs {}", a[t][r], b[t][r]);
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{kernel:?} {ty:?} n={n} k={k} m={m}");
                 }
             }
         }
