@@ -7,7 +7,7 @@
 //! a call's time includes waking them but not creating them; the calling thread is worker 0.
 //! One `StealState` per repetition is prepared before timing (preparing needs `&mut`). Prints
 //! the median of R calls, GFLOP/s (GEMV also GB/s of Q4_0 weight bytes) and the speed-up over
-//! the first thread count.
+//! the first thread count; and the GEMM with an FP16 C at the first thread count.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -148,6 +148,22 @@ fn main() {
                 base / s
             );
         }
+        drop(plan);
+        // The same GEMM with an FP16 C, at the first thread count (the cost of the conversion).
+        let mut c16 = vec![0u16; m * n];
+        let plan = GemmPlan::new_f16(kernel, &g, &mut c16, n).expect("plan");
+        let t = threads[0];
+        let s = time_parallel(t, tiles, reps, &|st, wk| {
+            plan.run_worker(st, wk).expect("run")
+        });
+        println!(
+            "gemm {:<9} {:?} m{m} k{k} n{n} FP16 C        threads {t:>2}: {:>9.3} ms {:>7.1} GFLOP/s ({:.3}x the FP32-C time)",
+            kernel.name(),
+            format,
+            s * 1e3,
+            2.0 * (m * n * k) as f64 / s / 1e9,
+            s / base
+        );
     }
 
     // Q4_0 GEMV, M=1, K=4096, N=14336 (33 MB of weights).

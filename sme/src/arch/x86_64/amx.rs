@@ -16,7 +16,7 @@
 //!   tiles (columns 0-15, 16-31 of a half panel) into four accumulators (4 loads per 4
 //!   products); per chunk, panel and half panel the 32-row pairs run back to back, so the
 //!   half-panel chunk (32 KiB) is fetched from memory once for all 64 rows and re-read from
-//!   L1/L2. Measured on the H200 host's Xeon: 5.5-6.1× the gemm crate's f32 rate at M = 256 and
+//!   L1/L2. Measured on the H200 host's Xeon: 5.2-6.1× the gemm crate's f32 rate at M = 256 and
 //!   1024 on every shape (Rows16: 4.0-5.1×).
 //!
 //! Precision: A and W are both BF16 (8 significant bits, ~2-3 decimal digits); products and
@@ -91,7 +91,7 @@ struct CBuf([f32; 16 * PANEL_COLS]);
 
 /// How the AMX kernel blocks a tile. All are tested against the reference on AMX CPUs; the
 /// default ([`AmxBlocking::Rows64`]) is the one measured fastest on the H200 host's Xeon
-/// (5.5-6.1× the gemm crate's f32 rate at M = 256 and 1024, vs 4.0-5.1× for `Rows16`; see
+/// (5.2-6.1× the gemm crate's f32 rate at M = 256 and 1024, vs 4.0-5.1× for `Rows16`; see
 /// `benches/results/sme.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum AmxBlocking {
