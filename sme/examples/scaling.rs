@@ -148,7 +148,6 @@ fn main() {
                 base / s
             );
         }
-        drop(plan);
         // The same GEMM with an FP16 C, at the first thread count (the cost of the conversion).
         let mut c16 = vec![0u16; m * n];
         let plan = GemmPlan::new_f16(kernel, &g, &mut c16, n).expect("plan");
