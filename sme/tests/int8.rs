@@ -7,6 +7,9 @@ mod common;
 use common::Rng;
 use hetero_sme::*;
 
+#[global_allocator]
+static A: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
+
 /// Weights of one format in GGUF blocks, plus their exact f64 values (`N×K`, row-major).
 struct W {
     q40: Vec<BlockQ4_0>,
@@ -387,4 +390,31 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
     }
     assert_eq!(quantize_acts_len(2, 64), Some(2 * 64 + 4 * 16));
     assert_eq!(quantize_acts_len(usize::MAX, 2), None);
+}
+
+#[test]
+fn the_per_call_path_does_not_allocate() {
+    let (m, n, k) = (37, 50, 576);
+    let mut rng = Rng::new(9);
+    let wb = rand_weights(&mut rng, n, k);
+    let x = rand_acts(&mut rng, m, k);
+    let w = pack(&wb, Int8Format::Q4_0, n, k);
+    let mut acts = QActs::with_capacity(m, k);
+    let mut y = vec![0f32; m * n];
+    let mut st = StealState::new(1).unwrap();
+    // The counter moves on something that allocates (CountingAlloc is installed).
+    assert!(hetero_tests::count_allocations(|| drop(std::hint::black_box(vec![1u8; 64]))) > 0);
+    let _ = Int8Kernel::best(); // the cached dispatch allocates its list once
+    for kern in kernels() {
+        let n_alloc = hetero_tests::count_allocations(|| {
+            kern.quantize_acts(&x, m, k, &mut acts).unwrap();
+            kern.gemm(&w, &acts, &mut y, n).unwrap();
+            quantize_acts(&x, m, k, &mut acts).unwrap();
+            int8_gemm(&w, &acts, &mut y, n).unwrap();
+            let plan = Int8Plan::new(kern, &w, &acts, &mut y, n).unwrap();
+            st.prepare(plan.tiles()).unwrap();
+            plan.run_worker(&st, 0).unwrap();
+        });
+        assert_eq!(n_alloc, 0, "{}", kern.name());
+    }
 }
