@@ -814,6 +814,8 @@ impl<'a> QPackedPlan<'a> {
             match self.kernel {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx512(_) => qgemv_x86::packed_groups(&self.ctx, g0, g1),
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Neon(_) => qgemv_neon::packed_groups(&self.ctx, g0, g1),
                 _ => packed_groups_portable(&self.ctx, g0, g1),
             }
         }
@@ -874,3 +876,7 @@ pub fn gemv_qpacked(
 #[cfg(target_arch = "x86_64")]
 #[path = "arch/x86_64/qgemv.rs"]
 mod qgemv_x86;
+
+#[cfg(target_arch = "aarch64")]
+#[path = "arch/aarch64/qgemv.rs"]
+mod qgemv_neon;
