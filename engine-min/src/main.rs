@@ -13,8 +13,8 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan cpu|gpu|cpu-gpu:R|npu|npu-gpu]
-                 [--npu-seq S (default 32)]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan auto|cpu|gpu|cpu-gpu:R|npu|npu-gpu] [--profile FILE]
+                 [--npu-seq S|S1,S2 (default 32)]
                  [--kernel portable|avx512|sme-gemv|sme-int8|sme (default)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
@@ -131,14 +131,51 @@ fn profile_cmd(mut args: Args) -> Result<(), Fail> {
         }
         Err(e) => eprintln!("gpu: not measured (OpenCL is not usable: {e})"),
     }
-    eprintln!(
-        "npu: not measured (`profile` does not time the NPU backend yet; `run --plan npu` runs it)"
-    );
+    let mut notes = vec![
+        "measured by engine-min profile; CPU points: best of --reps at m = 1..128; GPU: \
+         one GEMV per row through staging buffers"
+            .to_string(),
+    ];
+    if std::env::var_os("QNN_HTP_LIB").is_some() {
+        eprintln!(
+            "profiling the NPU backend (QNN HTP from $QNN_HTP_LIB; on x86 this is the HTP \
+             SIMULATOR: its times are simulator times, not an NPU's)"
+        );
+        let t1 = Instant::now();
+        match engine_min::planning::measure_npu(&model, threads.max(1), reps, |i, n, line| {
+            eprintln!("[{i:>2}/{n}] {line} (simulated)")
+        }) {
+            Ok(n) => {
+                eprintln!(
+                    "npu: {} graphs prepared, {:.1} ms each on average (build + finalize); \
+                     measured in {:.1} s",
+                    engine_min::planning::NPU_M.len() * 4,
+                    n.graph_prepare_us.unwrap_or(0.0) / 1e3,
+                    t1.elapsed().as_secs_f64()
+                );
+                notes.push(
+                    "npu: QNN HTP x86 simulator; its latencies are simulator times, not an \
+                     NPU's; standard lengths 32 and 128; the LM head is not measured (no graph)"
+                        .into(),
+                );
+                backends.push(n);
+            }
+            Err(e) => eprintln!("npu: not measured ({e})"),
+        }
+    } else {
+        eprintln!("npu: not measured (QNN_HTP_LIB is not set)");
+    }
     let profile = engine_min::planning::profile("this machine (engine-min profile)", backends);
     profile
         .check()
         .map_err(|e| Fail(format!("measured profile is invalid: {e:?}"), 1))?;
-    let json = serde_json::to_string_pretty(&profile)
+    // The profile plus free-form notes (the planner ignores unknown fields).
+    let mut value = serde_json::to_value(&profile)
+        .map_err(|e| Fail(format!("cannot serialize the profile: {e}"), 1))?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("notes".into(), serde_json::Value::from(notes));
+    }
+    let json = serde_json::to_string_pretty(&value)
         .map_err(|e| Fail(format!("cannot serialize the profile: {e}"), 1))?;
     std::fs::write(&out, json + "\n").map_err(|e| Fail(format!("cannot write {out}: {e}"), 1))?;
     eprintln!("wrote {out} in {:.1} s", t0.elapsed().as_secs_f64());
@@ -156,10 +193,7 @@ fn plan_cmd(mut args: Args) -> Result<(), Fail> {
     };
     let model_arg = args.value("--model")?;
     args.finish()?;
-    let text = std::fs::read_to_string(&file)
-        .map_err(|e| Fail(format!("cannot read profile {file}: {e}"), 1))?;
-    let profile: hetero_partition::Profile = serde_json::from_str(&text)
-        .map_err(|e| Fail(format!("profile {file} is not a valid profile: {e}"), 1))?;
+    let profile = load_profile(&file)?;
     let checked = profile
         .check()
         .map_err(|e| Fail(format!("profile {file} rejected: {e:?}"), 1))?;
@@ -197,6 +231,14 @@ fn plan_cmd(mut args: Args) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Reads a profile file (JSON `hetero_partition::Profile`).
+fn load_profile(file: &str) -> Result<hetero_partition::Profile, Fail> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Fail(format!("cannot read profile {file}: {e}"), 1))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Fail(format!("profile {file} is not a valid profile: {e}"), 1))
+}
+
 fn model_path(args: &mut Args) -> Result<String, Fail> {
     match args.value("--model")? {
         Some(p) => Ok(p),
@@ -218,8 +260,37 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let threads: usize = args.parsed("--threads", default_threads)?;
     let ctx: usize = args.parsed("--ctx", 2048)?;
-    let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
-    let npu_seq: usize = args.parsed("--npu-seq", 32)?;
+    let profile_file = args.value("--profile")?;
+    // With a profile the planner's plan is the default; forced plans stay available.
+    let plan = args.value("--plan")?.unwrap_or_else(|| {
+        if profile_file.is_some() {
+            "auto".into()
+        } else {
+            "cpu".into()
+        }
+    });
+    // Standard NPU graph lengths: one (`32`) or several (`32,128`).
+    let npu_lens: Vec<usize> = match args.value("--npu-seq")? {
+        None => vec![32],
+        Some(v) => {
+            let mut l: Vec<usize> = v
+                .split(',')
+                .map(|x| x.trim().parse::<usize>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| usage(format!("bad --npu-seq `{v}` (S or S1,S2,..)")))?;
+            l.sort_unstable();
+            l.dedup();
+            if l.is_empty() || l.len() > 4 {
+                return Err(usage("--npu-seq takes 1 to 4 lengths"));
+            }
+            l
+        }
+    };
+    let npu_seq = npu_lens[0];
+    let mut npu_extra = [0usize; 3];
+    for (d, s) in npu_extra.iter_mut().zip(&npu_lens[1..]) {
+        *d = *s;
+    }
     let kernel = match args.value("--kernel")? {
         // Default: hetero-sme's GEMV with f32 activations. The 8-bit-activation VNNI kernel is
         // as fast here but visibly less accurate on this 135M model (a chat answer derails,
@@ -247,13 +318,19 @@ fn run(mut args: Args) -> Result<(), Fail> {
         None => None,
     };
     let npu_plan = plan == "npu" || plan == "npu-gpu";
-    if plan != "cpu" && plan != "gpu" && !npu_plan && split_share.is_none() {
+    if plan != "cpu" && plan != "gpu" && plan != "auto" && !npu_plan && split_share.is_none() {
         return Err(usage(format!(
-            "unknown plan `{plan}`: `cpu`, `gpu` (all matmuls on the OpenCL device), \
+            "unknown plan `{plan}`: `auto` (the planner's per-op plan for --profile FILE), \
+             `cpu`, `gpu` (all matmuls on the OpenCL device), \
              `cpu-gpu:R` (CPU takes share R of every matmul's columns), `npu` (rows in chunks \
              of --npu-seq on the NPU, the rest and decode on the CPU) and `npu-gpu` (the same \
              with the GPU as partner) run in this build"
         )));
+    }
+    if plan == "auto" && profile_file.is_none() {
+        return Err(usage(
+            "--plan auto needs --profile FILE (write one with `engine-min profile`)",
+        ));
     }
     if npu_seq == 0 {
         return Err(usage("--npu-seq must be at least 1"));
@@ -268,7 +345,96 @@ fn run(mut args: Args) -> Result<(), Fail> {
     let mut npu_stats = None;
     let mut split_stats = None;
     let mut acts = None;
-    let backend: Box<dyn engine_min::backend::Backend> = if npu_plan {
+    let mut auto_info = None;
+    let backend: Box<dyn engine_min::backend::Backend> = if plan == "auto" {
+        let file = profile_file.clone().unwrap_or_default();
+        let mut prof = load_profile(&file)?;
+        let listed = |name: &str| prof.backends.iter().any(|b| b.backend == name);
+        let mut notes = Vec::new();
+        let gpu = if listed("gpu") {
+            match engine_min::gpu::GpuBackend::open() {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    notes.push(format!(
+                        "the profile has a GPU but OpenCL is not usable ({e}): planned without it"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let npu = if listed("npu") {
+            // The profile's standard lengths (the graphs the planner assumes), else --npu-seq.
+            let mut lens: Vec<usize> = prof
+                .backends
+                .iter()
+                .filter(|b| b.backend == "npu")
+                .flat_map(|b| b.standard_m.iter().map(|&m| m as usize))
+                .filter(|&m| m > 0)
+                .collect();
+            lens.sort_unstable();
+            lens.dedup();
+            lens.truncate(4);
+            let mut extra = [0usize; 3];
+            for (d, s) in extra.iter_mut().zip(lens.iter().skip(1)) {
+                *d = *s;
+            }
+            let opts = engine_min::npu::NpuOptions {
+                seq: lens.first().copied().unwrap_or(npu_seq),
+                extra_seqs: if lens.is_empty() { npu_extra } else { extra },
+                ..Default::default()
+            };
+            let partner = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
+            match engine_min::npu::NpuBackend::open(partner, opts) {
+                Ok(n) => {
+                    npu_stats = Some(n.stats());
+                    Some(n)
+                }
+                Err(e) => {
+                    notes.push(format!(
+                        "the profile has an NPU but it is not usable ({e}): planned without it"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (has_gpu, has_npu) = (gpu.is_some(), npu.is_some());
+        prof.backends.retain(|b| {
+            b.backend == "cpu" || (b.backend == "gpu" && has_gpu) || (b.backend == "npu" && has_npu)
+        });
+        let checked = prof
+            .check()
+            .map_err(|e| Fail(format!("profile {file} rejected: {e:?}"), 1))?;
+        let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
+            .into_iter()
+            .map(|(_, k, n)| (k as usize, n as usize))
+            .collect();
+        let a = if has_gpu {
+            Some(
+                engine_min::act::UmaActs::for_model(&model.config, 128)
+                    .map_err(|e| Fail(format!("uma pool: {e}"), 1))?,
+            )
+        } else {
+            None
+        };
+        let pb = engine_min::exec::PlanBackend::new(
+            checked,
+            128,
+            Arc::clone(&pool),
+            CpuBackend::new(Arc::clone(&pool), kernel),
+            gpu,
+            npu,
+            a.clone(),
+            &shapes,
+        )
+        .map_err(|e| Fail(format!("plan auto: {e}"), 1))?;
+        acts = a;
+        auto_info = Some((file, pb.table(), pb.times(), notes));
+        Box::new(pb)
+    } else if npu_plan {
         let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
             Box::new(
                 engine_min::gpu::GpuBackend::open()
@@ -279,6 +445,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         };
         let opts = engine_min::npu::NpuOptions {
             seq: npu_seq,
+            extra_seqs: npu_extra,
             ..Default::default()
         };
         let npu = engine_min::npu::NpuBackend::open(partner, opts)
@@ -346,6 +513,23 @@ fn run(mut args: Args) -> Result<(), Fail> {
             ),
             1,
         ));
+    }
+    if let Some((file, table, _, notes)) = &auto_info {
+        let shapes: Vec<(&str, usize, usize)> = engine_min::planning::model_shapes(&model.config)
+            .into_iter()
+            .map(|(name, k, n)| (name, k as usize, n as usize))
+            .collect();
+        println!("plan auto from {file} (non-matmul ops run on the CPU pool):");
+        for note in notes {
+            println!("  note: {note}");
+        }
+        let pm = ids.len().min(128);
+        for (phase, m) in [("prefill", pm), ("decode", 1)] {
+            println!("  {phase} (m = {m}):");
+            for line in table.describe(&shapes, m) {
+                println!("    {line}");
+            }
+        }
     }
     let vocab = model.config.vocab;
     let mut logits = vec![0f32; vocab];
@@ -447,6 +631,16 @@ fn run(mut args: Args) -> Result<(), Fail> {
         line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
         let _ = writeln!(out, "{line}");
     }
+    if let Some((_, _, times, _)) = &auto_info {
+        let t = times.get();
+        let total = t.iter().sum::<u64>().max(1) as f64;
+        let mut line = String::from("auto: matmul time by executed plan:");
+        for (name, v) in engine_min::exec::EXEC_NAMES.iter().zip(t) {
+            line += &format!(" {name} {:.1}%,", v as f64 * 100.0 / total);
+        }
+        line.pop();
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(s) = &split_stats {
         use std::sync::atomic::Ordering::Relaxed;
         let _ = writeln!(
@@ -463,7 +657,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         let mm: Duration = prefill_timings.matmul.iter().map(|m| m.1).sum();
         let _ = writeln!(
             out,
-            "npu: {} graphs (S = {npu_seq}) prepared in {:.0} ms (build + finalize); NPU share \
+            "npu: {} graphs (S = {npu_lens:?}) prepared in {:.0} ms (build + finalize); NPU share \
              of prefill matmul time {:.1}% (simulated)",
             s.graphs(),
             ms(s.prepare_time()),

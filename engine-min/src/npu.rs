@@ -2,15 +2,20 @@
 //! simulator here), with HeteroInfer's activation-centric row split.
 //!
 //! * `prepare` dequantizes each weight once to FP16 and builds one static FP16 MatMul graph
-//!   for it at one standard sequence length `S` ([`NpuOptions::seq`], default 32). Weights of
-//!   more than [`NpuOptions::max_graph_elems`] elements (the LM head, 49152 x 576) get no
-//!   graph and always run on the partner: building them is slow on the simulator.
-//! * `matmul` of `m` rows: the first `floor(m / S) * S` rows run on the NPU in chunks of `S`
-//!   rows (each chunk's output rows are contiguous in `out`, so no concat copy), the last
-//!   `m mod S` rows on the partner backend (CPU, or GPU). Decode (`m < S`) is all partner.
-//!   The two parts run one after the other (not overlapped yet).
+//!   for it at each standard sequence length (`S` = [`NpuOptions::seq`], default 32, plus
+//!   [`NpuOptions::extra_seqs`], e.g. 128). Weights of more than
+//!   [`NpuOptions::max_graph_elems`] elements (the LM head, 49152 x 576) get no graph and
+//!   always run on the partner: building them is slow on the simulator.
+//! * `matmul` of `m` rows: the first rows are covered by as many chunks of the largest length
+//!   as fit, then of the next one, ... (each chunk's output rows are contiguous in `out`, so
+//!   no concat copy); the remaining rows (fewer than the smallest `S`) go to the partner
+//!   backend (CPU, or GPU). Decode (`m < S`) is all partner. The NPU chunks (on a helper
+//!   thread) and the partner's rows (on the caller) run concurrently into disjoint row ranges
+//!   of the one output; a `hetero_sync::DependencyBarrier` of the two releases the caller.
 //! * Activations are converted to FP16 into a staging buffer and the FP16 output back to f32,
-//!   both sized in `reserve`: no allocation per call.
+//!   both sized in `reserve` (for the largest length). A call with both an NPU and a partner
+//!   part spawns its helper thread (scoped): that allocates per prefill call; decode calls
+//!   (all partner) do not.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -37,6 +42,42 @@ pub struct NpuOptions {
     pub max_graph_elems: usize,
     /// HTP SoC model of the session's device config (69 = SM8750, as qnn-sys's tests use).
     pub soc_model: u32,
+    /// More standard lengths (0 = unused), e.g. `[128, 0, 0]`: each weight gets a graph at
+    /// `seq` and at each of these; an `m`-row matmul is covered by the largest graphs first,
+    /// then smaller ones, and the remainder goes to the partner (HeteroInfer's multi-size
+    /// static graphs).
+    pub extra_seqs: [usize; 3],
+}
+
+impl NpuOptions {
+    /// The standard lengths in use, largest first (at most 4).
+    pub fn lengths(&self) -> impl Iterator<Item = usize> {
+        let mut v = [
+            self.seq,
+            self.extra_seqs[0],
+            self.extra_seqs[1],
+            self.extra_seqs[2],
+        ];
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        let mut last = 0;
+        v.into_iter().filter(move |&s| {
+            let keep = s > 0 && s != last;
+            last = s;
+            keep
+        })
+    }
+
+    /// How many chunks of each standard length (largest first) cover `m` rows, and the rows
+    /// they cover; the remaining `m - covered` rows go to the partner.
+    pub fn cover(&self, m: usize) -> ([(usize, usize); 4], usize) {
+        let mut out = [(0, 0); 4];
+        let mut rem = m;
+        for (i, s) in self.lengths().enumerate() {
+            out[i] = (s, rem / s);
+            rem %= s;
+        }
+        (out, m - rem)
+    }
 }
 
 impl Default for NpuOptions {
@@ -45,6 +86,7 @@ impl Default for NpuOptions {
             seq: 32,
             max_graph_elems: 1 << 22,
             soc_model: 69,
+            extra_seqs: [0; 3],
         }
     }
 }
@@ -106,8 +148,10 @@ pub struct NpuBackend {
     session: Arc<Session>,
     partner: Box<dyn Backend>,
     opts: NpuOptions,
-    /// Graphs keyed by the address and length of the weight's bytes.
-    graphs: HashMap<(usize, usize), MatMulGraph<f16>>,
+    /// Graphs keyed by the address and length of the weight's bytes and the graph's rows.
+    graphs: HashMap<(usize, usize, usize), MatMulGraph<f16>>,
+    /// The NPU's side of a concurrent call arrives here (producer 0), the partner's too (1).
+    barrier: hetero_sync::DependencyBarrier,
     staging: Mutex<Staging>,
     max_k: usize,
     max_n: usize,
@@ -146,12 +190,15 @@ impl NpuBackend {
         if opts.seq == 0 {
             return Err(NpuError::BadSeq(0));
         }
-        let name = format!("npu (S={}) + {}", opts.seq, partner.name());
+        let lens: Vec<String> = opts.lengths().map(|s| s.to_string()).collect();
+        let name = format!("npu (S={}) + {}", lens.join(","), partner.name());
         Ok(Self {
             session,
             partner,
             opts,
             graphs: HashMap::new(),
+            barrier: hetero_sync::DependencyBarrier::new(2)
+                .map_err(|_| NpuError::BadSeq(opts.seq))?,
             staging: Mutex::new(Staging {
                 x: Vec::new(),
                 y: Vec::new(),
@@ -175,8 +222,9 @@ impl NpuBackend {
 
     /// Rows of an `m`-row matmul on `w` that run on the NPU.
     pub fn npu_rows(&self, w: &WeightView<'_>, m: usize) -> usize {
-        if self.graphs.contains_key(&key(w)) {
-            m / self.opts.seq * self.opts.seq
+        let (k0, k1) = key(w);
+        if self.graphs.contains_key(&(k0, k1, self.opts.seq)) {
+            self.opts.cover(m).1
         } else {
             0
         }
@@ -205,7 +253,8 @@ impl Backend for NpuBackend {
     fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
         self.partner.prepare(w)?;
         let (n, k) = (w.n, w.k);
-        if n * k > self.opts.max_graph_elems || self.graphs.contains_key(&key(w)) {
+        let (k0, k1) = key(w);
+        if n * k > self.opts.max_graph_elems || self.graphs.contains_key(&(k0, k1, self.opts.seq)) {
             return Ok(());
         }
         let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
@@ -219,27 +268,25 @@ impl Backend for NpuBackend {
             quant::dequantize_row(w.ty, &w.data[r * rb..(r + 1) * rb], &mut row);
             w16[r * k..(r + 1) * k].convert_from_f32_slice(&row);
         }
-        let shape = MatMulShape {
-            m: self.opts.seq,
-            k,
-            n,
-        };
-        let g = MatMulGraph::new(
-            &self.session,
-            shape,
-            &w16,
-            Order::Direct,
-            &GraphOptions {
-                weights: WeightLayout::NxK,
-                ..GraphOptions::default()
-            },
-        )
-        .map_err(qerr)?;
-        let st = &self.stats;
-        st.prepare_ns
-            .fetch_add(g.build_time().as_nanos() as u64, Ordering::Relaxed);
-        st.graphs.fetch_add(1, Ordering::Relaxed);
-        self.graphs.insert(key(w), g);
+        for s in self.opts.lengths() {
+            let shape = MatMulShape { m: s, k, n };
+            let g = MatMulGraph::new(
+                &self.session,
+                shape,
+                &w16,
+                Order::Direct,
+                &GraphOptions {
+                    weights: WeightLayout::NxK,
+                    ..GraphOptions::default()
+                },
+            )
+            .map_err(qerr)?;
+            let st = &self.stats;
+            st.prepare_ns
+                .fetch_add(g.build_time().as_nanos() as u64, Ordering::Relaxed);
+            st.graphs.fetch_add(1, Ordering::Relaxed);
+            self.graphs.insert((k0, k1, s), g);
+        }
         self.max_k = self.max_k.max(k);
         self.max_n = self.max_n.max(n);
         Ok(())
@@ -247,7 +294,8 @@ impl Backend for NpuBackend {
 
     fn reserve(&mut self, max_tokens: usize, max_k: usize) {
         self.partner.reserve(max_tokens, max_k);
-        let (s, k, n) = (self.opts.seq, self.max_k.max(max_k), self.max_n);
+        let s = self.opts.lengths().next().unwrap_or(self.opts.seq);
+        let (k, n) = (self.max_k.max(max_k), self.max_n);
         self.stage(s, k, n);
     }
 
@@ -265,36 +313,86 @@ impl Backend for NpuBackend {
         if out.len() != m * n {
             return Err(BackendError::Shape("out"));
         }
-        let s = self.opts.seq;
-        let graph = self.graphs.get(&key(w)).filter(|_| m >= s);
-        let npu_rows = if graph.is_some() { m / s * s } else { 0 };
-        if let Some(g) = graph {
+        let (k0, k1) = key(w);
+        let (chunks, covered) = self.opts.cover(m);
+        let npu_rows = if self.graphs.contains_key(&(k0, k1, self.opts.seq)) {
+            covered
+        } else {
+            0
+        };
+        if npu_rows == 0 {
+            return self.partner.matmul(w, x, m, out);
+        }
+        // Disjoint row ranges of the one output: NPU rows 0..npu_rows, partner rows after.
+        let (xn, xp) = x.split_at(npu_rows * k);
+        let (on, op) = out.split_at_mut(npu_rows * n);
+        let npu_part = |on: &mut [f32]| -> Result<(), BackendError> {
             let t0 = Instant::now();
             let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
             let st = &mut *st;
-            if st.x.len() < s * k || st.y.len() < s * n {
+            let smax = chunks[0].0;
+            if st.x.len() < smax * k || st.y.len() < smax * n {
                 // Only when `reserve` was not called: sized once, then reused.
-                st.x.resize(st.x.len().max(s * k), f16::ZERO);
-                st.y.resize(st.y.len().max(s * n), f16::ZERO);
+                st.x.resize(st.x.len().max(smax * k), f16::ZERO);
+                st.y.resize(st.y.len().max(smax * n), f16::ZERO);
             }
-            let (sx, sy) = (&mut st.x[..s * k], &mut st.y[..s * n]);
-            for c in 0..m / s {
-                sx.convert_from_f32_slice(&x[c * s * k..(c + 1) * s * k]);
-                g.execute(sx, sy).map_err(qerr)?;
-                sy.convert_to_f32_slice(&mut out[c * s * n..(c + 1) * s * n]);
+            let mut r0 = 0;
+            for &(s, count) in chunks.iter().filter(|c| c.0 > 0) {
+                let g = self
+                    .graphs
+                    .get(&(k0, k1, s))
+                    .ok_or(BackendError::Kernel(format!("no NPU graph of {s} rows")))?;
+                let (sx, sy) = (&mut st.x[..s * k], &mut st.y[..s * n]);
+                for _ in 0..count {
+                    sx.convert_from_f32_slice(&xn[r0 * k..(r0 + s) * k]);
+                    g.execute(sx, sy).map_err(qerr)?;
+                    sy.convert_to_f32_slice(&mut on[r0 * n..(r0 + s) * n]);
+                    r0 += s;
+                }
             }
             self.stats
                 .npu_ns
                 .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Ok(())
+        };
+        if npu_rows == m {
+            return npu_part(on);
         }
-        if npu_rows < m {
-            self.partner.matmul(
-                w,
-                &x[npu_rows * k..],
-                m - npu_rows,
-                &mut out[npu_rows * n..],
-            )?;
-        }
+        // Both sides at once: the NPU chunks on a helper thread, the partner's rows here; each
+        // arrives at the barrier when its rows are written, and the barrier releases the
+        // consumer.
+        let epoch = hetero_sync::next_epoch(self.barrier.completed_epoch());
+        let berr = |e: hetero_sync::SyncError| BackendError::Kernel(format!("barrier: {e}"));
+        let barrier = &self.barrier;
+        let (rn, rp) = std::thread::scope(|sc| {
+            let h = sc.spawn(move || {
+                let r = npu_part(on);
+                (r, barrier.arrive(0, epoch))
+            });
+            let rp = self.partner.matmul(w, xp, m - npu_rows, op);
+            let ap = barrier.arrive(1, epoch);
+            let waited = barrier.wait(
+                epoch,
+                &hetero_sync::WaitConfig {
+                    timeout: std::time::Duration::from_secs(600),
+                    ..Default::default()
+                },
+                None,
+            );
+            let (rn, an) = h.join().unwrap_or_else(|_| {
+                (
+                    Err(BackendError::Kernel("NPU thread panicked".into())),
+                    Ok(hetero_sync::Arrival::Completed),
+                )
+            });
+            (
+                rn.and(an.map(|_| ()).map_err(berr)),
+                rp.and(ap.map(|_| ()).map_err(berr))
+                    .and(waited.map(|_| ()).map_err(berr)),
+            )
+        });
+        rn?;
+        rp?;
         Ok(())
     }
 }

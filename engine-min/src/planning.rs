@@ -1,8 +1,9 @@
 //! The profiler and the solver front end: measure the engine's backends on the model's matmul
 //! shapes (a `hetero_partition::Profile`), and ask the partition planner for per-op plans.
 //!
-//! Only the CPU backend is wired into the engine so far, so a profile measured here holds one
-//! backend; hand-written profiles (any of cpu/gpu/npu) plan as the partition crate allows.
+//! `profile` measures the CPU, the GPU (when OpenCL is usable) and the NPU (when the QNN HTP
+//! library is found; the x86 simulator here, so its times are simulator times);
+//! hand-written profiles (any of cpu/gpu/npu) plan as the partition crate allows.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,15 +94,59 @@ pub fn measure_gpu(
     })
 }
 
+/// Standard NPU graph lengths profiled (HeteroInfer's multi-size static graphs).
+pub const NPU_M: [u32; 2] = [32, 128];
+
+/// Measures the NPU backend (QNN HTP; the x86 simulator here, so the times are **simulator
+/// times**, not an NPU's) on the model's layer weight shapes at each of [`NPU_M`] (rows that
+/// are exactly a standard length, so every row runs on the NPU), with one static graph per
+/// weight and length prepared first; `graph_prepare_us` is the mean preparation time of one
+/// graph (build + finalize). The LM head (over `max_graph_elems`) is not measured: it never
+/// gets a graph. `sync_us` is 0 and `copy_gbps` absent: the FP16 staging conversions are
+/// inside the measured times.
+pub fn measure_npu(
+    model: &Model,
+    threads: usize,
+    reps: usize,
+    progress: impl FnMut(usize, usize, &str),
+) -> Result<BackendProfile, String> {
+    let pool = Arc::new(Pool::new(threads));
+    let partner = Box::new(CpuBackend::new(pool, CpuKernel::best()));
+    let opts = crate::npu::NpuOptions {
+        seq: NPU_M[0] as usize,
+        extra_seqs: [NPU_M[1] as usize, 0, 0],
+        ..Default::default()
+    };
+    let mut npu = crate::npu::NpuBackend::open(partner, opts).map_err(|e| e.to_string())?;
+    let stats = npu.stats();
+    let l0 = model.layers.first().ok_or("the model has no layers")?;
+    let weights = [
+        (l0.wq, "attn_q"),
+        (l0.wk, "attn_k"),
+        (l0.gate, "ffn_gate"),
+        (l0.down, "ffn_down"),
+    ];
+    let points = measure_weights(model, &mut npu, "npu", &weights, &NPU_M, reps, progress)?;
+    let graphs = stats.graphs().max(1);
+    Ok(BackendProfile {
+        backend: "npu".into(),
+        points,
+        sync_us: 0.0,
+        copy_gbps: None,
+        bandwidth_gbps: None,
+        standard_m: NPU_M.to_vec(),
+        graph_prepare_us: Some(stats.prepare_time().as_secs_f64() * 1e6 / graphs as f64),
+    })
+}
+
 fn measure(
     model: &Model,
     be: &mut dyn Backend,
     label: &str,
     ms: &[u32],
     reps: usize,
-    mut progress: impl FnMut(usize, usize, &str),
+    progress: impl FnMut(usize, usize, &str),
 ) -> Result<Vec<LatencyPoint>, String> {
-    let c = &model.config;
     let l0 = model.layers.first().ok_or("the model has no layers")?;
     let weights = [
         (l0.wq, "attn_q"),
@@ -110,11 +155,25 @@ fn measure(
         (l0.down, "ffn_down"),
         (model.output, "output"),
     ];
+    measure_weights(model, be, label, &weights, ms, reps, progress)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_weights(
+    model: &Model,
+    be: &mut dyn Backend,
+    label: &str,
+    weights: &[(crate::model::WeightRef, &str)],
+    ms: &[u32],
+    reps: usize,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> Result<Vec<LatencyPoint>, String> {
+    let c = &model.config;
     let max_m = ms.iter().copied().max().unwrap_or(1) as usize;
-    be.reserve(max_m, c.d_model.max(c.d_ff));
-    for (w, _) in &weights {
+    for (w, _) in weights {
         be.prepare(&model.view(w)).map_err(|e| e.to_string())?;
     }
+    be.reserve(max_m, c.d_model.max(c.d_ff));
     let total = weights.len() * ms.len();
     let mut points = Vec::with_capacity(total);
     let mut x = vec![0f32; max_m * c.d_model.max(c.d_ff)];
@@ -122,7 +181,7 @@ fn measure(
         *v = ((i * 7919) % 1000) as f32 / 500.0 - 1.0;
     }
     let mut out = vec![0f32; max_m * c.vocab.max(c.d_ff)];
-    for (w, name) in &weights {
+    for (w, name) in weights {
         let view = model.view(w);
         for &m in ms {
             let mu = m as usize;

@@ -43,6 +43,15 @@ fn tv(a: &[f32], b: &[f32]) -> f64 {
     sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
 }
 
+/// Opens the OpenCL device, one test thread at a time: PoCL's first device enumeration is
+/// not safe to run from several threads at once (seen here: `clGetDeviceIDs` returning -1 or a
+/// crash when three tests opened devices together).
+fn open_gpu() -> Result<engine_min::gpu::GpuBackend, String> {
+    static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    engine_min::gpu::GpuBackend::open()
+}
+
 /// Largest |a - b| over two logit rows.
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -108,7 +117,7 @@ fn reference_logits(model: &Model) -> &'static (Vec<u32>, Vec<f32>) {
 #[test]
 fn gpu_plan_matches_reference_forward() {
     let Some(model) = load() else { return };
-    let Some(gpu) = hetero_tests::require("opencl", engine_min::gpu::GpuBackend::open()) else {
+    let Some(gpu) = hetero_tests::require("opencl", open_gpu()) else {
         return;
     };
     let (ids, want) = reference_logits(&model);
@@ -154,7 +163,7 @@ fn gpu_plan_matches_reference_forward() {
 #[test]
 fn cpu_gpu_split_plan_matches_reference_forward() {
     let Some(model) = load() else { return };
-    if hetero_tests::require("opencl", engine_min::gpu::GpuBackend::open().map(|_| ())).is_none() {
+    if hetero_tests::require("opencl", open_gpu().map(|_| ())).is_none() {
         return;
     }
     let (ids, want) = reference_logits(&model);
@@ -165,7 +174,7 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
         .unwrap_or(CpuKernel::Portable);
     for (share, uma) in [(0.25, true), (0.5, true), (0.5, false)] {
         let pool = Arc::new(Pool::new(2));
-        let gpu = engine_min::gpu::GpuBackend::open().expect("opencl");
+        let gpu = open_gpu().expect("opencl");
         let cpu = CpuBackend::new(Arc::clone(&pool), f32_kernel);
         let acts =
             uma.then(|| engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool"));
@@ -222,6 +231,116 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
             assert_eq!(zc, 0);
         }
     }
+}
+
+/// A hand-written CPU+GPU profile for SmolLM2's shapes that makes the planner choose each
+/// kind of execution: q/o and down (CPU and GPU equally fast) → CPU–GPU column splits, k/v
+/// (GPU far faster) → all-GPU, gate/up and the LM head (CPU far faster) → all-CPU.
+fn auto_profile() -> hetero_partition::CheckedProfile {
+    // CPU points at 16 rows (the planner rounds CPU rows up to 16-row tiles), GPU at 1; both
+    // at 128 rows with 8x the time.
+    let pts = |m0: u32, k: u32, n: u32, t: f64| {
+        format!(
+            r#"{{ "k": {k}, "n": {n}, "m": {m0}, "us": {t} }}, {{ "k": {k}, "n": {n}, "m": 128, "us": {} }}"#,
+            t * 8.0
+        )
+    };
+    let json = format!(
+        r#"{{ "device": "test", "backends": [
+          {{ "backend": "cpu", "points": [ {}, {}, {}, {}, {} ] }},
+          {{ "backend": "gpu", "points": [ {}, {}, {}, {}, {} ] }} ] }}"#,
+        pts(16, 576, 576, 100.0),
+        pts(16, 576, 192, 1000.0),
+        pts(16, 576, 1536, 10.0),
+        pts(16, 1536, 576, 100.0),
+        pts(16, 576, 49152, 10.0),
+        pts(1, 576, 576, 100.0),
+        pts(1, 576, 192, 1.0),
+        pts(1, 576, 1536, 1000.0),
+        pts(1, 1536, 576, 100.0),
+        pts(1, 576, 49152, 100000.0),
+    );
+    let p: hetero_partition::Profile = serde_json::from_str(&json).expect("profile json");
+    p.check().expect("valid profile")
+}
+
+/// `run --plan auto`'s backend: the planner's per-op plan (all-CPU, all-GPU and CPU–GPU column
+/// splits at the planned column, mapped from `OpPlan::pieces()`), activations in uma slots,
+/// against the reference with the f32 tolerances (the CPU side uses an f32 kernel).
+#[test]
+fn auto_plan_matches_reference_forward() {
+    use engine_min::exec::{Exec, PlanBackend};
+    let Some(model) = load() else { return };
+    let Some(gpu) = hetero_tests::require("opencl", open_gpu()) else {
+        return;
+    };
+    let (ids, want) = reference_logits(&model);
+    let vocab = model.config.vocab;
+    let f32_kernel = CpuKernel::available()
+        .into_iter()
+        .rfind(|&k| tol(k) == TOL_F32)
+        .unwrap_or(CpuKernel::Portable);
+    let pool = Arc::new(Pool::new(2));
+    let acts = engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool");
+    let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
+        .into_iter()
+        .map(|(_, k, n)| (k as usize, n as usize))
+        .collect();
+    let pb = PlanBackend::new(
+        auto_profile(),
+        16,
+        Arc::clone(&pool),
+        CpuBackend::new(Arc::clone(&pool), f32_kernel),
+        Some(gpu),
+        None,
+        Some(Arc::clone(&acts)),
+        &shapes,
+    )
+    .expect("plan backend");
+    let table = pb.table();
+    // The plan really mixes the executions this test is about, for decode and prefill rows.
+    for m in [1, 16] {
+        let e = |k, n| table.entry(k, n, m).expect("planned").exec;
+        assert!(
+            matches!(e(576, 576), Exec::CpuGpu { cpu_cols } if cpu_cols > 0 && cpu_cols < 576),
+            "{:?}",
+            e(576, 576)
+        );
+        assert_eq!(e(576, 192), Exec::Gpu);
+        assert_eq!(e(576, 1536), Exec::Cpu);
+        assert!(matches!(e(1536, 576), Exec::CpuGpu { .. }));
+        assert_eq!(e(576, 49152), Exec::Cpu);
+    }
+    let times = pb.times();
+    let mut e = Engine::with_acts(
+        Arc::clone(&model),
+        Box::new(pb),
+        pool,
+        EngineOptions {
+            context: 64,
+            max_batch: 16,
+        },
+        Some(acts),
+    )
+    .expect("engine");
+    let mut logits = vec![f32::NAN; vocab];
+    e.forward(&ids[..17], &mut logits).expect("prefill");
+    for t in 16..19 {
+        if t > 16 {
+            logits.fill(f32::NAN);
+            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+        }
+        let w = &want[t * vocab..(t + 1) * vocab];
+        let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
+        eprintln!("auto pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+        assert!(d <= TOL_F32 && tvd <= 1e-4, "auto pos {t}: {d}, {tvd}");
+    }
+    let t = times.get();
+    eprintln!("auto time by exec (ns): {t:?}");
+    assert!(
+        t[0] > 0 && t[1] > 0 && t[2] > 0,
+        "every planned kind ran: {t:?}"
+    );
 }
 
 #[test]

@@ -191,6 +191,9 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
     let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
     let opts = NpuOptions {
         seq: 8,
+        // Two standard lengths: m is covered by 24-row graphs first, then 8-row ones, the
+        // remainder (< 8 rows) on the partner, concurrently with the NPU chunks.
+        extra_seqs: [24, 0, 0],
         // 96 x 128 gets a graph, 128 x 128 does not.
         max_graph_elems: 96 * 128,
         ..NpuOptions::default()
@@ -201,14 +204,17 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
     npu.prepare(&wv).expect("prepare");
     npu.prepare(&bv).expect("prepare big");
     npu.reserve(40, big.1);
-    assert_eq!(npu.stats().graphs(), 1);
-    for m in [1, 7, 8, 9, 16, 23, 24, 25] {
+    assert_eq!(npu.stats().graphs(), 2, "one graph per standard length");
+    assert_eq!(opts.cover(40), ([(24, 1), (8, 2), (0, 0), (0, 0)], 40));
+    assert_eq!(opts.cover(33), ([(24, 1), (8, 1), (0, 0), (0, 0)], 32));
+    for m in [1, 7, 8, 9, 16, 23, 24, 25, 33, 40] {
         for (v, graph) in [(&wv, true), (&bv, false)] {
             let x: Vec<f32> = (0..m * v.k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let mut got = vec![f32::NAN; m * v.n];
             let mut want = vec![f32::NAN; m * v.n];
             npu.matmul(v, &x, m, &mut got).expect("npu matmul");
             cpu.matmul(v, &x, m, &mut want).expect("cpu matmul");
+            // Greedy cover: 24-row chunks, then 8-row chunks (here always m / 8 * 8 rows).
             let on_npu = if graph { m / 8 * 8 } else { 0 };
             assert_eq!(npu.npu_rows(v, m), on_npu);
             for t in 0..m {
