@@ -235,6 +235,17 @@ impl Int8Weight {
         Ok(w)
     }
 
+    /// Repacks `n` rows of `k` elements from raw GGUF tensor bytes of `format` (2-byte aligned,
+    /// `n·k/32` blocks: 18, 20 or 34 bytes each), e.g. a slice of a memory-mapped model file.
+    pub fn pack_gguf(format: Int8Format, bytes: &[u8], n: usize, k: usize) -> Result<Self, Error> {
+        use crate::quant::QuantBlock;
+        match format {
+            Int8Format::Q4_0 => Self::pack_q4_0(BlockQ4_0::slice_from_bytes(bytes)?, n, k),
+            Int8Format::Q4_1 => Self::pack_q4_1(BlockQ4_1::slice_from_bytes(bytes)?, n, k),
+            Int8Format::Q8_0 => Self::pack_q8_0(BlockQ8_0::slice_from_bytes(bytes)?, n, k),
+        }
+    }
+
     /// The source block format.
     pub fn format(&self) -> Int8Format {
         self.format

@@ -319,6 +319,40 @@ fn packed_layout_round_trips() {
                 assert_eq!(d as f64 * u + mm as f64, wd[r * k + i], "{f:?} ({r},{i})");
             }
         }
+        // The same weight from raw GGUF bytes (little-endian block images, 2-byte aligned).
+        let mut img: Vec<u8> = Vec::new();
+        for r in 0..n * k / 32 {
+            match f {
+                Int8Format::Q4_0 => {
+                    img.extend(wb.q40[r].d.to_le_bytes());
+                    img.extend(wb.q40[r].qs);
+                }
+                Int8Format::Q4_1 => {
+                    img.extend(wb.q41[r].d.to_le_bytes());
+                    img.extend(wb.q41[r].m.to_le_bytes());
+                    img.extend(wb.q41[r].qs);
+                }
+                Int8Format::Q8_0 => {
+                    img.extend(wb.q80[r].d.to_le_bytes());
+                    img.extend(wb.q80[r].qs.map(|q| q as u8));
+                }
+            }
+        }
+        let mut store = vec![0u8; img.len() + 1];
+        let off = store.as_ptr().align_offset(2);
+        store[off..off + img.len()].copy_from_slice(&img);
+        let aligned = &store[off..off + img.len()];
+        let g = Int8Weight::pack_gguf(f, aligned, n, k).unwrap();
+        assert_eq!(g.quant_bytes(), w.quant_bytes(), "{f:?}");
+        assert_eq!(g.scale_words(), w.scale_words(), "{f:?}");
+        assert!(matches!(
+            Int8Weight::pack_gguf(f, &aligned[..aligned.len() - 2], n, k),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            Int8Weight::pack_gguf(f, &store[off + 1..off + 1 + 34], 1, 32),
+            Err(Error::Misaligned { .. })
+        ));
         assert_eq!(w.u_at(n, 0), None);
         assert_eq!(w.scale_at(0, 3), None);
     }
