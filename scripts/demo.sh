@@ -35,7 +35,8 @@ step() { # NAME ARGS...
 
 step profile profile --model "$HETERO_MODEL" --out "$PROFILE_FILE"
 step plan plan --model "$HETERO_MODEL" --profile "$PROFILE_FILE"
-step run run --model "$HETERO_MODEL" --prompt "$PROMPT" --max-tokens "$MAX_TOKENS"
+# With the profile, `run` executes the planner's per-op plan (`--plan auto`) and prints it.
+step run run --model "$HETERO_MODEL" --profile "$PROFILE_FILE" --prompt "$PROMPT" --max-tokens "$MAX_TOKENS"
 
 echo
 if [[ ${#missing[@]} -gt 0 ]]; then

@@ -8,10 +8,13 @@
 //! - a CPU–GPU column split (weight-centric) → [`crate::split::SplitBackend`] with the planned
 //!   number of CPU columns (one output, no concat copy, released by the barrier; if the plan
 //!   puts the GPU on the left, the CPU still takes the left columns — the same amounts);
-//! - any plan with NPU pieces → [`crate::npu::NpuBackend`]: chunks of its standard lengths on
-//!   the NPU, the remaining rows on its CPU partner, concurrently. Plans whose NPU part the
-//!   backend runs differently (padding, online preparation, a hybrid L-shape, an NPU column
-//!   split) are marked *approximated* in [`PlanBackend::describe`].
+//! - NPU row plans (single, NPU pipe, activation-centric, multi-tensor) →
+//!   [`crate::npu::NpuBackend`]: chunks of its standard lengths on the NPU (largest first),
+//!   the remaining rows on its CPU partner, concurrently; padding and online preparation run
+//!   the same way and are marked *approximated*;
+//! - NPU column blocks (an NPU weight-centric split, a hybrid L-shape) → the plan's partner
+//!   (CPU or GPU) runs the whole op, marked *approximated*: the NPU backend builds graphs of
+//!   whole weights only.
 //!
 //! Non-matmul ops (norms, RoPE, attention, SwiGLU) stay on the CPU pool: the planner's layer
 //! placement of them (GPU when there is one) is printed, not executed.
@@ -78,6 +81,14 @@ pub fn map_plan(p: &OpPlan, have_gpu: bool, have_npu: bool) -> (Exec, bool) {
     let uses = |b: Pb| pieces.as_slice().iter().any(|x| x.backend == b);
     let n = p.n as usize;
     if uses(Pb::Npu) {
+        // An NPU column block (weight-centric or hybrid L-shape) needs graphs of part of a
+        // weight, which the NPU backend does not build: the partner runs the whole op.
+        if matches!(p.strategy, Strategy::WeightCentric | Strategy::Hybrid) {
+            return match s.b {
+                Some(Pb::Gpu) if have_gpu => (Exec::Gpu, true),
+                _ => (Exec::Cpu, true),
+            };
+        }
         if have_npu {
             let exact = matches!(
                 p.strategy,

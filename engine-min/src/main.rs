@@ -657,7 +657,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         let mm: Duration = prefill_timings.matmul.iter().map(|m| m.1).sum();
         let _ = writeln!(
             out,
-            "npu: {} graphs (S = {npu_lens:?}) prepared in {:.0} ms (build + finalize); NPU share \
+            "npu: {} graphs (one per weight and standard length) prepared in {:.0} ms (build + finalize); NPU share \
              of prefill matmul time {:.1}% (simulated)",
             s.graphs(),
             ms(s.prepare_time()),
