@@ -100,7 +100,9 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
     let (db, sb) = (ctx.ty.data_bytes(), ctx.ty.scale_bytes());
     // SAFETY: (whole body) x row m0+g < m, values 32b..32b+32 with b < nb: inside x. Group data
     // and scale regions of g < ceil(n/16) lie inside the validated buffer; a Q4 data vector
-    // `64j` of block b < nb reads 64 bytes inside the group's data region; y lanes are stored
+    // `64j` of block b < nb reads 64 bytes inside the group's data region, and the loads at byte
+    // offsets 1..3 reach at most 3 bytes past block b's 256 bytes: into block b+1 or, for the
+    // last block, into the scale region that follows (at least 64 bytes); y lanes are stored
     // masked to the group's real rows, inside the validated y, in columns the caller owns.
     unsafe {
         let mut b0 = 0;
