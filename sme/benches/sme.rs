@@ -2,6 +2,10 @@
 //! thread (gemm with `Parallelism::None`), plus Q4_0 GEMV against the machine's read bandwidth
 //! measured in the same run over a working set larger than the last-level cache.
 //! A Q4_0 case on an L3-resident weight gives the kernel's compute ceiling for comparison.
+//! The `gemv/pair-*` cases measure the machine level (2 cores): the packed Q4_0 GEMV at M = 1 and
+//! the read probe, each with one thread and with two (work-stealing driver, persistent pool
+//! thread), back to back in the same run:
+//! `cargo bench -p hetero-sme --bench sme -- --warm-up-time 1 --measurement-time 2 'gemv/pair-'`
 //!
 //! `cargo bench -p hetero-sme --bench sme -- --warm-up-time 1 --measurement-time 2`
 //! Throughput is reported as "elements/s" = FLOP/s (2·M·N·K per call) for GEMM, bytes/s for
@@ -24,6 +28,11 @@ use anchor::{gemm_anchor, rnd};
 
 #[path = "support/int8.rs"]
 mod int8_bench;
+
+// The int8 group's two-thread pool, reused (its module there is private to that group).
+#[allow(clippy::duplicate_mod)]
+#[path = "support/pool.rs"]
+mod pool;
 
 const SHAPES: [(usize, usize); 5] = [
     (576, 1536),
@@ -234,7 +243,77 @@ fn gemv_benches(c: &mut Criterion) {
             acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
         })
     });
+    drop(big);
+    machine_pair(&mut g, &w, k, n);
     g.finish();
+}
+
+/// Sum of a u64 slice with 8 independent lanes (the read-bandwidth probe's loop).
+fn sum_u64(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    for ch in v.chunks_exact(8) {
+        for i in 0..8 {
+            acc[i] = acc[i].wrapping_add(ch[i]);
+        }
+    }
+    acc.iter().fold(0u64, |a, &b| a.wrapping_add(b))
+}
+
+/// The machine-level pair (2 cores): packed Q4_0 GEMV at M = 1 on the 66 MB weight and the
+/// 256 MiB read probe, each with one thread and with two (the caller + one persistent pool
+/// thread; the GEMV through `QPackedPlan::run_worker` over a 2-worker `StealState`). The pool
+/// exists only while the two-thread cases run (its helper spins between calls).
+fn machine_pair(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    w: &[BlockQ4_0],
+    k: usize,
+    n: usize,
+) {
+    let ty = QType::Q4_0;
+    let len = qpacked_len(ty, k, n).unwrap();
+    let mut store = vec![0u8; len + 64];
+    let off = store.as_ptr().align_offset(64);
+    let buf = &mut store[off..off + len];
+    pack_q4_0(w, k, n, 0..n, buf).unwrap();
+    let pw = QPackedRef::new(buf, ty, k, n).unwrap();
+    let kernel = Kernel::best_gemv();
+    let x = rnd(k, 3);
+    let mut y = vec![0f32; n];
+    let big = vec![1u64; 32 << 20];
+    let (h0, h1) = big.split_at(big.len() / 2);
+    let id = format!("m1_k{k}_n{n}");
+    g.throughput(Throughput::Bytes(len as u64));
+    g.bench_function(BenchmarkId::new("pair-q4_0-packed-1t", &id), |b| {
+        b.iter(|| {
+            QPackedPlan::new(kernel, black_box(&x), 1, k, pw, &mut y, n)
+                .unwrap()
+                .run_all()
+        })
+    });
+    g.throughput(Throughput::Bytes((big.len() * 8) as u64));
+    g.bench_function("pair-read-256MiB-1t", |b| {
+        b.iter(|| sum_u64(black_box(&big)))
+    });
+    let pool = pool::Pool::new();
+    let mut st = StealState::new(2).unwrap();
+    g.throughput(Throughput::Bytes(len as u64));
+    g.bench_function(BenchmarkId::new("pair-q4_0-packed-2t", &id), |b| {
+        b.iter(|| {
+            let plan = QPackedPlan::new(kernel, black_box(&x), 1, k, pw, &mut y, n).unwrap();
+            st.prepare(plan.tiles()).unwrap();
+            let st = &st;
+            pool.run(&|wk| plan.run_worker(st, wk).unwrap());
+        })
+    });
+    g.throughput(Throughput::Bytes((big.len() * 8) as u64));
+    g.bench_function("pair-read-256MiB-2t", |b| {
+        b.iter(|| {
+            pool.run(&|wk| {
+                black_box(sum_u64(black_box(if wk == 0 { h0 } else { h1 })));
+            })
+        })
+    });
+    drop(pool);
 }
 
 criterion_group! {
