@@ -90,13 +90,18 @@ pub fn map_plan(p: &OpPlan, have_gpu: bool, have_npu: bool) -> (Exec, bool) {
             };
         }
         if have_npu {
-            let exact = matches!(
-                p.strategy,
+            // Exact when the backend runs what the plan says: whole standard chunks (a pipe
+            // whose last chunk is not padded), the remainder rows on the CPU.
+            let whole_chunks = s
+                .npu
+                .is_some_and(|e| e.graph_m > 0 && p.m % e.graph_m == 0 && !e.online);
+            let exact = match p.strategy {
                 Strategy::Single
-                    | Strategy::NpuPipe
-                    | Strategy::ActivationCentric
-                    | Strategy::MultiTensorActivation
-            ) && s.b.is_none_or(|b| b == Pb::Cpu);
+                | Strategy::ActivationCentric
+                | Strategy::MultiTensorActivation => true,
+                Strategy::NpuPipe => whole_chunks,
+                _ => false,
+            } && s.b.is_none_or(|b| b == Pb::Cpu);
             return (Exec::Npu, !exact);
         }
         return (Exec::Cpu, true);

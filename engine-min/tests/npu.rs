@@ -155,8 +155,93 @@ fn npu_plan_matches_reference_forward() {
     };
     let from_npu = greedy(&mut e);
     let cpu = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
-    let from_cpu = greedy(&mut engine(&model, cpu, pool));
+    let from_cpu = greedy(&mut engine(&model, cpu, Arc::clone(&pool)));
     assert_eq!(from_npu, from_cpu);
+    drop(e);
+
+    // `--plan auto` with an NPU: a hand-written CPU+NPU profile in which the NPU is far faster
+    // at its standard length, so the planner puts the layer matmuls' rows on the NPU; the
+    // executed plan (NPU chunks + CPU remainder rows) against the reference as above.
+    auto_plan_with_npu(&session, &model, &pool, &ids, &want);
+}
+
+fn auto_plan_with_npu(
+    session: &Arc<qnn_sys::Session>,
+    model: &Arc<Model>,
+    pool: &Arc<Pool>,
+    ids: &[u32],
+    want: &[f32],
+) {
+    use engine_min::exec::{Exec, PlanBackend};
+    let pts = |m0: u32, t: f64| {
+        [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]
+            .iter()
+            .map(|(k, n)| {
+                format!(
+                    r#"{{ "k": {k}, "n": {n}, "m": {m0}, "us": {t} }}, {{ "k": {k}, "n": {n}, "m": 128, "us": {} }}"#,
+                    t * 4.0
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let json = format!(
+        r#"{{ "backends": [
+          {{ "backend": "cpu", "points": [ {} ] }},
+          {{ "backend": "npu", "standard_m": [32], "graph_prepare_us": 50000,
+             "points": [ {} ] }} ] }}"#,
+        pts(16, 100.0),
+        pts(32, 1.0)
+    );
+    let prof: hetero_partition::Profile = serde_json::from_str(&json).expect("profile json");
+    let checked = prof.check().expect("valid profile");
+    let vocab = model.config.vocab;
+    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
+    let opts = NpuOptions {
+        seq: S,
+        ..NpuOptions::default()
+    };
+    let ctx = session.new_context().expect("context");
+    let npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
+    let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
+        .into_iter()
+        .map(|(_, k, n)| (k as usize, n as usize))
+        .collect();
+    let pb = PlanBackend::new(
+        checked,
+        128,
+        Arc::clone(pool),
+        CpuBackend::new(Arc::clone(pool), f32_kernel()),
+        None,
+        Some(npu),
+        None,
+        &shapes,
+    )
+    .expect("plan backend");
+    let table = pb.table();
+    for &(k, n) in &shapes[..4] {
+        let e = table.entry(k, n, ids.len()).expect("planned");
+        assert_eq!(e.exec, Exec::Npu, "k={k} n={n}: {:?}", e.plan);
+    }
+    let times = pb.times();
+    let mut e = engine(model, Box::new(pb), Arc::clone(pool));
+    let len = ids.len();
+    let mut logits = vec![f32::NAN; len * vocab];
+    e.forward(ids, &mut logits).expect("prefill");
+    let mut worst = 0f32;
+    for t in 0..len {
+        let r = rel_err(
+            &logits[t * vocab..(t + 1) * vocab],
+            &want[t * vocab..(t + 1) * vocab],
+        );
+        worst = worst.max(r);
+        assert!(
+            r <= TOL_REL,
+            "auto with npu, pos {t}: relative logit error {r}"
+        );
+    }
+    eprintln!("auto plan with npu, {len} tokens: worst relative logit error {worst:e}");
+    assert!(times.get()[3] > 0, "the NPU plan ran: {:?}", times.get());
 }
 
 /// The backend alone on random F32 weights (exactly representable after FP16 rounding is the
