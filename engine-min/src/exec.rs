@@ -94,7 +94,7 @@ pub fn map_plan(p: &OpPlan, have_gpu: bool, have_npu: bool) -> (Exec, bool) {
             // whose last chunk is not padded), the remainder rows on the CPU.
             let whole_chunks = s
                 .npu
-                .is_some_and(|e| e.graph_m > 0 && p.m % e.graph_m == 0 && !e.online);
+                .is_some_and(|e| e.graph_m > 0 && p.m.is_multiple_of(e.graph_m) && !e.online);
             let exact = match p.strategy {
                 Strategy::Single
                 | Strategy::ActivationCentric
