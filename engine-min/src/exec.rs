@@ -175,6 +175,61 @@ impl ExecTimes {
     }
 }
 
+/// The planner's whole-model plan (`hetero_partition::plan_model`, `Policy::Auto`) for `c`
+/// at `m` rows, summarized: where it places the non-matmul ops (this engine runs them on
+/// the CPU pool regardless) and its predicted matmul time for the model.
+pub fn model_plan_summary(
+    profile: &CheckedProfile,
+    c: &crate::model::Config,
+    m: usize,
+    decode: bool,
+) -> String {
+    use hetero_partition::{plan_model, ModelDesc, Phase, Placement, Policy};
+    let desc = ModelDesc::llama(
+        c.d_model as u32,
+        c.d_ff as u32,
+        c.n_head as u32,
+        c.n_kv_head as u32,
+        c.head_dim as u32,
+        c.n_layer as u32,
+        c.vocab as u32,
+    );
+    let phase = if decode {
+        Phase::Decode
+    } else {
+        Phase::Prefill
+    };
+    let plan = match desc {
+        Ok(d) => plan_model(profile, &d, m.max(1) as u32, phase, Policy::Auto),
+        Err(e) => return format!("no model plan: {e:?}"),
+    };
+    match plan {
+        Ok(p) => {
+            let mut others: Vec<String> = Vec::new();
+            for (op, pl) in desc.iter().flat_map(|d| d.ops()).zip(p.placements()) {
+                let what = match pl {
+                    Placement::MatMul(_) => continue,
+                    Placement::On(b) => format!("{b:?}").to_lowercase(),
+                    Placement::HeadSplit {
+                        cpu_heads,
+                        gpu_heads,
+                    } => format!("heads cpu {cpu_heads} / gpu {gpu_heads}"),
+                };
+                let name = format!("{op:?}");
+                let name = name.split([' ', '{']).next().unwrap_or("op").to_owned();
+                others.push(format!("{name} {what}"));
+            }
+            format!(
+                "planner's layer placement of non-matmul ops: {} (run on the CPU pool here); \
+                 predicted model matmul time {:.2} ms",
+                others.join(", "),
+                p.predicted_us / 1e3
+            )
+        }
+        Err(e) => format!("no model plan: {e:?}"),
+    }
+}
+
 /// A backend that runs the planner's plan for each matmul.
 pub struct PlanBackend {
     split: Option<SplitBackend>,
@@ -254,6 +309,11 @@ impl PlanBackend {
         }
         self.table.map.insert((k, n), v);
         Ok(())
+    }
+
+    /// The checked profile the plans come from.
+    pub fn profile(&self) -> &CheckedProfile {
+        &self.profile
     }
 
     /// The plans (a copy, e.g. to print after the backend moved into an engine).

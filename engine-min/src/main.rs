@@ -432,7 +432,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         )
         .map_err(|e| Fail(format!("plan auto: {e}"), 1))?;
         acts = a;
-        auto_info = Some((file, pb.table(), pb.times(), notes));
+        auto_info = Some((file, pb.table(), pb.times(), notes, pb.profile().clone()));
         Box::new(pb)
     } else if npu_plan {
         let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
@@ -514,7 +514,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
             1,
         ));
     }
-    if let Some((file, table, _, notes)) = &auto_info {
+    if let Some((file, table, _, notes, checked)) = &auto_info {
         let shapes: Vec<(&str, usize, usize)> = engine_min::planning::model_shapes(&model.config)
             .into_iter()
             .map(|(name, k, n)| (name, k as usize, n as usize))
@@ -529,6 +529,9 @@ fn run(mut args: Args) -> Result<(), Fail> {
             for line in table.describe(&shapes, m) {
                 println!("    {line}");
             }
+            let summary =
+                engine_min::exec::model_plan_summary(checked, &model.config, m, phase == "decode");
+            println!("    {summary}");
         }
     }
     let vocab = model.config.vocab;
@@ -631,7 +634,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
         let _ = writeln!(out, "{line}");
     }
-    if let Some((_, _, times, _)) = &auto_info {
+    if let Some((_, _, times, _, _)) = &auto_info {
         let t = times.get();
         let total = t.iter().sum::<u64>().max(1) as f64;
         let mut line = String::from("auto: matmul time by executed plan:");
