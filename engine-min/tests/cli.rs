@@ -133,7 +133,12 @@ fn demo_and_profile_plan_on_the_model() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("plan auto from"), "{out}");
-    assert_eq!(out.matches("predicted").count(), 10, "{out}");
+    assert_eq!(out.matches("-> runs").count(), 10, "{out}");
+    assert_eq!(
+        out.matches("layer placement of non-matmul ops").count(),
+        2,
+        "{out}"
+    );
     assert!(out.contains("auto: matmul time by executed plan"), "{out}");
     assert!(out.contains(" Paris"), "{out}");
     // auto without a profile is a usage error.
