@@ -1,28 +1,51 @@
 //! The GPU backend: the engine's matmuls on an OpenCL device through `hetero-opencl-kernels`
 //! (PoCL here; any OpenCL GPU). Weights are uploaded once in `prepare` as the GGUF bytes
-//! (F16, Q4_0, Q4_1, Q8_0 GEMV kernels with fused dequantization); each token's row runs one
-//! GEMV (activations written, GEMV enqueued, outputs read back: a copy per call, not zero-copy
-//! yet).
+//! (F16, Q4_0, Q4_1, Q8_0 kernels with fused dequantization). A one-row matmul (decode) runs
+//! the weight's GEMV, whose launch is prepared once in `reserve`; several rows (prefill) run
+//! one small-M GEMM launch over all of them. Activations are written to and outputs read back
+//! from device buffers here (the zero-copy path over uma slots is `crate::split`'s).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hetero_opencl_kernels::{Buffer, Device, Kernels, WeightFormat};
+use hetero_opencl_kernels::{Buffer, Device, Kernels, Launch, WeightFormat};
 
 use crate::backend::{Backend, BackendError, WeightView};
 use crate::gguf::GgmlType;
 
 struct Bufs {
+    /// One activation row and one output row (the GEMV's arguments).
     x: Option<Buffer>,
     y: Option<Buffer>,
+    /// `max_m` activation rows and output rows (the GEMM's), sized in `reserve`.
+    xm: Option<Buffer>,
+    ym: Option<Buffer>,
+    /// Host staging of the GEMM's output, `max_m * max_n`.
+    host: Vec<f32>,
+    /// Rows `xm`/`ym`/`host` hold.
+    max_m: usize,
 }
+
+/// A prepared launch that borrows the backend's kernels and buffers (lifetime erased).
+struct CachedLaunch(Launch<'static>);
+
+// SAFETY: a launch is a cl_kernel handle plus plain data; OpenCL objects may be used from any
+// thread, and every use goes through the `Mutex` that holds it.
+unsafe impl Send for CachedLaunch {}
+
+/// Rows from which a matmul runs one GEMM launch instead of one GEMV per row.
+const GEMM_MIN_ROWS: usize = 2;
 
 /// Matmuls on an OpenCL device.
 pub struct GpuBackend {
+    // Declared first so they drop first: they borrow `kernels`, `weights` and `bufs`' x/y.
+    gemvs: Mutex<HashMap<(usize, usize), CachedLaunch>>,
     dev: Arc<Device>,
     // Boxed: prepared launches (crate::split) keep a reference to it across moves.
     kernels: Box<Kernels>,
     weights: HashMap<(usize, usize), Buffer>,
+    /// Format and shape of each uploaded weight (for the prepared GEMVs).
+    shapes: HashMap<(usize, usize), (WeightFormat, usize, usize)>,
     bufs: Mutex<Bufs>,
     max_k: usize,
     max_n: usize,
@@ -53,8 +76,17 @@ impl GpuBackend {
         Ok(Self {
             dev,
             kernels,
+            gemvs: Mutex::new(HashMap::new()),
             weights: HashMap::new(),
-            bufs: Mutex::new(Bufs { x: None, y: None }),
+            shapes: HashMap::new(),
+            bufs: Mutex::new(Bufs {
+                x: None,
+                y: None,
+                xm: None,
+                ym: None,
+                host: Vec::new(),
+                max_m: 0,
+            }),
             max_k: 0,
             max_n: 0,
             name,
@@ -68,10 +100,18 @@ impl Backend for GpuBackend {
     }
 
     fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
-        format(w.ty).ok_or(BackendError::Unsupported(w.ty))?;
+        let fmt = format(w.ty).ok_or(BackendError::Unsupported(w.ty))?;
         let key = (w.data.as_ptr() as usize, w.data.len());
+        self.shapes.insert(key, (fmt, w.n, w.k));
         if let std::collections::hash_map::Entry::Vacant(e) = self.weights.entry(key) {
             e.insert(self.dev.upload(w.data).map_err(kerr)?);
+        }
+        if w.k > self.max_k || w.n > self.max_n {
+            // The prepared GEMVs point at the buffers about to be replaced.
+            self.gemvs
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
         }
         let bufs = self.bufs.get_mut().unwrap_or_else(|e| e.into_inner());
         if w.k > self.max_k {
@@ -83,6 +123,44 @@ impl Backend for GpuBackend {
             bufs.y = Some(self.dev.alloc(w.n * 4).map_err(kerr)?);
         }
         Ok(())
+    }
+
+    /// Sizes the GEMM's buffers for `max_tokens` rows and prepares every prepared weight's
+    /// GEMV launch, so neither path creates buffers or (for decode) kernels per call. A
+    /// failure leaves the per-call fallbacks in place.
+    fn reserve(&mut self, max_tokens: usize, max_k: usize) {
+        let max_k = max_k.max(self.max_k);
+        let gemvs = self.gemvs.get_mut().unwrap_or_else(|e| e.into_inner());
+        gemvs.clear();
+        let bufs = self.bufs.get_mut().unwrap_or_else(|e| e.into_inner());
+        if max_tokens >= GEMM_MIN_ROWS && max_tokens > bufs.max_m {
+            let (xm, ym) = (
+                self.dev.alloc(max_tokens * max_k * 4),
+                self.dev.alloc(max_tokens * self.max_n.max(1) * 4),
+            );
+            if let (Ok(xm), Ok(ym)) = (xm, ym) {
+                bufs.xm = Some(xm);
+                bufs.ym = Some(ym);
+                bufs.host = vec![0.0; max_tokens * self.max_n];
+                bufs.max_m = max_tokens;
+            }
+        }
+        let (Some(xb), Some(yb)) = (&bufs.x, &bufs.y) else {
+            return;
+        };
+        for (&(ptr, len), wb) in &self.weights {
+            let Some((fmt, n, k)) = self.shapes.get(&(ptr, len)).copied() else {
+                continue;
+            };
+            if let Ok(l) = self.kernels.gemv(fmt, wb, xb, yb, n, k) {
+                // SAFETY: the launch borrows `self.kernels` (boxed: stable address), the weight
+                // buffer and x/y; none is dropped or replaced while the cached launch lives:
+                // `prepare` and `reserve` clear the cache before replacing buffers, and the
+                // field order drops the cache first.
+                let l = unsafe { std::mem::transmute::<Launch<'_>, Launch<'static>>(l) };
+                gemvs.insert((ptr, len), CachedLaunch(l));
+            }
+        }
     }
 
     fn matmul(
@@ -125,9 +203,10 @@ impl GpuBackend {
             ))
     }
 
-    /// `out_row(t) = W x_t` for each of the `m` rows: one GEMV per row through the device's
-    /// staging buffers (activation row written, GEMV enqueued, outputs read back straight into
-    /// the slice `out_row(t)` gives, e.g. the row's column range of a shared output).
+    /// `out_row(t) = W x_t` for each of the `m` rows, written straight into the slice
+    /// `out_row(t)` gives (e.g. the row's column range of a shared output): one GEMV through
+    /// the device's staging buffers for one row, one GEMM launch over all rows for several
+    /// (when `reserve` sized the buffers for them).
     pub(crate) fn matmul_rows<'o>(
         &self,
         w: &WeightView<'_>,
@@ -141,21 +220,51 @@ impl GpuBackend {
         }
         let fmt = format(w.ty).ok_or(BackendError::Unsupported(w.ty))?;
         let wb = self.weight(w)?;
-        let bufs = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bufs = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        if m >= GEMM_MIN_ROWS && m <= bufs.max_m && n <= self.max_n {
+            let b = &mut *bufs;
+            let (Some(xm), Some(ym)) = (&b.xm, &b.ym) else {
+                return Err(BackendError::Kernel("GPU buffers not allocated".into()));
+            };
+            xm.write(x).map_err(kerr)?;
+            let mut launch = self.kernels.gemm(fmt, wb, xm, ym, m, n, k).map_err(kerr)?;
+            launch.enqueue().map_err(kerr)?;
+            // Blocking read: waits for the GEMM.
+            let host = &mut b.host[..m * n];
+            ym.read(host).map_err(kerr)?;
+            for (t, row) in host.chunks_exact(n).enumerate() {
+                let o = out_row(t);
+                if o.len() != n {
+                    return Err(BackendError::Shape("out"));
+                }
+                o.copy_from_slice(row);
+            }
+            return Ok(());
+        }
         let (Some(xb), Some(yb)) = (&bufs.x, &bufs.y) else {
             return Err(BackendError::Kernel("GPU buffers not allocated".into()));
         };
-        let mut launch = self.kernels.gemv(fmt, wb, xb, yb, n, k).map_err(kerr)?;
-        for t in 0..m {
-            xb.write(&x[t * k..(t + 1) * k]).map_err(kerr)?;
-            launch.enqueue().map_err(kerr)?;
-            // Blocking read: waits for the GEMV.
-            let o = out_row(t);
-            if o.len() != n {
-                return Err(BackendError::Shape("out"));
+        let mut rows = |launch: &mut Launch<'_>| -> Result<(), BackendError> {
+            for t in 0..m {
+                xb.write(&x[t * k..(t + 1) * k]).map_err(kerr)?;
+                launch.enqueue().map_err(kerr)?;
+                // Blocking read: waits for the GEMV.
+                let o = out_row(t);
+                if o.len() != n {
+                    return Err(BackendError::Shape("out"));
+                }
+                yb.read(o).map_err(kerr)?;
             }
-            yb.read(o).map_err(kerr)?;
+            Ok(())
+        };
+        let mut gemvs = self.gemvs.lock().unwrap_or_else(|e| e.into_inner());
+        match gemvs.get_mut(&(w.data.as_ptr() as usize, w.data.len())) {
+            Some(c) => rows(&mut c.0),
+            None => {
+                // Weights prepared after `reserve` (not on the engine's path).
+                let mut l = self.kernels.gemv(fmt, wb, xb, yb, n, k).map_err(kerr)?;
+                rows(&mut l)
+            }
         }
-        Ok(())
     }
 }
