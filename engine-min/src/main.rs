@@ -15,7 +15,7 @@ const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
                  [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan auto|cpu|gpu|cpu-gpu:R|npu|npu-gpu] [--profile FILE]
                  [--npu-seq S|S1,S2 (default 32)]
-                 [--kernel portable|avx512|sme-gemv|sme-int8|sme (default)]
+                 [--kernel portable|avx512|sme-gemv|sme-int8|sme (default: sme-int8 with VNNI, else sme-gemv)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
   engine-min plan --profile FILE [--weight K,N --seq M] [--model PATH] [--seq M]
   engine-min bench [--model PATH] [--pp N (128)] [--tg N (64)] [--reps R (5)] [--threads N]
