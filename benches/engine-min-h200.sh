@@ -23,4 +23,5 @@ run() { echo "\$ engine-min $*"; timeout 150 $E "$@" 2>&1 | tail -12; }
 run run --plan gpu --prompt "The capital of France is" --max-tokens 16
 run bench --plan gpu --reps 3
 for t in 2 16; do run bench --threads $t --reps 3; done
+run bench --threads 16 --kernel sme-gemv --reps 3
 run run --plan cpu-gpu:0.5 --threads 16 --prompt "The capital of France is" --max-tokens 16
