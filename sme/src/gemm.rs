@@ -268,14 +268,7 @@ impl<'a> GemmPlan<'a> {
     /// returned (join the threads). Fails if `worker` is out of range for `state` or `state`
     /// was prepared for another tile count.
     pub fn run_worker(&self, state: &crate::StealState, worker: usize) -> Result<(), Error> {
-        if state.tiles() != self.tiles() {
-            return Err(Error::ShapeMismatch {
-                what: "steal state prepared for another tile count",
-                expected: self.tiles(),
-                got: state.tiles(),
-            });
-        }
-        state.run_worker(worker, |t| {
+        state.run_plan(worker, self.tiles(), |t| {
             // SAFETY: the steal state hands out each tile index to exactly one claim.
             unsafe { self.run_tile(t) }
         })

@@ -745,14 +745,7 @@ impl<'a> Int8Plan<'a> {
     /// Runs this worker's share: claims tiles from `state` (prepared with [`Self::tiles`]) until
     /// none is left. Call once per worker, `worker` in `0..state.workers()`.
     pub fn run_worker(&self, state: &StealState, worker: usize) -> Result<(), Error> {
-        if state.tiles() != self.tiles() {
-            return Err(Error::ShapeMismatch {
-                what: "steal state prepared for another tile count",
-                expected: self.tiles(),
-                got: state.tiles(),
-            });
-        }
-        state.run_worker(worker, |t| {
+        state.run_plan(worker, self.tiles(), |t| {
             // SAFETY: each tile index is handed to exactly one claim.
             unsafe { self.run_tile(t) }
         })

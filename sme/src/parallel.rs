@@ -113,6 +113,24 @@ impl StealState {
         }
     }
 
+    /// A plan's `run_worker`: checks that this state was prepared for the plan's `tiles`, then
+    /// runs [`run_worker`](Self::run_worker).
+    pub(crate) fn run_plan(
+        &self,
+        worker: usize,
+        tiles: usize,
+        f: impl FnMut(usize),
+    ) -> Result<(), Error> {
+        if self.tiles != tiles {
+            return Err(Error::ShapeMismatch {
+                what: "steal state prepared for another tile count",
+                expected: tiles,
+                got: self.tiles,
+            });
+        }
+        self.run_worker(worker, f)
+    }
+
     /// Runs `f` on every tile `worker` can claim: its own range front to back, then single tiles
     /// stolen from the back of the others' ranges (nearest worker first), until every range is
     /// empty. Ranges only shrink, so once a scan finds all of them empty none can refill.

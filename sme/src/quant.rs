@@ -343,14 +343,7 @@ impl<'a> QGemvPlan<'a> {
     }
     /// Runs this worker's share (see [`crate::GemmPlan::run_worker`]).
     pub fn run_worker(&self, state: &crate::StealState, worker: usize) -> Result<(), Error> {
-        if state.tiles() != self.tiles() {
-            return Err(Error::ShapeMismatch {
-                what: "steal state prepared for another tile count",
-                expected: self.tiles(),
-                got: state.tiles(),
-            });
-        }
-        state.run_worker(worker, |t| {
+        state.run_plan(worker, self.tiles(), |t| {
             // SAFETY: each tile index is handed to exactly one claim.
             unsafe { self.run_tile(t) }
         })
@@ -829,14 +822,7 @@ impl<'a> QPackedPlan<'a> {
     }
     /// Runs this worker's share (see [`crate::GemmPlan::run_worker`]).
     pub fn run_worker(&self, state: &crate::StealState, worker: usize) -> Result<(), Error> {
-        if state.tiles() != self.tiles() {
-            return Err(Error::ShapeMismatch {
-                what: "steal state prepared for another tile count",
-                expected: self.tiles(),
-                got: state.tiles(),
-            });
-        }
-        state.run_worker(worker, |t| {
+        state.run_plan(worker, self.tiles(), |t| {
             // SAFETY: each tile index is handed to exactly one claim.
             unsafe { self.run_tile(t) }
         })
