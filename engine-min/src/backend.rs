@@ -76,6 +76,46 @@ pub trait Backend: Send + Sync {
         m: usize,
         out: &mut [f32],
     ) -> Result<(), BackendError>;
+
+    /// As [`matmul`](Self::matmul) with output rows `ldo >= n` floats apart: row `t` of the
+    /// result lands in `out[t * ldo..t * ldo + n]` and the floats between rows are untouched
+    /// (one side of a column split writing its columns of a shared output in place). The
+    /// default handles `ldo == n` only.
+    fn matmul_ld(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        ldo: usize,
+    ) -> Result<(), BackendError> {
+        if ldo != w.n {
+            return Err(BackendError::Shape(
+                "this backend writes contiguous rows only",
+            ));
+        }
+        let len = m * w.n;
+        let out = out.get_mut(..len).ok_or(BackendError::Shape("out"))?;
+        self.matmul(w, x, m, out)
+    }
+}
+
+/// Checks an output of `m` rows of `n` floats, `ldo` apart.
+pub(crate) fn check_ld(out: &[f32], m: usize, n: usize, ldo: usize) -> Result<(), BackendError> {
+    if ldo < n {
+        return Err(BackendError::Shape("ldo below n"));
+    }
+    let need = match m {
+        0 => 0,
+        _ => (m - 1)
+            .checked_mul(ldo)
+            .and_then(|v| v.checked_add(n))
+            .ok_or(BackendError::Shape("out"))?,
+    };
+    if out.len() < need {
+        return Err(BackendError::Shape("out"));
+    }
+    Ok(())
 }
 
 /// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
@@ -349,6 +389,20 @@ impl Backend for CpuBackend {
         m: usize,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
+        if out.len() != m * w.n {
+            return Err(BackendError::Shape("out"));
+        }
+        self.matmul_ld(w, x, m, out, w.n)
+    }
+
+    fn matmul_ld(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        ldo: usize,
+    ) -> Result<(), BackendError> {
         let (n, k) = (w.n, w.k);
         let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
         if w.data.len() != n * rb {
@@ -357,9 +411,7 @@ impl Backend for CpuBackend {
         if x.len() != m * k {
             return Err(BackendError::Shape("x"));
         }
-        if out.len() != m * n {
-            return Err(BackendError::Shape("out"));
-        }
+        check_ld(out, m, n, ldo)?;
         if let Some(p) = self.prepared.get(&(w.data.as_ptr() as usize, w.data.len())) {
             if p.n == n && p.k == k {
                 let int8 = match self.kernel {
@@ -368,22 +420,22 @@ impl Backend for CpuBackend {
                     _ => false,
                 };
                 if let (true, Some(iw)) = (int8, &p.int8) {
-                    return self.matmul_int8(iw, x, m, out);
+                    return self.matmul_int8(iw, x, m, out, ldo);
                 }
                 if let Some((buf, ty)) = &p.gemv {
                     let pw =
                         hetero_sme::QPackedRef::new(buf.bytes(), *ty, k, n).map_err(sme_err)?;
-                    return self.matmul_gemv(pw, x, m, out);
+                    return self.matmul_gemv(pw, x, m, out, ldo);
                 }
                 if let Some(iw) = &p.int8 {
-                    return self.matmul_int8(iw, x, m, out);
+                    return self.matmul_int8(iw, x, m, out, ldo);
                 }
             }
         }
         if k > MAX_K {
             return Err(BackendError::TooWide(k));
         }
-        self.matmul_f32(w, rb, x, m, out);
+        self.matmul_f32(w, rb, x, m, out, ldo);
         Ok(())
     }
 }
@@ -397,6 +449,7 @@ impl CpuBackend {
         x: &[f32],
         m: usize,
         out: &mut [f32],
+        ldo: usize,
     ) -> Result<(), BackendError> {
         let (n, k) = (w.n(), w.k());
         let kernel = hetero_sme::Kernel::best_gemv();
@@ -410,8 +463,8 @@ impl CpuBackend {
                 mm,
                 k,
                 w,
-                &mut out[t0 * n..(t0 + mm) * n],
-                n,
+                &mut out[t0 * ldo..(t0 + mm - 1) * ldo + n],
+                ldo,
             )
             .map_err(sme_err)?;
             self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))?;
@@ -428,6 +481,7 @@ impl CpuBackend {
         x: &[f32],
         m: usize,
         out: &mut [f32],
+        ldo: usize,
     ) -> Result<(), BackendError> {
         let kernel = hetero_sme::Int8Kernel::best();
         let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
@@ -438,7 +492,7 @@ impl CpuBackend {
         kernel
             .quantize_acts(x, m, w.k(), &mut acts)
             .map_err(sme_err)?;
-        let plan = hetero_sme::Int8Plan::new(kernel, w, &acts, out, w.n()).map_err(sme_err)?;
+        let plan = hetero_sme::Int8Plan::new(kernel, w, &acts, out, ldo).map_err(sme_err)?;
         self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
     }
 
@@ -461,7 +515,15 @@ impl CpuBackend {
     }
 
     /// The f32 path: dequantize `NR` weight rows into stack scratch, multiply by `MR` tokens.
-    fn matmul_f32(&self, w: &WeightView<'_>, rb: usize, x: &[f32], m: usize, out: &mut [f32]) {
+    fn matmul_f32(
+        &self,
+        w: &WeightView<'_>,
+        rb: usize,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        ldo: usize,
+    ) {
         let (n, k) = (w.n, w.k);
         let kernel = if k % 16 == 0 {
             self.kernel.f32_kernel()
@@ -489,7 +551,7 @@ impl CpuBackend {
                     for (ti, row) in acc.iter().enumerate().take(mr) {
                         // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
                         // row, so no two live slices overlap.
-                        let o = unsafe { outs.slice((t0 + ti) * n + r0, nr) };
+                        let o = unsafe { outs.slice((t0 + ti) * ldo + r0, nr) };
                         o.copy_from_slice(&row[..nr]);
                     }
                     t0 += mr;

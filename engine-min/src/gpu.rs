@@ -181,6 +181,23 @@ impl Backend for GpuBackend {
             row
         })
     }
+
+    fn matmul_ld(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        ldo: usize,
+    ) -> Result<(), BackendError> {
+        crate::backend::check_ld(out, m, w.n, ldo)?;
+        let n = w.n;
+        let mut rows = out.chunks_mut(ldo);
+        self.matmul_rows(w, x, m, |_| match rows.next() {
+            Some(r) => &mut r[..n],
+            None => &mut [],
+        })
+    }
 }
 
 impl GpuBackend {

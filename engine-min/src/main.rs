@@ -13,7 +13,7 @@ use engine_min::sample::{Sampler, SamplerOptions};
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
-                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan auto|cpu|gpu|cpu-gpu:R|npu|npu-gpu] [--profile FILE]
+                 [--top-p P] [--seed S] [--threads N] [--ctx N] [--plan auto|cpu|gpu|cpu-gpu:R|npu|npu-gpu|npu-w:R|npu-gpu-w:R] [--profile FILE]
                  [--npu-seq S|S1,S2 (default 32)]
                  [--kernel portable|avx512|sme-gemv|sme-int8|sme (default: sme-int8 with VNNI, else sme-gemv)]
   engine-min profile [--model PATH] --out FILE [--threads N] [--reps R]
@@ -317,14 +317,29 @@ fn run(mut args: Args) -> Result<(), Fail> {
         ),
         None => None,
     };
-    let npu_plan = plan == "npu" || plan == "npu-gpu";
+    // `npu-w:R` / `npu-gpu-w:R`: weight-centric, the NPU takes share R of every matmul's columns.
+    let (npu_base, npu_share) = match plan.split_once("-w:") {
+        Some((base @ ("npu" | "npu-gpu"), r)) => (
+            base,
+            Some(
+                r.parse()
+                    .ok()
+                    .filter(|v: &f64| *v > 0.0 && *v <= 1.0)
+                    .ok_or_else(|| usage(format!("bad NPU share `{r}` in --plan (0 < R <= 1)")))?,
+            ),
+        ),
+        _ => (plan.as_str(), None),
+    };
+    let npu_plan = npu_base == "npu" || npu_base == "npu-gpu";
     if plan != "cpu" && plan != "gpu" && plan != "auto" && !npu_plan && split_share.is_none() {
         return Err(usage(format!(
             "unknown plan `{plan}`: `auto` (the planner's per-op plan for --profile FILE), \
              `cpu`, `gpu` (all matmuls on the OpenCL device), \
              `cpu-gpu:R` (CPU takes share R of every matmul's columns), `npu` (rows in chunks \
-             of --npu-seq on the NPU, the rest and decode on the CPU) and `npu-gpu` (the same \
-             with the GPU as partner) run in this build"
+             of --npu-seq on the NPU, the rest and decode on the CPU), `npu-gpu` (the same \
+             with the GPU as partner) and `npu-w:R` / `npu-gpu-w:R` (weight-centric: the NPU \
+             takes share R of every matmul's columns for the rows its graphs cover, the \
+             partner the other columns at the same time) run in this build"
         )));
     }
     if plan == "auto" && profile_file.is_none() {
@@ -435,7 +450,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         auto_info = Some((file, pb.table(), pb.times(), notes, pb.profile().clone()));
         Box::new(pb)
     } else if npu_plan {
-        let partner: Box<dyn engine_min::backend::Backend> = if plan == "npu-gpu" {
+        let partner: Box<dyn engine_min::backend::Backend> = if npu_base == "npu-gpu" {
             Box::new(
                 engine_min::gpu::GpuBackend::open()
                     .map_err(|e| Fail(format!("plan {plan}: OpenCL is not usable: {e}"), 1))?,
@@ -446,6 +461,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
         let opts = engine_min::npu::NpuOptions {
             seq: npu_seq,
             extra_seqs: npu_extra,
+            weight_share_permille: npu_share.map_or(0, |r: f64| (r * 1000.0).round() as u16),
             ..Default::default()
         };
         let npu = engine_min::npu::NpuBackend::open(partner, opts)

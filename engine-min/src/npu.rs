@@ -47,6 +47,13 @@ pub struct NpuOptions {
     /// then smaller ones, and the remainder goes to the partner (HeteroInfer's multi-size
     /// static graphs).
     pub extra_seqs: [usize; 3],
+    /// HeteroInfer's weight-centric split: the NPU's share of every weight's output columns in
+    /// thousandths (0 = off, the activation-centric split: whole weights on the NPU). With a
+    /// share, each graph holds the first `hetero_partition::ratio_cols(n, share)` columns
+    /// (64-column grid) and the partner computes the others for the same rows at the same
+    /// time, writing its columns of the one output in place (`Backend::matmul_ld`); rows not
+    /// covered by graphs run wholly on the partner.
+    pub weight_share_permille: u16,
 }
 
 impl NpuOptions {
@@ -87,6 +94,7 @@ impl Default for NpuOptions {
             max_graph_elems: 1 << 22,
             soc_model: 69,
             extra_seqs: [0; 3],
+            weight_share_permille: 0,
         }
     }
 }
@@ -141,6 +149,9 @@ impl NpuStats {
 struct Staging {
     x: Vec<f16>,
     y: Vec<f16>,
+    /// The weight-centric split's NPU outputs for every covered row (`rows * cols`), kept until
+    /// the partner's columns are written.
+    yw: Vec<f16>,
 }
 
 /// Matmuls on the NPU in chunks of `S` rows, the remainder (and decode) on a partner backend.
@@ -150,6 +161,8 @@ pub struct NpuBackend {
     opts: NpuOptions,
     /// Graphs keyed by the address and length of the weight's bytes and the graph's rows.
     graphs: HashMap<(usize, usize, usize), MatMulGraph<f16>>,
+    /// Columns each weight's graphs hold (its `n` without a weight-centric split).
+    npu_cols: HashMap<(usize, usize), usize>,
     /// The NPU's side of a concurrent call arrives here (producer 0), the partner's too (1).
     barrier: hetero_sync::DependencyBarrier,
     staging: Mutex<Staging>,
@@ -190,8 +203,19 @@ impl NpuBackend {
         if opts.seq == 0 {
             return Err(NpuError::BadSeq(0));
         }
+        if opts.weight_share_permille > 1000 {
+            return Err(NpuError::BadSeq(opts.seq));
+        }
         let lens: Vec<String> = opts.lengths().map(|s| s.to_string()).collect();
-        let name = format!("npu (S={}) + {}", lens.join(","), partner.name());
+        let name = match opts.weight_share_permille {
+            0 => format!("npu (S={}) + {}", lens.join(","), partner.name()),
+            p => format!(
+                "npu (S={}, {:.1}% of columns) + {}",
+                lens.join(","),
+                f64::from(p) / 10.0,
+                partner.name()
+            ),
+        };
         Ok(Self {
             session,
             partner,
@@ -202,7 +226,9 @@ impl NpuBackend {
             staging: Mutex::new(Staging {
                 x: Vec::new(),
                 y: Vec::new(),
+                yw: Vec::new(),
             }),
+            npu_cols: HashMap::new(),
             max_k: 0,
             max_n: 0,
             stats: Arc::default(),
@@ -230,6 +256,15 @@ impl NpuBackend {
         }
     }
 
+    /// Columns of `w` whose graphs hold (`n` without a weight-centric split).
+    fn cols_for(&self, n: usize) -> usize {
+        match self.opts.weight_share_permille {
+            0 => n,
+            p => hetero_partition::ratio_cols(n as u32, f64::from(p) / 1000.0)
+                .map_or(n, |c| c as usize),
+        }
+    }
+
     fn stage(&mut self, rows: usize, k: usize, n: usize) {
         let s = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
         if s.x.len() < rows * k {
@@ -243,6 +278,112 @@ impl NpuBackend {
 
 fn key(w: &WeightView<'_>) -> (usize, usize) {
     (w.data.as_ptr() as usize, w.data.len())
+}
+
+/// Rows `c..n` of `w` (output columns `c..n`; `rb` bytes per row).
+fn sub_weight<'a>(w: &WeightView<'a>, rb: usize, c: usize) -> WeightView<'a> {
+    WeightView {
+        n: w.n - c,
+        data: &w.data[c * rb..],
+        ..*w
+    }
+}
+
+impl NpuBackend {
+    /// The weight-centric split: for the first `rows` rows the graphs compute columns `0..c`
+    /// (into FP16 staging, on a helper thread) while the partner writes columns `c..n` of the
+    /// same rows straight into `out` (strided, no scratch); the partner then computes the rows
+    /// the graphs do not cover, whole. Both sides arrive at the barrier; once it releases, the
+    /// NPU's columns leave their staging for `out`.
+    fn matmul_weight_split(
+        &self,
+        w: &WeightView<'_>,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        rows: usize,
+        c: usize,
+    ) -> Result<(), BackendError> {
+        let (n, k) = (w.n, w.k);
+        let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
+        let (k0, k1) = key(w);
+        let (chunks, _) = self.opts.cover(m);
+        let part = sub_weight(w, rb, c);
+        let mut st = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *st;
+        let smax = chunks[0].0;
+        if st.x.len() < smax * k || st.y.len() < smax * c || st.yw.len() < rows * c {
+            // Only when `reserve` was not called: sized once, then reused.
+            st.x.resize(st.x.len().max(smax * k), f16::ZERO);
+            st.y.resize(st.y.len().max(smax * c), f16::ZERO);
+            st.yw.resize(st.yw.len().max(rows * c), f16::ZERO);
+        }
+        let (sx, yw) = (&mut st.x, &mut st.yw[..rows * c]);
+        let xn = &x[..rows * k];
+        let mut npu_part = move || -> Result<(), BackendError> {
+            let t0 = Instant::now();
+            let mut r0 = 0;
+            for &(s, count) in chunks.iter().filter(|ch| ch.0 > 0) {
+                let g = self
+                    .graphs
+                    .get(&(k0, k1, s))
+                    .ok_or(BackendError::Kernel(format!("no NPU graph of {s} rows")))?;
+                for _ in 0..count {
+                    let sx = &mut sx[..s * k];
+                    sx.convert_from_f32_slice(&xn[r0 * k..(r0 + s) * k]);
+                    g.execute(sx, &mut yw[r0 * c..(r0 + s) * c]).map_err(qerr)?;
+                    r0 += s;
+                }
+            }
+            self.stats
+                .npu_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Ok(())
+        };
+        let epoch = hetero_sync::next_epoch(self.barrier.completed_epoch());
+        let berr = |e: hetero_sync::SyncError| BackendError::Kernel(format!("barrier: {e}"));
+        let barrier = &self.barrier;
+        let (rn, rp) = std::thread::scope(|sc| {
+            let h = sc.spawn(move || {
+                let r = npu_part();
+                (r, barrier.arrive(0, epoch))
+            });
+            // The partner: columns c..n of the covered rows in place, then the other rows.
+            let mut rp = self.partner.matmul_ld(&part, xn, rows, &mut out[c..], n);
+            if rp.is_ok() && rows < m {
+                rp = self
+                    .partner
+                    .matmul(w, &x[rows * k..], m - rows, &mut out[rows * n..]);
+            }
+            let ap = barrier.arrive(1, epoch);
+            let waited = barrier.wait(
+                epoch,
+                &hetero_sync::WaitConfig {
+                    timeout: std::time::Duration::from_secs(600),
+                    ..Default::default()
+                },
+                None,
+            );
+            let (rn, an) = h.join().unwrap_or_else(|_| {
+                (
+                    Err(BackendError::Kernel("NPU thread panicked".into())),
+                    Ok(hetero_sync::Arrival::Completed),
+                )
+            });
+            (
+                rn.and(an.map(|_| ()).map_err(berr)),
+                rp.and(ap.map(|_| ()).map_err(berr))
+                    .and(waited.map(|_| ()).map_err(berr)),
+            )
+        });
+        rn?;
+        rp?;
+        // The barrier released: the NPU's columns into each covered row.
+        for (r, y) in st.yw[..rows * c].chunks_exact(c).enumerate() {
+            y.convert_to_f32_slice(&mut out[r * n..r * n + c]);
+        }
+        Ok(())
+    }
 }
 
 impl Backend for NpuBackend {
@@ -261,6 +402,16 @@ impl Backend for NpuBackend {
         if w.data.len() != n * rb {
             return Err(BackendError::Shape("weight bytes"));
         }
+        // Weight-centric: the graphs hold the first c columns, the partner the rest.
+        let c = self.cols_for(n);
+        if c == 0 {
+            return Ok(());
+        }
+        if c < n {
+            self.partner.prepare(&sub_weight(w, rb, c))?;
+        }
+        self.npu_cols.insert((k0, k1), c);
+        let n = c;
         // Wᵀ[N,K] (GGUF layout) in FP16, dequantized once.
         let mut w16 = vec![f16::ZERO; n * k];
         let mut row = vec![0f32; k];
@@ -297,6 +448,12 @@ impl Backend for NpuBackend {
         let s = self.opts.lengths().next().unwrap_or(self.opts.seq);
         let (k, n) = (self.max_k.max(max_k), self.max_n);
         self.stage(s, k, n);
+        if self.opts.weight_share_permille > 0 {
+            let st = self.staging.get_mut().unwrap_or_else(|e| e.into_inner());
+            if st.yw.len() < max_tokens * n {
+                st.yw.resize(max_tokens * n, f16::ZERO);
+            }
+        }
     }
 
     fn matmul(
@@ -322,6 +479,10 @@ impl Backend for NpuBackend {
         };
         if npu_rows == 0 {
             return self.partner.matmul(w, x, m, out);
+        }
+        let c = self.npu_cols.get(&(k0, k1)).copied().unwrap_or(n);
+        if c < n {
+            return self.matmul_weight_split(w, x, m, out, npu_rows, c);
         }
         // Disjoint row ranges of the one output: NPU rows 0..npu_rows, partner rows after.
         let (xn, xp) = x.split_at(npu_rows * k);

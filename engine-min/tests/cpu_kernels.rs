@@ -294,3 +294,51 @@ fn sme_paths_equal_single_threaded_sme() {
         }
     }
 }
+
+/// `matmul_ld` (rows `ldo` apart: one side of a column split writing its columns of a shared
+/// output in place) gives every kernel's contiguous result bit for bit and leaves the floats
+/// between rows untouched; a too-short output or `ldo < n` is a typed error.
+#[test]
+fn strided_output_equals_contiguous() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let pool = Arc::new(Pool::new(2));
+    for kernel in CpuKernel::all() {
+        for ty in [GgmlType::F32, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (n, k) = (70, 576);
+            let data = random_weight(&mut rng, ty, n, k);
+            let w = WeightView {
+                ty,
+                n,
+                k,
+                data: &data,
+            };
+            let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
+            be.prepare(&w).expect("prepare");
+            for m in [1, 3, 17] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let mut want = vec![f32::NAN; m * n];
+                be.matmul(&w, &x, m, &mut want).expect("matmul");
+                let ldo = n + 5;
+                let mut got = vec![f32::NAN; (m - 1) * ldo + n];
+                be.matmul_ld(&w, &x, m, &mut got, ldo).expect("matmul_ld");
+                for t in 0..m {
+                    for j in 0..ldo {
+                        let g = got.get(t * ldo + j).copied();
+                        match (j < n, g) {
+                            (true, Some(g)) => assert_eq!(
+                                g.to_bits(),
+                                want[t * n + j].to_bits(),
+                                "{kernel:?} {ty:?} m={m} t={t} j={j}"
+                            ),
+                            (false, Some(g)) => assert!(g.is_nan(), "gap written: t={t} j={j}"),
+                            (_, None) => {}
+                        }
+                    }
+                }
+                let short = (m - 1) * ldo + n - 1;
+                assert!(be.matmul_ld(&w, &x, m, &mut got[..short], ldo).is_err());
+                assert!(be.matmul_ld(&w, &x, m, &mut got, n - 1).is_err());
+            }
+        }
+    }
+}

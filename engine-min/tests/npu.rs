@@ -84,6 +84,7 @@ fn npu_plan_matches_reference_forward() {
     };
     let session = Arc::clone(npu.session());
     random_matmuls(&session, &pool);
+    weight_split_matmuls(&session, &pool);
     let model = Arc::new(Model::load(&path).expect("model loads"));
     let vocab = model.config.vocab;
     let t0 = std::time::Instant::now();
@@ -335,4 +336,64 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
         }
     }
     eprintln!("random matmuls: worst |npu - cpu| / sum |w x| = {worst:e}");
+}
+
+/// HeteroInfer's weight-centric split (`NpuOptions::weight_share_permille`): the graphs hold
+/// the first `ratio_cols(n, R)` columns, the CPU partner computes the other columns of the same
+/// rows concurrently, written in place into the one output (strided, `matmul_ld`), and the rows
+/// no graph covers wholly. Random F32 weights, NaN-poisoned outputs, m around multiples of S:
+/// partner columns and uncovered rows equal the CPU bit for bit; NPU columns obey the FP16
+/// bound of `random_matmuls`.
+fn weight_split_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let (n, k) = (200, 96);
+    let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let wb: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let wv = WeightView {
+        ty: GgmlType::F32,
+        n,
+        k,
+        data: &wb,
+    };
+    let ctx = session.new_context().expect("third context");
+    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
+    let opts = NpuOptions {
+        seq: 8,
+        weight_share_permille: 400,
+        ..NpuOptions::default()
+    };
+    let mut npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
+    let cpu = CpuBackend::new(Arc::clone(pool), f32_kernel());
+    npu.prepare(&wv).expect("prepare");
+    npu.reserve(40, k);
+    // 40% of 200 columns on the 64-column grid.
+    let c = hetero_partition::ratio_cols(n as u32, 0.4).expect("ratio") as usize;
+    assert!(c > 0 && c < n, "c = {c}");
+    for m in [1, 7, 8, 9, 17, 24, 33, 40] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let mut got = vec![f32::NAN; m * n];
+        let mut want = vec![f32::NAN; m * n];
+        npu.matmul(&wv, &x, m, &mut got).expect("npu matmul");
+        cpu.matmul(&wv, &x, m, &mut want).expect("cpu matmul");
+        let on_npu = m / 8 * 8;
+        for t in 0..m {
+            for j in 0..n {
+                let (g, e) = (got[t * n + j], want[t * n + j]);
+                if t >= on_npu || j >= c {
+                    assert_eq!(g.to_bits(), e.to_bits(), "m {m} row {t} col {j}: partner");
+                    continue;
+                }
+                let s: f32 = x[t * k..(t + 1) * k]
+                    .iter()
+                    .zip(&w[j * k..(j + 1) * k])
+                    .map(|(a, b)| (a * b).abs())
+                    .sum();
+                let bound = 4.0 * f32::powi(2.0, -11) * s + 1e-6;
+                assert!(
+                    (g - e).abs() <= bound,
+                    "m {m} row {t} col {j}: npu {g} vs cpu {e} (bound {bound})"
+                );
+            }
+        }
+    }
 }
