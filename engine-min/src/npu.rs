@@ -290,6 +290,49 @@ fn sub_weight<'a>(w: &WeightView<'a>, rb: usize, c: usize) -> WeightView<'a> {
 }
 
 impl NpuBackend {
+    /// Runs `npu` on a scoped helper thread and `partner` on this one; each arrives at the
+    /// backend's `DependencyBarrier` when its part of the output is written, and this returns
+    /// once the barrier has released (both parts done) with the first error, if any.
+    fn concurrently(
+        &self,
+        npu: impl FnOnce() -> Result<(), BackendError> + Send,
+        partner: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let epoch = hetero_sync::next_epoch(self.barrier.completed_epoch());
+        let berr = |e: hetero_sync::SyncError| BackendError::Kernel(format!("barrier: {e}"));
+        let barrier = &self.barrier;
+        let (rn, rp) = std::thread::scope(|sc| {
+            let h = sc.spawn(move || {
+                let r = npu();
+                (r, barrier.arrive(0, epoch))
+            });
+            let rp = partner();
+            let ap = barrier.arrive(1, epoch);
+            let waited = barrier.wait(
+                epoch,
+                &hetero_sync::WaitConfig {
+                    timeout: std::time::Duration::from_secs(600),
+                    ..Default::default()
+                },
+                None,
+            );
+            let (rn, an) = h.join().unwrap_or_else(|_| {
+                (
+                    Err(BackendError::Kernel("NPU thread panicked".into())),
+                    Ok(hetero_sync::Arrival::Completed),
+                )
+            });
+            (
+                rn.and(an.map(|_| ()).map_err(berr)),
+                rp.and(ap.map(|_| ()).map_err(berr))
+                    .and(waited.map(|_| ()).map_err(berr)),
+            )
+        });
+        rn?;
+        rp?;
+        Ok(())
+    }
+
     /// The weight-centric split: for the first `rows` rows the graphs compute columns `0..c`
     /// (into FP16 staging, on a helper thread) while the partner writes columns `c..n` of the
     /// same rows straight into `out` (strided, no scratch); the partner then computes the rows
@@ -320,7 +363,7 @@ impl NpuBackend {
         }
         let (sx, yw) = (&mut st.x, &mut st.yw[..rows * c]);
         let xn = &x[..rows * k];
-        let mut npu_part = move || -> Result<(), BackendError> {
+        let npu_part = move || -> Result<(), BackendError> {
             let t0 = Instant::now();
             let mut r0 = 0;
             for &(s, count) in chunks.iter().filter(|ch| ch.0 > 0) {
@@ -340,44 +383,15 @@ impl NpuBackend {
                 .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             Ok(())
         };
-        let epoch = hetero_sync::next_epoch(self.barrier.completed_epoch());
-        let berr = |e: hetero_sync::SyncError| BackendError::Kernel(format!("barrier: {e}"));
-        let barrier = &self.barrier;
-        let (rn, rp) = std::thread::scope(|sc| {
-            let h = sc.spawn(move || {
-                let r = npu_part();
-                (r, barrier.arrive(0, epoch))
-            });
+        self.concurrently(npu_part, || {
             // The partner: columns c..n of the covered rows in place, then the other rows.
-            let mut rp = self.partner.matmul_ld(&part, xn, rows, &mut out[c..], n);
-            if rp.is_ok() && rows < m {
-                rp = self
-                    .partner
-                    .matmul(w, &x[rows * k..], m - rows, &mut out[rows * n..]);
+            self.partner.matmul_ld(&part, xn, rows, &mut out[c..], n)?;
+            if rows < m {
+                self.partner
+                    .matmul(w, &x[rows * k..], m - rows, &mut out[rows * n..])?;
             }
-            let ap = barrier.arrive(1, epoch);
-            let waited = barrier.wait(
-                epoch,
-                &hetero_sync::WaitConfig {
-                    timeout: std::time::Duration::from_secs(600),
-                    ..Default::default()
-                },
-                None,
-            );
-            let (rn, an) = h.join().unwrap_or_else(|_| {
-                (
-                    Err(BackendError::Kernel("NPU thread panicked".into())),
-                    Ok(hetero_sync::Arrival::Completed),
-                )
-            });
-            (
-                rn.and(an.map(|_| ()).map_err(berr)),
-                rp.and(ap.map(|_| ()).map_err(berr))
-                    .and(waited.map(|_| ()).map_err(berr)),
-            )
-        });
-        rn?;
-        rp?;
+            Ok(())
+        })?;
         // The barrier released: the NPU's columns into each covered row.
         for (r, y) in st.yw[..rows * c].chunks_exact(c).enumerate() {
             y.convert_to_f32_slice(&mut out[r * n..r * n + c]);
@@ -522,38 +536,10 @@ impl Backend for NpuBackend {
         // Both sides at once: the NPU chunks on a helper thread, the partner's rows here; each
         // arrives at the barrier when its rows are written, and the barrier releases the
         // consumer.
-        let epoch = hetero_sync::next_epoch(self.barrier.completed_epoch());
-        let berr = |e: hetero_sync::SyncError| BackendError::Kernel(format!("barrier: {e}"));
-        let barrier = &self.barrier;
-        let (rn, rp) = std::thread::scope(|sc| {
-            let h = sc.spawn(move || {
-                let r = npu_part(on);
-                (r, barrier.arrive(0, epoch))
-            });
-            let rp = self.partner.matmul(w, xp, m - npu_rows, op);
-            let ap = barrier.arrive(1, epoch);
-            let waited = barrier.wait(
-                epoch,
-                &hetero_sync::WaitConfig {
-                    timeout: std::time::Duration::from_secs(600),
-                    ..Default::default()
-                },
-                None,
-            );
-            let (rn, an) = h.join().unwrap_or_else(|_| {
-                (
-                    Err(BackendError::Kernel("NPU thread panicked".into())),
-                    Ok(hetero_sync::Arrival::Completed),
-                )
-            });
-            (
-                rn.and(an.map(|_| ()).map_err(berr)),
-                rp.and(ap.map(|_| ()).map_err(berr))
-                    .and(waited.map(|_| ()).map_err(berr)),
-            )
-        });
-        rn?;
-        rp?;
+        self.concurrently(
+            move || npu_part(on),
+            || self.partner.matmul(w, xp, m - npu_rows, op),
+        )?;
         Ok(())
     }
 }

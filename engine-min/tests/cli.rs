@@ -75,6 +75,28 @@ fn bad_input_gives_clear_errors() {
         "5",
     ]);
     assert_eq!(code, 2, "{err}");
+    // Bad plan shares are usage errors, found before the model is read.
+    for plan in ["npu-w:0", "npu-w:1.5", "npu-gpu-w:x", "cpu-gpu:2"] {
+        let (code, _, err) = run(&[
+            "run",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "x",
+            "--plan",
+            plan,
+        ]);
+        assert_eq!(code, 2, "{plan}: {err}");
+        assert!(err.contains("share"), "{plan}: {err}");
+    }
+    let (code, _, err) = run(&[
+        "bench",
+        "--model",
+        "/nonexistent/model.gguf",
+        "--threads",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
