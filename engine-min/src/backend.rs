@@ -267,7 +267,9 @@ fn sme_err(e: hetero_sme::Error) -> BackendError {
 
 impl Prepared {
     fn new(w: &WeightView<'_>, gemv: bool, int8: bool) -> Result<Option<Self>, BackendError> {
-        use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Weight, QType, QuantBlock};
+        use hetero_sme::{
+            BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Format, Int8Weight, QType, QuantBlock,
+        };
         let (n, k) = (w.n, w.k);
         let ty = match w.ty {
             GgmlType::Q4_0 => QType::Q4_0,
@@ -297,17 +299,12 @@ impl Prepared {
             p.gemv = Some((buf, ty));
         }
         if int8 {
-            let packed =
-                match ty {
-                    QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
-                        .and_then(|b| Int8Weight::pack_q4_0(b, n, k)),
-                    QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
-                        .and_then(|b| Int8Weight::pack_q4_1(b, n, k)),
-                    QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
-                        .and_then(|b| Int8Weight::pack_q8_0(b, n, k)),
-                }
-                .map_err(sme_err)?;
-            p.int8 = Some(packed);
+            let format = match ty {
+                QType::Q4_0 => Int8Format::Q4_0,
+                QType::Q4_1 => Int8Format::Q4_1,
+                QType::Q8_0 => Int8Format::Q8_0,
+            };
+            p.int8 = Some(Int8Weight::pack_gguf(format, w.data, n, k).map_err(sme_err)?);
         }
         Ok(Some(p))
     }

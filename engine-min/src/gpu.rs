@@ -173,13 +173,7 @@ impl Backend for GpuBackend {
         if out.len() != m * w.n {
             return Err(BackendError::Shape("out"));
         }
-        let n = w.n;
-        let mut rest = Some(out);
-        self.matmul_rows(w, x, m, |_| {
-            let (row, tail) = rest.take().unwrap_or_default().split_at_mut(n);
-            rest = Some(tail);
-            row
-        })
+        self.matmul_ld(w, x, m, out, w.n)
     }
 
     fn matmul_ld(
@@ -192,7 +186,8 @@ impl Backend for GpuBackend {
     ) -> Result<(), BackendError> {
         crate::backend::check_ld(out, m, w.n, ldo)?;
         let n = w.n;
-        let mut rows = out.chunks_mut(ldo);
+        // `max(1)`: a zero-column weight has `ldo == 0`, and every row is then empty.
+        let mut rows = out.chunks_mut(ldo.max(1));
         self.matmul_rows(w, x, m, |_| match rows.next() {
             Some(r) => &mut r[..n],
             None => &mut [],

@@ -291,22 +291,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
     for (d, s) in npu_extra.iter_mut().zip(&npu_lens[1..]) {
         *d = *s;
     }
-    let kernel = match args.value("--kernel")? {
-        // Default: hetero-sme's GEMV with f32 activations. The 8-bit-activation VNNI kernel is
-        // as fast here but visibly less accurate on this 135M model (a chat answer derails,
-        // see the README), and a single sequence does not need batch invariance.
-        None => CpuKernel::default_for_run(),
-        Some(name) => CpuKernel::all()
-            .into_iter()
-            .find(|k| kernel_name(*k) == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = CpuKernel::all().into_iter().map(kernel_name).collect();
-                usage(format!(
-                    "--kernel `{name}` is not available on this CPU (available: {})",
-                    names.join(", ")
-                ))
-            })?,
-    };
+    let kernel = kernel_arg(&mut args)?;
     args.finish()?;
     let split_share: Option<f64> = match plan.strip_prefix("cpu-gpu:") {
         Some(r) => Some(
@@ -695,13 +680,7 @@ fn bench_cmd(mut args: Args) -> Result<(), Fail> {
     let default_threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let threads: usize = args.parsed("--threads", default_threads)?;
     let plan = args.value("--plan")?.unwrap_or_else(|| "cpu".into());
-    let kernel = match args.value("--kernel")? {
-        None => CpuKernel::default_for_run(),
-        Some(name) => CpuKernel::all()
-            .into_iter()
-            .find(|k| kernel_name(*k) == name)
-            .ok_or_else(|| usage(format!("--kernel `{name}` is not available on this CPU")))?,
-    };
+    let kernel = kernel_arg(&mut args)?;
     args.finish()?;
     if threads == 0 || reps == 0 {
         return Err(usage("--threads and --reps must be at least 1"));
@@ -736,7 +715,7 @@ fn bench_cmd(mut args: Args) -> Result<(), Fail> {
             .join(" ")
     };
     let what = match plan.as_str() {
-        "cpu" => format!("cpu kernel {}", kernel_name(kernel)),
+        "cpu" => format!("cpu kernel {}", kernel.name()),
         _ => "gpu".into(),
     };
     println!("engine-min bench: {what}, {threads} thread(s), {reps} reps");
@@ -766,9 +745,20 @@ fn cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// The CLI name of a CPU kernel.
-fn kernel_name(k: CpuKernel) -> &'static str {
-    k.name()
+/// `--kernel NAME` (`CpuKernel::name`), or the default a single sequence runs
+/// (`CpuKernel::default_for_run`); a name this CPU cannot run is a usage error listing those it
+/// can.
+fn kernel_arg(args: &mut Args) -> Result<CpuKernel, Fail> {
+    match args.value("--kernel")? {
+        None => Ok(CpuKernel::default_for_run()),
+        Some(name) => CpuKernel::from_name(&name).ok_or_else(|| {
+            let names: Vec<&str> = CpuKernel::all().into_iter().map(CpuKernel::name).collect();
+            usage(format!(
+                "--kernel `{name}` is not available on this CPU (available: {})",
+                names.join(", ")
+            ))
+        }),
+    }
 }
 
 fn ms(d: Duration) -> f64 {
