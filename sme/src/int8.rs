@@ -21,7 +21,7 @@
 //! at most `d_x / 2`, so an output moves by at most `Σ_blocks d_x/2 · Σ|w_i|` (plus f32
 //! rounding of the accumulation).
 
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, PackSrc, QType, QK};
 use crate::{Error, StealState};
 
 /// Output rows (weight rows) per packed group: one 512-bit vector of i32 lanes.
@@ -184,52 +184,43 @@ impl Int8Weight {
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q4_0 elements (`blocks.len() == n·k/32`).
     pub fn pack_q4_0(blocks: &[BlockQ4_0], n: usize, k: usize) -> Result<Self, Error> {
-        check_shape(n, k, blocks.len())?;
-        let mut w = Self::alloc(Int8Format::Q4_0, n, k)?;
-        let nb = k / QK;
-        for r in 0..n {
-            for b in 0..nb {
-                let blk = &blocks[r * nb + b];
-                for (t, &q) in blk.qs.iter().enumerate() {
-                    w.put_u(r, b * QK + t, q & 15);
-                    w.put_u(r, b * QK + 16 + t, q >> 4);
-                }
-                w.put_scales(r, b, blk.d, 0);
-            }
-        }
-        Ok(w)
+        Self::pack_blocks(blocks, n, k)
     }
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q4_1 elements (`blocks.len() == n·k/32`).
     pub fn pack_q4_1(blocks: &[BlockQ4_1], n: usize, k: usize) -> Result<Self, Error> {
-        check_shape(n, k, blocks.len())?;
-        let mut w = Self::alloc(Int8Format::Q4_1, n, k)?;
-        let nb = k / QK;
-        for r in 0..n {
-            for b in 0..nb {
-                let blk = &blocks[r * nb + b];
-                for (t, &q) in blk.qs.iter().enumerate() {
-                    w.put_u(r, b * QK + t, q & 15);
-                    w.put_u(r, b * QK + 16 + t, q >> 4);
-                }
-                w.put_scales(r, b, blk.d, blk.m);
-            }
-        }
-        Ok(w)
+        Self::pack_blocks(blocks, n, k)
     }
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q8_0 elements (`blocks.len() == n·k/32`).
     pub fn pack_q8_0(blocks: &[BlockQ8_0], n: usize, k: usize) -> Result<Self, Error> {
+        Self::pack_blocks(blocks, n, k)
+    }
+
+    /// The packers' one body, over the block access the packed GEMV's packers use: `u` is the
+    /// 4-bit value for Q4_0/Q4_1 and the i8 bits offset by 128 for Q8_0.
+    fn pack_blocks<B: PackSrc>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
         check_shape(n, k, blocks.len())?;
-        let mut w = Self::alloc(Int8Format::Q8_0, n, k)?;
+        let format = match B::TY {
+            QType::Q4_0 => Int8Format::Q4_0,
+            QType::Q4_1 => Int8Format::Q4_1,
+            QType::Q8_0 => Int8Format::Q8_0,
+        };
+        let mut w = Self::alloc(format, n, k)?;
         let nb = k / QK;
         for r in 0..n {
             for b in 0..nb {
                 let blk = &blocks[r * nb + b];
-                for (t, &q) in blk.qs.iter().enumerate() {
-                    w.put_u(r, b * QK + t, (q as u8) ^ 0x80);
+                for e in 0..QK {
+                    let q = blk.q(e);
+                    let u = if format == Int8Format::Q8_0 {
+                        q ^ 0x80
+                    } else {
+                        q
+                    };
+                    w.put_u(r, b * QK + e, u);
                 }
-                w.put_scales(r, b, blk.d, 0);
+                w.put_scales(r, b, blk.d_bits(), blk.m_bits());
             }
         }
         Ok(w)

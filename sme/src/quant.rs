@@ -455,7 +455,7 @@ impl<'a> QPackedRef<'a> {
 }
 
 /// Source block access for the packers.
-trait PackSrc: QuantBlock {
+pub(crate) trait PackSrc: QuantBlock {
     const TY: QType;
     /// Quant value of element `e` (0..32): a nibble for Q4, the i8 bits for Q8.
     fn q(&self, e: usize) -> u8;
