@@ -169,6 +169,16 @@ impl RowShape {
         }
     }
 
+    /// Global and local sizes of a 2-D launch over `items` row items (rows, or row groups of
+    /// a multi-row kernel): `tpr` work-items per item, the items rounded up to whole groups of
+    /// `rows` (kernels skip the padding items).
+    pub(crate) fn grid(&self, items: usize) -> ([usize; 2], [usize; 2]) {
+        (
+            [self.tpr, items.div_ceil(self.rows) * self.rows],
+            [self.tpr, self.rows],
+        )
+    }
+
     /// The default for a row of `units` independent loads (16-byte words or blocks).
     pub fn for_units(units: usize, max_tpr: usize) -> RowShape {
         let tpr = pow2_floor(units.div_ceil(2)).clamp(1, max_tpr);
@@ -299,13 +309,8 @@ impl Kernels {
         let s = self.fit(shape.unwrap_or(Self::gemv_q4_0_t_dp4a_default(k)));
         let name = t_kernel_name(TFamily::Dp4a, s)?;
         let items = n.div_ceil(s.per_item);
-        let mut l = self.launch_in(
-            prog,
-            name,
-            2,
-            [s.tpr, items.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(items);
+        let mut l = self.launch_in(prog, name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(xq)?.mem(xs)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
         l.finish_args()?;
@@ -436,12 +441,8 @@ impl Kernels {
                 ))
             }
         };
-        let mut l = self.launch(
-            name,
-            2,
-            [s.tpr, items.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(items);
+        let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
         l.finish_args()?;
@@ -473,12 +474,8 @@ impl Kernels {
             4 => ("gemv_q4_0_soa_r4", n.div_ceil(4)),
             _ => return Err(Error::NotApplicable("per_item must be 1, 2 or 4")),
         };
-        let mut l = self.launch(
-            name,
-            2,
-            [s.tpr, items.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(items);
+        let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
         l.finish_args()?;
@@ -506,12 +503,8 @@ impl Kernels {
         need("y", y, n * 4)?;
         let s = self.fit(shape.unwrap_or(RowShape::multi_row(k / 8, 8, 4)));
         let groups = n.div_ceil(4);
-        let mut l = self.launch(
-            "gemv_q4_0_x4",
-            2,
-            [s.tpr, groups.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(groups);
+        let mut l = self.launch("gemv_q4_0_x4", 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
         l.finish_args()?;
@@ -595,12 +588,8 @@ impl Kernels {
             s,
         )?;
         let items = n.div_ceil(s.per_item);
-        let mut l = self.launch(
-            name,
-            2,
-            [s.tpr, items.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(items);
+        let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
         l.finish_args()?;
@@ -633,12 +622,8 @@ impl Kernels {
             WeightFormat::Q8_0 => ("gemm_q8_0", k / 32),
         };
         let s = self.fit(RowShape::for_units(units, 64));
-        let mut l = self.launch(
-            name,
-            2,
-            [s.tpr, n.div_ceil(s.rows) * s.rows],
-            [s.tpr, s.rows],
-        )?;
+        let (global, local) = s.grid(n);
+        let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(m, "M")?)?
             .scalar(to_u32(n, "N")?)?
