@@ -408,14 +408,8 @@ impl Sme2 {
         accumulate: bool,
         bias: *const f32,
     ) {
-        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
-        // SAFETY: the token proves FEAT_SME.
-        let tpidr2 = unsafe { tpidr2_el0() };
-        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
-        if rows == 0 || cols == 0 {
-            return;
-        }
-        // SAFETY: forwarded; consecutive panels of this call are kp rows apart.
+        // SAFETY: forwarded (the chunk form checks the tile bounds and the dormant ZA, and
+        // returns on an empty tile); consecutive panels of this call are kp rows apart.
         unsafe {
             self.gemm_chunk_f16(
                 lhs, panels, kp, kp, npanels, c, ldc, rows, cols, accumulate, bias,
@@ -492,14 +486,8 @@ impl Sme1 {
         accumulate: bool,
         bias: *const f32,
     ) {
-        debug_assert!(rows <= self.tile_rows() && cols <= 64 * npanels);
-        // SAFETY: the token proves FEAT_SME.
-        let tpidr2 = unsafe { tpidr2_el0() };
-        debug_assert_eq!(tpidr2, 0, "ZA is dormant (lazy save pending)");
-        if rows == 0 || cols == 0 {
-            return;
-        }
-        // SAFETY: forwarded; consecutive panels of this call are kp rows apart.
+        // SAFETY: forwarded (the chunk form checks the tile bounds and the dormant ZA, and
+        // returns on an empty tile); consecutive panels of this call are kp rows apart.
         unsafe {
             self.gemm_chunk_f16(
                 lhs, panels, kp, kp, npanels, c, ldc, rows, cols, accumulate, bias,
