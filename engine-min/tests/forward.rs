@@ -114,6 +114,34 @@ fn reference_logits(model: &Model) -> &'static (Vec<u32>, Vec<f32>) {
 }
 
 /// The all-GPU plan (every matmul on the OpenCL device; PoCL here) against the reference.
+/// Prefill of 17 tokens (chunked by the engine's max_batch of 16), then one-token decode steps
+/// up to position `last`, each position's logits (NaN-poisoned before every step) held to the
+/// f32 kernels' tolerances against the reference's: max |diff| <= TOL_F32 and TV <= 1e-4.
+fn check_f32_prefill_then_decode(
+    e: &mut Engine,
+    ids: &[u32],
+    want: &[f32],
+    last: usize,
+    what: &str,
+) {
+    let vocab = want.len() / ids.len();
+    let mut logits = vec![f32::NAN; vocab];
+    e.forward(&ids[..17], &mut logits).expect("prefill");
+    for t in 16..=last {
+        if t > 16 {
+            logits.fill(f32::NAN);
+            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+        }
+        let w = &want[t * vocab..(t + 1) * vocab];
+        let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
+        eprintln!("{what} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+        assert!(
+            d <= TOL_F32 && tvd <= 1e-4,
+            "{what} pos {t}: max diff {d}, TV {tvd}"
+        );
+    }
+}
+
 #[test]
 fn gpu_plan_matches_reference_forward() {
     let Some(model) = load() else { return };
@@ -121,7 +149,6 @@ fn gpu_plan_matches_reference_forward() {
         return;
     };
     let (ids, want) = reference_logits(&model);
-    let vocab = model.config.vocab;
     let pool = Arc::new(Pool::new(2));
     let mut e = Engine::new(
         Arc::clone(&model),
@@ -133,23 +160,9 @@ fn gpu_plan_matches_reference_forward() {
         },
     )
     .expect("engine on the GPU");
-    // Prefill 17 (chunked by 16), then 4 decode steps, each checked.
-    let mut logits = vec![f32::NAN; vocab];
-    e.forward(&ids[..17], &mut logits).expect("prefill");
-    for t in 16..21 {
-        if t > 16 {
-            logits.fill(f32::NAN);
-            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
-        }
-        let w = &want[t * vocab..(t + 1) * vocab];
-        let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
-        eprintln!("gpu pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
-        // f32 GEMVs over exactly dequantized weights: the f32 kernels' tolerances.
-        assert!(
-            d <= TOL_F32 && tvd <= 1e-4,
-            "gpu pos {t}: max diff {d}, TV {tvd}"
-        );
-    }
+    // Prefill 17 (chunked by 16), then 4 decode steps, each checked. f32 GEMVs over exactly
+    // dequantized weights: the f32 kernels' tolerances.
+    check_f32_prefill_then_decode(&mut e, ids, want, 20, "gpu");
     let share = &e.timings().matmul;
     assert!(share[0].0.starts_with("gpu"), "{share:?}");
 }
@@ -167,7 +180,6 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
         return;
     }
     let (ids, want) = reference_logits(&model);
-    let vocab = model.config.vocab;
     let f32_kernel = CpuKernel::available()
         .into_iter()
         .rfind(|&k| tol(k) == TOL_F32)
@@ -199,21 +211,7 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
             acts,
         )
         .expect("engine");
-        let mut logits = vec![f32::NAN; vocab];
-        e.forward(&ids[..17], &mut logits).expect("prefill");
-        for t in 16..19 {
-            if t > 16 {
-                logits.fill(f32::NAN);
-                e.forward(&ids[t..t + 1], &mut logits).expect("decode");
-            }
-            let w = &want[t * vocab..(t + 1) * vocab];
-            let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
-            eprintln!("split {share} uma {uma} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
-            assert!(
-                d <= TOL_F32 && tvd <= 1e-4,
-                "split {share} pos {t}: {d}, {tvd}"
-            );
-        }
+        check_f32_prefill_then_decode(&mut e, ids, want, 18, &format!("split {share} uma {uma}"));
         let (zc, st) = (
             stats.zero_copy.load(std::sync::atomic::Ordering::Relaxed),
             stats.staged.load(std::sync::atomic::Ordering::Relaxed),
@@ -275,7 +273,6 @@ fn auto_plan_matches_reference_forward() {
         return;
     };
     let (ids, want) = reference_logits(&model);
-    let vocab = model.config.vocab;
     let f32_kernel = CpuKernel::available()
         .into_iter()
         .rfind(|&k| tol(k) == TOL_F32)
@@ -323,18 +320,7 @@ fn auto_plan_matches_reference_forward() {
         Some(acts),
     )
     .expect("engine");
-    let mut logits = vec![f32::NAN; vocab];
-    e.forward(&ids[..17], &mut logits).expect("prefill");
-    for t in 16..19 {
-        if t > 16 {
-            logits.fill(f32::NAN);
-            e.forward(&ids[t..t + 1], &mut logits).expect("decode");
-        }
-        let w = &want[t * vocab..(t + 1) * vocab];
-        let (d, tvd) = (max_diff(&logits, w), tv(&logits, w));
-        eprintln!("auto pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
-        assert!(d <= TOL_F32 && tvd <= 1e-4, "auto pos {t}: {d}, {tvd}");
-    }
+    check_f32_prefill_then_decode(&mut e, ids, want, 18, "auto");
     let t = times.get();
     eprintln!("auto time by exec (ns): {t:?}");
     assert!(
