@@ -183,86 +183,8 @@ impl Value {
     }
 }
 
-/// ggml tensor element types (the codes GGUF stores).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum GgmlType {
-    F32,
-    F16,
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Q8_1,
-    Q2K,
-    Q3K,
-    Q4K,
-    Q5K,
-    Q6K,
-    Q8K,
-    I8,
-    I16,
-    I32,
-    I64,
-    F64,
-    BF16,
-    /// Any other code in ggml's table (IQ formats and friends): parsed, sized, not computable.
-    Other(u32),
-}
-
-impl GgmlType {
-    /// Maps a GGUF type code; `None` for codes outside ggml's table.
-    pub fn from_code(code: u32) -> Option<Self> {
-        Some(match code {
-            0 => Self::F32,
-            1 => Self::F16,
-            2 => Self::Q4_0,
-            3 => Self::Q4_1,
-            6 => Self::Q5_0,
-            7 => Self::Q5_1,
-            8 => Self::Q8_0,
-            9 => Self::Q8_1,
-            10 => Self::Q2K,
-            11 => Self::Q3K,
-            12 => Self::Q4K,
-            13 => Self::Q5K,
-            14 => Self::Q6K,
-            15 => Self::Q8K,
-            24 => Self::I8,
-            25 => Self::I16,
-            26 => Self::I32,
-            27 => Self::I64,
-            28 => Self::F64,
-            30 => Self::BF16,
-            16..=23 | 29 | 34..=35 | 39 => Self::Other(code),
-            _ => return None,
-        })
-    }
-
-    /// (elements per block, bytes per block); `None` for types whose size is not tabulated.
-    pub fn block(self) -> Option<(u64, u64)> {
-        Some(match self {
-            Self::F32 | Self::I32 => (1, 4),
-            Self::F16 | Self::BF16 | Self::I16 => (1, 2),
-            Self::I8 => (1, 1),
-            Self::I64 | Self::F64 => (1, 8),
-            Self::Q4_0 => (32, 18),
-            Self::Q4_1 => (32, 20),
-            Self::Q5_0 => (32, 22),
-            Self::Q5_1 => (32, 24),
-            Self::Q8_0 => (32, 34),
-            Self::Q8_1 => (32, 36),
-            Self::Q2K => (256, 84),
-            Self::Q3K => (256, 110),
-            Self::Q4K => (256, 144),
-            Self::Q5K => (256, 176),
-            Self::Q6K => (256, 210),
-            Self::Q8K => (256, 292),
-            Self::Other(_) => return None,
-        })
-    }
-}
+/// ggml tensor element types: hetero-sme's vocabulary, shared by the whole family.
+pub use hetero_sme::GgmlType;
 
 /// One tensor's description from the header.
 #[derive(Debug, Clone, PartialEq)]
@@ -464,6 +386,7 @@ impl Gguf {
             }
             let size = match ty.block() {
                 Some((be, bb)) => {
+                    let (be, bb) = (be as u64, bb as u64);
                     if dims[0] % be != 0 {
                         return Err(GgufError::BadBlockMultiple { name });
                     }

@@ -69,6 +69,11 @@ pub enum Error {
         /// Number of columns in the source.
         n: usize,
     },
+    /// A GGML element type this routine cannot compute with.
+    UnsupportedFormat {
+        /// The type given.
+        format: crate::GgmlType,
+    },
     /// A size computation overflowed `usize`.
     Overflow,
     /// More workers than the work-stealing state was built for (or zero workers).
@@ -111,6 +116,9 @@ impl fmt::Display for Error {
             }
             Error::BadRange { start, end, n } => {
                 write!(f, "column range {start}..{end} is not within 0..{n}")
+            }
+            Error::UnsupportedFormat { format } => {
+                write!(f, "tensor type {format} is not supported here")
             }
             Error::Overflow => write!(f, "size computation overflowed usize"),
             Error::BadWorkerCount { max, got } => {

@@ -3,6 +3,7 @@
 pub mod arch;
 mod error;
 mod f16out;
+mod format;
 mod gemm;
 mod int8;
 mod pack;
@@ -14,6 +15,7 @@ mod quant;
 mod sme_driver;
 
 pub use error::Error;
+pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
     int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,

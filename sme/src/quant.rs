@@ -62,6 +62,21 @@ pub trait QuantBlock: sealed::Sealed + Copy + Sized + 'static {
     const NAME: &'static str;
     /// The 32 values of this block, in FP32.
     fn dequantize(&self) -> [f32; QK];
+    /// Copies one block out of `bytes` (exactly [`Self::BYTES`] long, any alignment).
+    fn read_unaligned(bytes: &[u8]) -> Result<Self, Error> {
+        if bytes.len() != Self::BYTES {
+            return Err(Error::ShapeMismatch {
+                what: "block bytes",
+                expected: Self::BYTES,
+                got: bytes.len(),
+            });
+        }
+        // SAFETY: the block types are repr(C) structs of u16/u8/i8 fields with no padding (sizes
+        // asserted above), so every bit pattern is a valid value; `bytes` holds exactly
+        // `size_of::<Self>()` bytes (checked) and `read_unaligned` needs no alignment.
+        Ok(unsafe { core::ptr::read_unaligned(bytes.as_ptr() as *const Self) })
+    }
+
     /// Reinterprets GGUF bytes as blocks. `bytes` must be 2-byte aligned and a whole number of
     /// blocks long.
     fn slice_from_bytes(bytes: &[u8]) -> Result<&[Self], Error> {
