@@ -4,6 +4,7 @@ mod budget;
 mod model;
 mod plan;
 mod profile;
+mod table;
 
 pub use budget::{BudgetError, BudgetParams, DraftBudget, MAX_AGENTS};
 pub use model::{
@@ -18,3 +19,4 @@ pub use profile::{
     Backend, BackendProfile, CheckedProfile, LatencyPoint, Order, Profile, ProfileError,
     MAX_STANDARD,
 };
+pub use table::{PlanTable, TableError, MAX_TABLE_M, MAX_TABLE_SHAPES};

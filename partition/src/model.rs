@@ -203,7 +203,8 @@ pub enum Policy {
     /// Everything on one backend.
     Single(Backend),
     /// The NPU with activation-centric / multi-tensor row splits, the rest on the given
-    /// backend; ops whose `m` does not exceed the smallest standard shape run on that backend.
+    /// backend; ops whose `m` does not exceed the smallest standard shape run on that backend,
+    /// ops whose `m` is a whole number of standard chunks on the NPU alone when that is cheaper.
     NpuActivation(Backend),
     /// Weight-centric split: the first backend takes the ratio of columns.
     WeightCentric(Backend, Backend, f64),
@@ -274,7 +275,7 @@ pub fn split_heads(
     Ok((cpu, n_heads - cpu))
 }
 
-fn plan_matmul(
+pub(crate) fn plan_matmul(
     p: &CheckedProfile,
     policy: Policy,
     k: u32,
@@ -284,10 +285,21 @@ fn plan_matmul(
     match policy {
         Policy::Auto => solve_with(p, k, n, m, Families::ALL),
         Policy::Single(b) => OpPlan::single(p, b, k, n, m),
-        Policy::NpuActivation(other) => match OpPlan::npu_activation(p, other, k, n, m) {
-            Err(PlanError::Infeasible) => OpPlan::single(p, other, k, n, m),
-            r => r,
-        },
+        Policy::NpuActivation(other) => {
+            let rows = match OpPlan::npu_activation(p, other, k, n, m) {
+                Err(PlanError::Infeasible) => OpPlan::single(p, other, k, n, m),
+                r => r,
+            }?;
+            // Rows that are a whole number of standard chunks leave nothing for the partner:
+            // the NPU alone (its pipe), when that is cheaper.
+            if p.standard_m().iter().any(|&s| m.is_multiple_of(s)) {
+                let npu = OpPlan::single(p, Backend::Npu, k, n, m)?;
+                if npu.predicted_us() < rows.predicted_us() {
+                    return Ok(npu);
+                }
+            }
+            Ok(rows)
+        }
         Policy::WeightCentric(a, b, r) => OpPlan::weight_centric(p, a, b, r, k, n, m),
         Policy::CpuGpuColumns => OpPlan::cpu_gpu_columns(p, k, n, m),
     }
