@@ -150,6 +150,9 @@ pub struct ComposeOptions {
     pub max_batch: usize,
     /// NPU settings (its standard lengths come from the profile under `auto`).
     pub npu: NpuOptions,
+    /// An open QNN session to use for the NPU (QNN allows one per process: several executors
+    /// in one process share it, each in a context of its own); `None` opens one.
+    pub npu_session: Option<Arc<qnn_sys::Session>>,
 }
 
 /// Why composition failed.
@@ -264,7 +267,14 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         }
     }
     let npu = if want_npu {
-        match NpuBackend::open(npu_opts) {
+        let opened = match &opts.npu_session {
+            Some(s) => s
+                .new_context()
+                .map_err(NpuError::Qnn)
+                .and_then(|ctx| NpuBackend::with_session(ctx, npu_opts)),
+            None => NpuBackend::open(npu_opts),
+        };
+        match opened {
             Ok(n) => Some(n),
             Err(e) if forced => return Err(ComposeError::Npu(e)),
             Err(e) => {

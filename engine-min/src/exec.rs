@@ -47,19 +47,24 @@ pub struct Backends {
 
 /// One block of a matmul's output and the processor that computes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Part {
-    who: Pb,
-    rows: Range<usize>,
-    cols: Range<usize>,
+pub struct Part {
+    /// The processor.
+    pub who: Pb,
+    /// Output rows.
+    pub rows: Range<usize>,
+    /// Output columns.
+    pub cols: Range<usize>,
 }
 
 /// How one `(k, n, m)` runs here.
 #[derive(Clone, Debug)]
-struct Exec {
-    parts: Vec<Part>,
+pub struct Exec {
+    /// The blocks, each processor's together (the first processor's run on the caller).
+    pub parts: Vec<Part>,
     /// What runs differs from the plan (see the module docs).
-    approximated: bool,
-    kind: Kind,
+    pub approximated: bool,
+    /// The processors used.
+    pub kind: Kind,
 }
 
 /// The processors a matmul used, for the time report.
@@ -392,7 +397,8 @@ impl Executor {
         v.join(", ")
     }
 
-    fn exec(&self, k: usize, n: usize, m: usize) -> Result<&Exec, BackendError> {
+    /// How a matmul of weight shape `(k, n)` on `m` rows runs.
+    pub fn exec(&self, k: usize, n: usize, m: usize) -> Result<&Exec, BackendError> {
         self.execs
             .iter()
             .find(|e| e.0 == (k, n))
@@ -557,29 +563,5 @@ impl Executor {
                 }
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hetero_partition::{Policy, Profile};
-
-    #[test]
-    fn dbg_npu_w() {
-        let p = Profile::nominal(&[Pb::Cpu, Pb::Npu], &[32])
-            .check()
-            .unwrap();
-        let t = PlanTable::build(
-            &p,
-            Policy::WeightCentric(Pb::Npu, Pb::Cpu, 0.5),
-            &[(576, 576)],
-            40,
-        )
-        .unwrap();
-        for m in [1u32, 2, 32, 33] {
-            let plan = t.get(576, 576, m).unwrap();
-            eprintln!("m={m} {:?} pieces {:?}", plan.split, plan.pieces());
-        }
     }
 }

@@ -467,7 +467,7 @@ impl CpuBackend {
         out: *mut f32,
         ldo: usize,
     ) {
-        let kernel = if k % 16 == 0 {
+        let kernel = if k.is_multiple_of(16) {
             self.kernel.f32_kernel()
         } else {
             CpuKernel::Portable

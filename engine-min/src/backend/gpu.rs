@@ -76,6 +76,11 @@ impl GpuBackend {
     /// Opens the OpenCL device chosen by the environment (`HETERO_OPENCL_PLATFORM`,
     /// `HETERO_OPENCL_DEVICE`) and builds the kernels; the error says why OpenCL is unusable.
     pub fn open() -> Result<Self, OpenError> {
+        // One opening at a time in a process: PoCL's first device enumeration is not safe to
+        // run from several threads at once (seen here: `clGetDeviceIDs` returning -1, or a
+        // crash, when three test threads opened devices together).
+        static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         let dev = Device::from_env()?;
         let kernels = Box::new(Kernels::new(&dev)?);
         let name = format!("gpu ({})", dev.info().name.trim());

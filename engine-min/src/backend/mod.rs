@@ -23,7 +23,7 @@ pub mod cpu;
 pub mod gpu;
 pub mod npu;
 
-pub use cpu::{CpuBackend, CpuKernel};
+pub use cpu::{CpuBackend, CpuKernel, MAX_K, SME_GEMM_MIN_ROWS};
 
 /// A weight prepared by one backend: an index into that backend's prepared forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

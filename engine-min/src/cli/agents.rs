@@ -76,7 +76,7 @@ struct AgentsRunArgs {
     workload: PathBuf,
     /// batch-ar, batch-sd, hal, hal-sy or all.
     #[arg(long, default_value = "all", value_parser = config)]
-    config: Option<Config>,
+    config: Configs,
     /// GGUF model file.
     #[arg(long, env = "HETERO_MODEL", value_name = "PATH")]
     model: PathBuf,
@@ -102,13 +102,19 @@ struct AgentsRunArgs {
     clock: String,
 }
 
-/// `all` is `None`.
-fn config(s: &str) -> Result<Option<Config>, String> {
+/// One scheduling configuration, or all of them.
+#[derive(Clone, Copy, Debug)]
+enum Configs {
+    All,
+    One(Config),
+}
+
+fn config(s: &str) -> Result<Configs, String> {
     if s == "all" {
-        return Ok(None);
+        return Ok(Configs::All);
     }
     Config::parse(s)
-        .map(Some)
+        .map(Configs::One)
         .ok_or_else(|| format!("unknown config `{s}` (batch-ar, batch-sd, hal, hal-sy, all)"))
 }
 
@@ -160,8 +166,8 @@ fn gen_trace(a: GenTraceArgs, out: &mut dyn Write) -> Result<(), Fail> {
 
 fn run(a: AgentsRunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let configs: Vec<Config> = match a.config {
-        None => Config::ALL.to_vec(),
-        Some(c) => vec![c],
+        Configs::All => Config::ALL.to_vec(),
+        Configs::One(c) => vec![c],
     };
     let threads = a
         .threads

@@ -27,26 +27,16 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(c) => c,
-        Err(e) => {
-            // `--help`/`--version` print to stdout and succeed; usage errors exit 2.
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
-    };
     let stdout = io::stdout();
     let mut out = stdout.lock();
-    let r = match cli.cmd {
-        Cmd::Run(a) => run::run(a, &mut out),
-        Cmd::Profile(a) => plan::profile(a, &mut out),
-        Cmd::Plan(a) => plan::plan(a, &mut out),
-        Cmd::Bench(a) => bench::bench(a, &mut out),
-        Cmd::Agents(a) => agents::agents(a, &mut out),
-    };
-    let r = r.and_then(|()| out.flush().map_err(Fail::from));
+    let r = run_with(args, &mut out).and_then(|()| out.flush().map_err(Fail::from));
     match r {
+        // `--help`/`--version` print to stdout and succeed; usage errors exit 2.
+        Err(Fail::Clap(e)) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            ExitCode::from(code)
+        }
         Ok(()) => ExitCode::SUCCESS,
         // A closed stdout (`| head`) ends the program quietly: the reader has what it wanted.
         Err(Fail::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
@@ -57,9 +47,28 @@ where
     }
 }
 
+/// Parses `args` (the first item is the program name) and runs the command, writing its
+/// output to `out`.
+pub fn run_with<I, T>(args: I, out: &mut dyn Write) -> Result<(), Fail>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(Fail::Clap)?;
+    match cli.cmd {
+        Cmd::Run(a) => run::run(a, out),
+        Cmd::Profile(a) => plan::profile(a, out),
+        Cmd::Plan(a) => plan::plan(a, out),
+        Cmd::Bench(a) => bench::bench(a, out),
+        Cmd::Agents(a) => agents::agents(a, out),
+    }
+}
+
 /// How a command failed.
 #[derive(Debug)]
 pub enum Fail {
+    /// The arguments did not parse (or `--help` was asked for).
+    Clap(clap::Error),
     /// Bad arguments found after parsing (exit 2).
     Usage(String),
     /// The work failed (exit 1).
@@ -71,7 +80,7 @@ pub enum Fail {
 impl Fail {
     fn code(&self) -> u8 {
         match self {
-            Fail::Usage(_) => 2,
+            Fail::Usage(_) | Fail::Clap(_) => 2,
             _ => 1,
         }
     }
@@ -85,6 +94,7 @@ impl Fail {
 impl std::fmt::Display for Fail {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Fail::Clap(e) => write!(f, "{e}"),
             Fail::Usage(m) => write!(f, "{m} (see --help)"),
             Fail::Run(m) => f.write_str(m),
             Fail::Io(e) => write!(f, "writing the output: {e}"),

@@ -30,10 +30,10 @@ pub struct RunArgs {
     #[arg(long)]
     chat: bool,
     /// Sampling temperature (0: greedy; finite, >= 0).
-    #[arg(long, default_value_t = 0.0, value_parser = temperature)]
+    #[arg(long, default_value_t = 0.0, value_parser = temperature, allow_negative_numbers = true)]
     temperature: f32,
     /// Nucleus sampling mass, in (0, 1].
-    #[arg(long, default_value_t = 1.0, value_parser = top_p)]
+    #[arg(long, default_value_t = 1.0, value_parser = top_p, allow_negative_numbers = true)]
     top_p: f32,
     /// Seed of the sampler's RNG.
     #[arg(long, default_value_t = 0x5eed)]
@@ -92,6 +92,7 @@ pub fn compose_options(
         kernel: machine.kernel(),
         max_batch,
         npu: machine.npu()?,
+        npu_session: None,
     })
 }
 
