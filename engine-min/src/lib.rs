@@ -10,6 +10,7 @@ pub mod exec;
 pub mod gguf;
 pub mod gpu;
 mod layer;
+pub mod limits;
 pub mod model;
 pub mod npu;
 pub mod planning;
