@@ -63,7 +63,8 @@ const NO_TOKEN: u32 = u32::MAX;
 ///
 /// Cutting can only change the tokens that would have spanned a cut, so the bound sits far
 /// above anything natural text produces: a piece is one word, number or punctuation run (the
-/// pre-tokenizer splits at every space and digit), and SmolLM2's longest token is 128 bytes.
+/// pre-tokenizer splits at every space and digit), and SmolLM2's longest token stands for 81
+/// bytes.
 /// Pieces this long are base64 blobs, minified data or hostile input; for them the cut keeps
 /// the merge scratch (symbols and heap) bounded per piece. Decoding still returns the exact
 /// text: byte-level BPE encodes every chunk's bytes.
