@@ -102,8 +102,6 @@ pub enum GgufError {
         name: String,
         /// Its type.
         ty: GgmlType,
-        /// Its dimensions.
-        dims: Vec<u64>,
         /// Its offset in the data section.
         offset: u64,
         /// Its size in bytes.
@@ -174,16 +172,15 @@ impl fmt::Display for GgufError {
             Self::TensorOverlap {
                 name,
                 ty,
-                dims,
                 offset,
                 size,
                 next,
                 next_offset,
             } => write!(
                 f,
-                "tensor `{name}` ({ty:?} {dims:?}: {size} bytes at data offset {offset}) runs \
-                 into tensor `{next}` at data offset {next_offset}: overlapping tensors or a \
-                 wrong type or shape"
+                "tensor `{name}` ({ty:?}, {size} bytes at data offset {offset}) runs into \
+                 tensor `{next}` at data offset {next_offset}: overlapping tensors or a wrong \
+                 type or shape"
             ),
             Self::TensorSizeMismatch {
                 name,
@@ -710,7 +707,6 @@ fn check_layout(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result
             return Err(GgufError::TensorOverlap {
                 name: t.name.clone(),
                 ty: t.ty,
-                dims: t.dims.clone(),
                 offset: t.offset,
                 size: t.size,
                 next: next.name.clone(),

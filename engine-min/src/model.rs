@@ -491,7 +491,7 @@ impl Model {
             let rb = quant::row_bytes(t.ty, k).ok_or_else(unsupported)?;
             // The parser checked the extent against the file; these conversions and this
             // bound only restate it in `usize`, so that `view` can never slice out of range.
-            let start = usize::try_from(h.data_offset.checked_add(t.offset).unwrap_or(u64::MAX));
+            let start = usize::try_from(h.data_offset.saturating_add(t.offset));
             let len = n.checked_mul(rb);
             match (start, len) {
                 (Ok(start), Some(len))

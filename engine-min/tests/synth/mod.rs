@@ -6,6 +6,8 @@
 use engine_min::gguf::{self, Gguf, Value};
 use half::f16;
 
+pub mod check;
+
 /// GGUF type codes used here.
 pub const F32: u32 = 0;
 /// Q4_1.
@@ -186,81 +188,109 @@ fn gguf_str(s: &str) -> Vec<u8> {
     v
 }
 
-/// Byte position of metadata `key`'s value type code, and that code.
-pub fn meta_at(buf: &[u8], key: &str) -> (usize, u32) {
-    let header = header_len(buf);
-    let k = gguf_str(key);
-    let at = buf[..header]
-        .windows(k.len())
-        .position(|w| w == k)
-        .unwrap_or_else(|| panic!("no key {key}"))
-        + k.len();
-    let ty = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
-    (at, ty)
+/// Finds fields in the bytes of a file whose layout is that of the file it was made from
+/// (patches keep every field's size, so one parse of the original serves a series of patches,
+/// even after one of them has made the file invalid).
+pub struct Patcher {
+    g: Gguf,
 }
 
-/// Overwrites the numeric metadata value of `key` with `v`, in the key's own type (u32, i32,
-/// u64, f32 or f64): the file keeps its size.
-pub fn set_number(buf: &mut [u8], key: &str, v: f64) {
-    let (at, ty) = meta_at(buf, key);
-    let p = at + 4;
-    match ty {
-        4 => buf[p..p + 4].copy_from_slice(&(v as u32).to_le_bytes()),
-        5 => buf[p..p + 4].copy_from_slice(&(v as i32).to_le_bytes()),
-        6 => buf[p..p + 4].copy_from_slice(&(v as f32).to_le_bytes()),
-        10 => buf[p..p + 8].copy_from_slice(&(v as u64).to_le_bytes()),
-        12 => buf[p..p + 8].copy_from_slice(&v.to_le_bytes()),
-        t => panic!("{key} has type {t}, not a patchable number"),
+impl Patcher {
+    /// The layout of `original` (a valid file).
+    pub fn new(original: &[u8]) -> Self {
+        Self {
+            g: Gguf::parse(original).expect("the unpatched file parses"),
+        }
+    }
+
+    /// The parsed original.
+    pub fn gguf(&self) -> &Gguf {
+        &self.g
+    }
+
+    fn header(&self) -> usize {
+        self.g.data_offset as usize
+    }
+
+    /// Byte position of metadata `key`'s value type code, and that code.
+    pub fn meta_at(&self, buf: &[u8], key: &str) -> (usize, u32) {
+        let k = gguf_str(key);
+        let at = buf[..self.header()]
+            .windows(k.len())
+            .position(|w| w == k)
+            .unwrap_or_else(|| panic!("no key {key}"))
+            + k.len();
+        let ty = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+        (at, ty)
+    }
+
+    /// Overwrites the numeric metadata value of `key` with `v`, in the key's own type (u32,
+    /// i32, u64, f32 or f64; integers saturate): the file keeps its size.
+    pub fn set_number(&self, buf: &mut [u8], key: &str, v: f64) {
+        let (at, ty) = self.meta_at(buf, key);
+        let p = at + 4;
+        match ty {
+            4 => buf[p..p + 4].copy_from_slice(&(v as u32).to_le_bytes()),
+            5 => buf[p..p + 4].copy_from_slice(&(v as i32).to_le_bytes()),
+            6 => buf[p..p + 4].copy_from_slice(&(v as f32).to_le_bytes()),
+            10 => buf[p..p + 8].copy_from_slice(&(v as u64).to_le_bytes()),
+            12 => buf[p..p + 8].copy_from_slice(&v.to_le_bytes()),
+            t => panic!("{key} has type {t}, not a patchable number"),
+        }
+    }
+
+    /// (type position, offset position) of tensor `name`'s info.
+    fn tensor_fields(&self, buf: &[u8], name: &str) -> (usize, usize) {
+        let at = rfind(&buf[..self.header()], &gguf_str(name))
+            .unwrap_or_else(|| panic!("no tensor {name}"))
+            + 8
+            + name.len();
+        let rank = self.g.tensor(name).expect("tensor").dims.len();
+        let ty = at + 4 + 8 * rank;
+        (ty, ty + 4)
+    }
+
+    /// Changes tensor `name`'s type code (its bytes stay as they are).
+    pub fn retype(&self, buf: &mut [u8], name: &str, code: u32) {
+        let (ty, _) = self.tensor_fields(buf, name);
+        buf[ty..ty + 4].copy_from_slice(&code.to_le_bytes());
+    }
+
+    /// Moves tensor `name` to `offset` in the data section.
+    pub fn set_offset(&self, buf: &mut [u8], name: &str, offset: u64) {
+        let (_, off) = self.tensor_fields(buf, name);
+        buf[off..off + 8].copy_from_slice(&offset.to_le_bytes());
+    }
+
+    /// Writes `v` as element `index` of the F32 tensor `name`.
+    pub fn poke_f32(&self, buf: &mut [u8], name: &str, index: usize, v: f32) {
+        let t = self
+            .g
+            .tensor(name)
+            .unwrap_or_else(|| panic!("no tensor {name}"));
+        let at = (self.g.data_offset + t.offset) as usize + 4 * index;
+        buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 }
 
-/// The end of the tensor table (where alignment padding and data begin): everything before it
-/// is header.
-fn header_len(buf: &[u8]) -> usize {
-    let g = Gguf::parse(buf).expect("the unpatched file parses");
-    g.data_offset as usize
+/// [`Patcher::set_number`] on a valid file.
+pub fn set_number(buf: &mut [u8], key: &str, v: f64) {
+    Patcher::new(buf).set_number(buf, key, v)
 }
 
-/// Byte position of tensor `name`'s info entry just after its name (its rank).
-fn tensor_at(buf: &[u8], name: &str) -> usize {
-    let header = header_len(buf);
-    rfind(&buf[..header], &gguf_str(name)).unwrap_or_else(|| panic!("no tensor {name}"))
-        + 8
-        + name.len()
-}
-
-/// (type position, offset position) of tensor `name`'s info.
-fn tensor_fields(buf: &[u8], name: &str) -> (usize, usize) {
-    let at = tensor_at(buf, name);
-    let rank = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
-    let ty = at + 4 + 8 * rank;
-    (ty, ty + 4)
-}
-
-/// Changes tensor `name`'s type code (its bytes stay as they are).
+/// [`Patcher::retype`] on a valid file.
 pub fn retype(buf: &mut [u8], name: &str, code: u32) {
-    let (ty, _) = tensor_fields(buf, name);
-    buf[ty..ty + 4].copy_from_slice(&code.to_le_bytes());
+    Patcher::new(buf).retype(buf, name, code)
 }
 
-/// Tensor `name`'s offset in the data section.
-pub fn offset_of(buf: &[u8], name: &str) -> u64 {
-    let (_, off) = tensor_fields(buf, name);
-    u64::from_le_bytes(buf[off..off + 8].try_into().expect("8 bytes"))
-}
-
-/// Moves tensor `name` to `offset` in the data section.
+/// [`Patcher::set_offset`] on a valid file.
 pub fn set_offset(buf: &mut [u8], name: &str, offset: u64) {
-    let (_, off) = tensor_fields(buf, name);
-    buf[off..off + 8].copy_from_slice(&offset.to_le_bytes());
+    Patcher::new(buf).set_offset(buf, name, offset)
 }
 
-/// Writes `v` as element `index` of the F32 tensor `name`.
+/// [`Patcher::poke_f32`] on a valid file.
 pub fn poke_f32(buf: &mut [u8], name: &str, index: usize, v: f32) {
-    let g = Gguf::parse(buf).expect("the unpatched file parses");
-    let t = g.tensor(name).unwrap_or_else(|| panic!("no tensor {name}"));
-    let at = (g.data_offset + t.offset) as usize + 4 * index;
-    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    Patcher::new(buf).poke_f32(buf, name, index, v)
 }
 
 /// Issue 17's load-time mutations of a model file (rows of its table, and a few more of the
