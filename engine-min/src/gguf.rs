@@ -693,6 +693,9 @@ impl Gguf {
 /// ([`GgufError::TensorOverlap`]), then that each one's type and shape account for every byte
 /// up to the next tensor or the end of the data, less than `alignment` of padding left over
 /// ([`GgufError::TensorSizeMismatch`]). llama.cpp's loader demands the same contiguous layout.
+/// A retype to a wider type is always caught (the tensor runs into the next one or out of the
+/// file); one to a narrower type when it frees at least `alignment` bytes (32 by default: any
+/// tensor of more than a few dozen elements, every matrix and norm of a real model).
 /// Tensors of untabulated types (size 0: extent unknown) are not checked themselves, but their
 /// offsets still end the tensor before them.
 fn check_layout(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<(), GgufError> {
