@@ -47,10 +47,26 @@ impl fmt::Display for BudgetError {
             }
             Self::OverBudget { what, need, limit } => write!(
                 f,
-                "{what} needs {:.2} GiB ({need} bytes), limit {:.2} GiB",
-                *need as f64 / GIB,
-                *limit as f64 / GIB
+                "{what} needs {} ({need} bytes), limit {}",
+                Human(*need),
+                Human(*limit)
             ),
+        }
+    }
+}
+
+/// A byte count in GiB with two decimals, or in MiB or bytes where GiB would print 0.00.
+struct Human(u64);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0 as f64;
+        if b >= GIB / 100.0 {
+            write!(f, "{:.2} GiB", b / GIB)
+        } else if b >= GIB / 1024.0 / 100.0 {
+            write!(f, "{:.2} MiB", b * 1024.0 / GIB)
+        } else {
+            write!(f, "{} bytes", self.0)
         }
     }
 }
@@ -291,6 +307,13 @@ mod tests {
             "{msg}"
         );
         assert!(check_engine(&MemoryBudget::with_limit(1 << 30), &c, 2048, 128, 2).is_ok());
+        let small = MemoryBudget::with_limit(1000)
+            .check("x", 5 << 20)
+            .unwrap_err();
+        assert_eq!(
+            small.to_string(),
+            "x needs 5.00 MiB (5242880 bytes), limit 1000 bytes"
+        );
     }
 
     #[test]

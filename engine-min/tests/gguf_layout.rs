@@ -149,7 +149,7 @@ fn the_header_memory_is_charged_before_allocation() {
     assert!(*need > *limit);
     let msg = e.to_string();
     assert!(
-        msg.contains("GiB") && msg.contains("GGUF metadata"),
+        msg.contains("MiB") && msg.contains("GGUF metadata"),
         "{msg}"
     );
 }
