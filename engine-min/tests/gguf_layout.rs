@@ -152,4 +152,5 @@ fn the_header_memory_is_charged_before_allocation() {
         msg.contains("MiB") && msg.contains("GGUF metadata"),
         "{msg}"
     );
+    println!("{msg}");
 }
