@@ -243,7 +243,7 @@ struct Keys<'a> {
 }
 
 impl Keys<'_> {
-    fn bad(key: &str, v: &Value, expected: impl Into<String>) -> ModelError {
+    fn bad(key: &str, v: impl ToString, expected: impl Into<String>) -> ModelError {
         ModelError::BadValue {
             key: key.into(),
             value: v.to_string(),
@@ -277,8 +277,12 @@ impl Keys<'_> {
         }
     }
 
-    fn value(&self, key: &str) -> Value {
-        self.h.get(key).cloned().unwrap_or(Value::U8(0))
+    /// `key`'s value, for a message about a value read before (with `default` when absent).
+    fn value(&self, key: &str, default: usize) -> String {
+        self.h.get(key).map_or_else(
+            || format!("{default} (absent: the default)"),
+            Value::to_string,
+        )
     }
 }
 
@@ -307,7 +311,7 @@ fn read_config(h: &Gguf, vocab: usize) -> Result<Config, ModelError> {
     if d_model % n_head != 0 {
         return Err(Keys::bad(
             "llama.attention.head_count",
-            &k.value("llama.attention.head_count"),
+            k.value("llama.attention.head_count", n_head),
             format!("a divisor of llama.embedding_length = {d_model}"),
         ));
     }
@@ -315,7 +319,7 @@ fn read_config(h: &Gguf, vocab: usize) -> Result<Config, ModelError> {
     if head_dim % 2 != 0 {
         return Err(Keys::bad(
             "llama.attention.head_count",
-            &k.value("llama.attention.head_count"),
+            k.value("llama.attention.head_count", n_head),
             format!(
                 "a count giving an even head width (RoPE rotates pairs), not {d_model} / \
                  {n_head} = {head_dim}"
@@ -326,7 +330,7 @@ fn read_config(h: &Gguf, vocab: usize) -> Result<Config, ModelError> {
     if n_head % n_kv_head != 0 {
         return Err(Keys::bad(
             "llama.attention.head_count_kv",
-            &k.value("llama.attention.head_count_kv"),
+            k.value("llama.attention.head_count_kv", n_kv_head),
             format!("a divisor of llama.attention.head_count = {n_head}"),
         ));
     }
@@ -334,7 +338,7 @@ fn read_config(h: &Gguf, vocab: usize) -> Result<Config, ModelError> {
     if rope_dims > head_dim || rope_dims % 2 != 0 {
         return Err(Keys::bad(
             "llama.rope.dimension_count",
-            &k.value("llama.rope.dimension_count"),
+            k.value("llama.rope.dimension_count", rope_dims),
             format!("an even count of at most the head width {head_dim}"),
         ));
     }
@@ -344,14 +348,13 @@ fn read_config(h: &Gguf, vocab: usize) -> Result<Config, ModelError> {
     if n_layer as u64 != n_present {
         return Err(Keys::bad(
             "llama.block_count",
-            &k.value("llama.block_count"),
+            k.value("llama.block_count", n_layer),
             format!("the number of blocks whose tensors the file holds ({n_present})"),
         ));
     }
     if let Some(missing) = (0..n_present).find(|b| !present.contains(b)) {
-        return Err(ModelError::MissingTensor(format!(
-            "blk.{missing}.attn_norm.weight"
-        )));
+        // Blocks 0..n_present exist except this one: none of its tensors is in the file.
+        return Err(ModelError::MissingTensor(format!("blk.{missing}.*")));
     }
     if let Some(v) = h.get("llama.vocab_size") {
         if v.as_u64() != Some(vocab as u64) {
@@ -402,7 +405,8 @@ fn host_bytes(c: &Config, h: &Gguf) -> Result<u64, BudgetError> {
             merge_bytes,
         ],
     )?;
-    limits::sum(WHAT, &[layers, norms, u(c.d_model) * 4, tokenizer])
+    let output_norm = limits::product(WHAT, &[u(c.d_model), 4])?;
+    limits::sum(WHAT, &[layers, norms, output_norm, tokenizer])
 }
 
 impl Model {
