@@ -61,13 +61,13 @@ const NO_TOKEN: u32 = u32::MAX;
 /// Longest pre-tokenized piece, in bytes, that is merged as one: longer pieces are cut into
 /// chunks of at most this many bytes (at character boundaries) and each chunk is merged alone.
 ///
-/// Cutting can only change the tokens that would have spanned a cut, so the bound sits far
-/// above anything natural text produces: a piece is one word, number or punctuation run (the
-/// pre-tokenizer splits at every space and digit), and SmolLM2's longest token stands for 81
-/// bytes.
-/// Pieces this long are base64 blobs, minified data or hostile input; for them the cut keeps
-/// the merge scratch (symbols and heap) bounded per piece. Decoding still returns the exact
-/// text: byte-level BPE encodes every chunk's bytes.
+/// Cutting changes how the text next to a cut is merged (no token can span it, and that can
+/// change the merges beside it), and a piece so long differs from llama.cpp's tokens there, so
+/// the bound sits far above anything natural text produces: a piece is one word, number or
+/// punctuation run (the pre-tokenizer splits at every space and digit), and SmolLM2's longest
+/// token stands for 81 bytes. Pieces this long are base64 blobs, minified data or hostile
+/// input; for them the cut keeps the merge scratch (symbols and heap) bounded per piece.
+/// Decoding still returns the exact text: byte-level BPE encodes every chunk's bytes.
 pub const MAX_PIECE_BYTES: usize = 1024;
 
 /// GPT-2's byte to printable-character table.
