@@ -373,6 +373,8 @@ fn one_word(n: usize) -> String {
 fn a_130000_character_word_tokenizes_in_under_a_second() {
     let word = one_word(130_000);
     let hostile_specials = "<|im_end|>".repeat(13_000);
+    let spaces = " ".repeat(130_000) + "x";
+    let digits_and_marks = "1!".repeat(65_000);
     for (base_name, base) in bases() {
         let model = Model::from_bytes(base).expect("loads");
         let t = &model.tokenizer;
@@ -384,6 +386,8 @@ fn a_130000_character_word_tokenizes_in_under_a_second() {
                 hostile_specials.as_str(),
                 false,
             ),
+            ("130000 spaces, then a letter", spaces.as_str(), false),
+            ("65000 digit-mark pairs", digits_and_marks.as_str(), false),
         ] {
             let t0 = Instant::now();
             let ids = t.encode(text, special);
