@@ -12,6 +12,7 @@ pub mod exec;
 pub mod gguf;
 mod helper;
 mod layer;
+pub mod limits;
 pub mod model;
 pub mod planning;
 pub mod pool;
