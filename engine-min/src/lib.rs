@@ -14,6 +14,7 @@ mod helper;
 mod layer;
 pub mod limits;
 pub mod model;
+pub mod perplexity;
 pub mod planning;
 pub mod pool;
 pub mod quant;

@@ -13,6 +13,7 @@ use crate::compose::PlanChoice;
 
 mod agents;
 mod bench;
+mod perplexity;
 mod plan;
 mod run;
 
@@ -61,6 +62,7 @@ where
         Cmd::Plan(a) => plan::plan(a, out),
         Cmd::Bench(a) => bench::bench(a, out),
         Cmd::Agents(a) => agents::agents(a, out),
+        Cmd::Perplexity(a) => perplexity::perplexity(a, out),
     }
 }
 
@@ -128,6 +130,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Speculative decoding for several agents (EdgeAgent's draft budgets).
     Agents(agents::AgentsArgs),
+    /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 /// The model file.

@@ -48,6 +48,18 @@ pub struct RunArgs {
     /// A profile written by `engine-min profile` (or by hand) for `--plan auto`.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+    /// Write the raw logits of the prompt positions `--logits-at` as JSON (for comparing with
+    /// other engines).
+    #[arg(long, value_name = "FILE")]
+    logits_out: Option<PathBuf>,
+    /// Prompt positions whose logits `--logits-out` writes (negative: from the end).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "-1",
+        allow_negative_numbers = true
+    )]
+    logits_at: Vec<i64>,
     #[command(flatten)]
     machine: MachineArgs,
 }
@@ -103,6 +115,16 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         PlanChoice::Cpu
     });
     let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH)?;
+    // The output file first: a bad path must not cost the run.
+    let mut logits_file = a
+        .logits_out
+        .as_ref()
+        .map(|f| {
+            std::fs::File::create(f)
+                .map(|h| (f.clone(), h))
+                .map_err(|e| Fail::Run(format!("cannot write {}: {e}", f.display())))
+        })
+        .transpose()?;
     let t_load = Instant::now();
     let model = Arc::new(load_model(&a.model.model)?);
     if a.ctx > model.config.context {
@@ -163,14 +185,37 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         },
     );
     let npu0 = npu_stats.as_ref().map(|s| s.npu_time());
+    // Every prompt position's logits only when some are written out.
+    let positions = match &a.logits_out {
+        Some(_) => logits_positions(&a.logits_at, ids.len())?,
+        None => Vec::new(),
+    };
+    let mut all = vec![
+        0f32;
+        if positions.is_empty() {
+            0
+        } else {
+            ids.len() * vocab
+        }
+    ];
     let (t0, c0) = (Instant::now(), cpu_time());
-    engine.forward(&ids, &mut logits).map_err(Fail::run)?;
+    if all.is_empty() || ids.len() == 1 {
+        engine.forward(&ids, &mut logits).map_err(Fail::run)?;
+        let n = all.len();
+        all.copy_from_slice(&logits[..n]);
+    } else {
+        engine.forward(&ids, &mut all).map_err(Fail::run)?;
+        logits.copy_from_slice(&all[(ids.len() - 1) * vocab..]);
+    }
     let prefill_npu = npu_stats
         .as_ref()
         .zip(npu0)
         .map(|(s, t)| s.npu_time().saturating_sub(t));
     let mut next = sampler.sample(&logits);
     let ttft = t0.elapsed();
+    if let Some(f) = logits_file.take() {
+        write_logits(f, &a.model.model, &ids, &positions, &all, vocab)?;
+    }
     let prefill_cpu = cpu_time().saturating_sub(c0);
     let prefill_t = engine.timings().clone();
     let prefill_kinds = engine.executor().times().snapshot();
@@ -269,6 +314,50 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         )?;
     }
     Ok(())
+}
+
+/// Resolves `--logits-at` against a prompt of `n` tokens.
+fn logits_positions(at: &[i64], n: usize) -> Result<Vec<usize>, Fail> {
+    at.iter()
+        .map(|&p| {
+            let q = if p < 0 { n as i64 + p } else { p };
+            usize::try_from(q).ok().filter(|&q| q < n).ok_or_else(|| {
+                Fail::Usage(format!(
+                    "--logits-at {p} is outside the prompt's {n} positions"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Writes `{"model", "tokens", "positions": [{"pos", "token", "logits"}]}`.
+fn write_logits(
+    (file, mut handle): (PathBuf, std::fs::File),
+    model: &std::path::Path,
+    ids: &[u32],
+    positions: &[usize],
+    all: &[f32],
+    vocab: usize,
+) -> Result<(), Fail> {
+    let rows: Vec<serde_json::Value> = positions
+        .iter()
+        .map(|&p| {
+            serde_json::json!({
+                "pos": p,
+                "token": ids[p],
+                "logits": &all[p * vocab..(p + 1) * vocab],
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "model": model.display().to_string(),
+        "tokens": ids,
+        "positions": rows,
+    });
+    let text = serde_json::to_string(&v).map_err(Fail::run)?;
+    handle
+        .write_all(text.as_bytes())
+        .map_err(|e| Fail::Run(format!("cannot write {}: {e}", file.display())))
 }
 
 /// Prints the plan the engine runs for a prompt of `prompt` tokens and for decode.
