@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(target_arch = "x86_64")]
+mod amx_int8;
 pub mod arch;
 mod error;
 mod f16out;

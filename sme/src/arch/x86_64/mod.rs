@@ -1,10 +1,14 @@
-//! x86-64 kernels: AVX-512 (F16C + FMA) and AMX-BF16.
+//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX-512 VNNI and AMX-INT8 (int8 GEMM).
 
 mod amx;
+mod amx_int8;
 mod avx512;
 mod vnni;
 
 pub use amx::AmxBlocking;
+#[cfg(test)]
+pub(crate) use amx_int8::amx_int8_model_tile;
+pub use amx_int8::{AmxInt8, AMX_INT8_TILE_ROWS};
 pub(crate) use amx::GROUP as AMX_GROUP;
 pub(crate) use avx512::AVX512_TILE_ROWS;
 pub use vnni::Vnni;
