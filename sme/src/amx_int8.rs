@@ -104,7 +104,10 @@ impl TileModel {
     fn shape(&self, t: u8) -> (usize, usize) {
         let cfg = self.cfg.expect("tile instruction before ldtilecfg (#UD)");
         let (rows, colsb) = cfg.shape(t as usize);
-        assert!(t < 8 && rows > 0 && colsb > 0, "tile {t} not configured (#UD)");
+        assert!(
+            t < 8 && rows > 0 && colsb > 0,
+            "tile {t} not configured (#UD)"
+        );
         (rows, colsb)
     }
 }
@@ -115,7 +118,10 @@ impl TileOps for TileModel {
         assert_eq!(cfg.0[0], 1, "palette 1");
         for t in 0..8 {
             let (rows, colsb) = cfg.shape(t);
-            assert!(rows <= 16 && colsb <= 64, "tile {t}: {rows} x {colsb} (#GP)");
+            assert!(
+                rows <= 16 && colsb <= 64,
+                "tile {t}: {rows} x {colsb} (#GP)"
+            );
             assert_eq!(rows == 0, colsb == 0, "tile {t}: half-configured (#GP)");
         }
         self.cfg = Some(*cfg);
@@ -142,7 +148,10 @@ impl TileOps for TileModel {
         let (cr, cc) = self.shape(C);
         let (ar, ac) = self.shape(A);
         let (br, bc) = self.shape(B);
-        assert!(C != A && C != B && A != B, "tdpbssd with repeated tiles (#UD)");
+        assert!(
+            C != A && C != B && A != B,
+            "tdpbssd with repeated tiles (#UD)"
+        );
         assert!(
             ac % 4 == 0 && ac / 4 == br && cc == bc && ar == cr,
             "tdpbssd shapes C {cr}x{cc} A {ar}x{ac} B {br}x{bc} (#UD)"
@@ -155,7 +164,8 @@ impl TileOps for TileModel {
                 let mut acc = i32::from_le_bytes([cell[0], cell[1], cell[2], cell[3]]);
                 for kk in 0..ac / 4 {
                     for i in 0..4 {
-                        let p = i32::from(a[m][4 * kk + i] as i8) * i32::from(b[kk][4 * n + i] as i8);
+                        let p =
+                            i32::from(a[m][4 * kk + i] as i8) * i32::from(b[kk][4 * n + i] as i8);
                         acc = acc.wrapping_add(p);
                     }
                 }
@@ -259,7 +269,9 @@ mod tests {
             .unwrap();
         let ldy = n + 5;
         let mut want = vec![f32::NAN; m * ldy];
-        Int8Kernel::Portable.gemm(&w, &acts, &mut want, ldy).unwrap();
+        Int8Kernel::Portable
+            .gemm(&w, &acts, &mut want, ldy)
+            .unwrap();
         let mut got = vec![f32::NAN; m * ldy];
         let mut model = TileModel::new();
         amx_int8_model_tile(&mut model, &w, &acts, &mut got, ldy);
@@ -273,7 +285,10 @@ mod tests {
                         "{f:?} m{m} n{n} k{k} ({r},{c}): oracle {p} vs model {q}"
                     );
                 } else {
-                    assert!(q.is_nan(), "{f:?} m{m} n{n} k{k}: padding ({r},{c}) written");
+                    assert!(
+                        q.is_nan(),
+                        "{f:?} m{m} n{n} k{k}: padding ({r},{c}) written"
+                    );
                 }
             }
         }

@@ -293,7 +293,11 @@ unsafe fn program<U: TileOps, const F: u8>(
 /// `g < ceil(n/16)`, `kc + kn <= nb`, `kn <= KCB`; AVX-512F/BW.
 #[inline(always)]
 unsafe fn unpack<const F: u8>(ctx: &Ctx, g: usize, kc: usize, kn: usize, out: &mut BBuf) {
-    let qb = if F == 2 { INT8_GROUP * QK } else { INT8_GROUP * QK / 2 };
+    let qb = if F == 2 {
+        INT8_GROUP * QK
+    } else {
+        INT8_GROUP * QK / 2
+    };
     // SAFETY: source bytes (g·nb + b)·qb + qb <= the packed weight's length (64-byte aligned,
     // qb a multiple of 64); destination j·512 + 512 <= KCB·512.
     unsafe {
