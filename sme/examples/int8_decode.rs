@@ -6,9 +6,11 @@
 //! a "layer" line sums one decoder layer's seven matmuls (q, k, v, o, gate, up, down).
 //! Activations are quantized once before timing (the probe reads no activations either).
 //!
-//! `cargo run --release -p hetero-sme --example int8_decode -- [THREADS...] [--format q4_0|q4_1|q8_0] [--kernel NAME]`
-//! (default threads 1 2; format q4_1, SmolLM2's; kernel: `Int8Kernel::best()`). Medians of a
-//! number of calls sized to ~40 ms per case; threads beyond the cores oversubscribe.
+//! `cargo run --release -p hetero-sme --example int8_decode -- [THREADS...] [--format q4_0|q4_1|q8_0] [--kernel NAME] [--default-tiles]`
+//! (default threads 1 2; format q4_1, SmolLM2's; kernel: `Int8Kernel::best()`, or a name from
+//! `Int8Kernel::available()`, or `amx-all`: AMX-INT8 for every row chunk). Plans are cut
+//! for the thread count (`Int8Plan::with_workers`; `--default-tiles`: not). Medians of a number
+//! of calls sized to ~40 ms per case; threads beyond the cores oversubscribe.
 
 use hetero_sme::*;
 
@@ -119,7 +121,7 @@ struct Row {
     bytes: usize,
 }
 
-fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize]) -> Row {
+fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize], sized: bool) -> Row {
     let (k, n) = (w.k(), w.n());
     let bytes = w.packed_bytes();
     let reps = (40e6 / bytes as f64).clamp(15.0, 400.0) as usize;
@@ -133,7 +135,10 @@ fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize]) -> Ro
         let mut acts = QActs::with_capacity(m, k);
         kern.quantize_acts(&x, m, k, &mut acts).expect("acts");
         let mut y = vec![0f32; m * n];
-        let plan = Int8Plan::new(kern, w, &acts, &mut y, n).expect("plan");
+        let mut plan = Int8Plan::new(kern, w, &acts, &mut y, n).expect("plan");
+        if sized {
+            plan = plan.with_workers(threads);
+        }
         plan_tiles = plan.tiles();
         let mut t = time_parallel(threads, plan.tiles(), reps, &|st, wk| {
             plan.run_worker(st, wk).expect("run")
@@ -167,10 +172,33 @@ fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize]) -> Ro
     }
 }
 
+/// AMX-INT8 for every row chunk (the dispatched kernel sends chunks of ≤ 4 rows to VNNI).
+#[cfg(target_arch = "x86_64")]
+fn amx_all_kernel() -> Int8Kernel {
+    let t =
+        hetero_sme::arch::x86_64::AmxInt8::try_new().unwrap_or_else(|| panic!("no AMX-INT8 here"));
+    Int8Kernel::Amx(t.with_vnni_rows(0))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn amx_all_kernel() -> Int8Kernel {
+    unreachable!("amx-all is x86-64 only")
+}
+
+/// The AMX kernel's small-M routing, for the header line.
+fn routing(kern: Int8Kernel) -> String {
+    match kern {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Amx(t) => format!(" (vnni for <= {} rows)", t.vnni_rows()),
+        _ => String::new(),
+    }
+}
+
 fn main() {
     let mut threads: Vec<usize> = Vec::new();
     let mut format = Int8Format::Q4_1;
     let mut kern = Int8Kernel::best();
+    let mut sized = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -181,12 +209,21 @@ fn main() {
                     _ => Int8Format::Q4_1,
                 }
             }
+            "--default-tiles" => sized = false,
             "--kernel" => {
                 let name = args.next().unwrap_or_default();
-                kern = *Int8Kernel::available()
-                    .iter()
-                    .find(|k| k.name() == name)
-                    .unwrap_or_else(|| panic!("kernel {name} not available here"));
+                #[cfg(target_arch = "x86_64")]
+                let amx_all = name == "amx-all";
+                #[cfg(not(target_arch = "x86_64"))]
+                let amx_all = false;
+                kern = if amx_all {
+                    amx_all_kernel()
+                } else {
+                    *Int8Kernel::available()
+                        .iter()
+                        .find(|k| k.name() == name)
+                        .unwrap_or_else(|| panic!("kernel {name} not available here"))
+                };
             }
             _ => threads.extend(a.parse::<usize>().ok().filter(|&t| t > 0)),
         }
@@ -211,15 +248,20 @@ fn main() {
         .map(|&(_, k, n)| weight(format, n, k))
         .collect();
     println!(
-        "int8 decode, kernel {}, {format:?}, GB/s of packed weight (quants + scales), medians",
-        kern.name()
+        "int8 decode, kernel {}{}, {format:?}, tiles {}, GB/s of packed weight (quants + scales), medians",
+        kern.name(),
+        routing(kern),
+        if sized { "with_workers(threads)" } else { "default" }
     );
     println!(
         "{:>3} {:<8} {:>6} {:>9} | {:>7} {:>7} {:>7} | {:>7} | {:>5} {:>5} {:>5}",
         "thr", "shape", "k", "n", "M=1", "M=2", "M=4", "probe", "r1", "r2", "r4"
     );
     for &t in &threads {
-        let rows: Vec<Row> = weights.iter().map(|w| measure(kern, w, t, &ms)).collect();
+        let rows: Vec<Row> = weights
+            .iter()
+            .map(|w| measure(kern, w, t, &ms, sized))
+            .collect();
         for ((name, k, n), r) in shapes.iter().zip(&rows) {
             println!(
                 "{t:>3} {name:<8} {k:>6} {n:>9} | {:>7.1} {:>7.1} {:>7.1} | {:>7.1} | {:>5.2} {:>5.2} {:>5.2}",

@@ -735,6 +735,20 @@ impl<'a> Int8Plan<'a> {
         })
     }
 
+    /// The same plan with its tiles sized for `workers` threads: for M ≤ 16 (decode), as few
+    /// groups per tile as keep about four tiles per worker (down to one group), so a small
+    /// matrix (e.g. N = 192: 12 groups) spreads over all threads instead of a few 4-group tiles;
+    /// with few workers it keeps the default (fewer claims). Prepare the [`StealState`] with the
+    /// new [`Self::tiles`].
+    pub fn with_workers(self, workers: usize) -> Self {
+        if self.ctx.m > 16 {
+            return self;
+        }
+        let ng = self.ctx.n.div_ceil(INT8_GROUP);
+        let gc = (ng / workers.max(1).saturating_mul(4)).clamp(1, self.gc);
+        Self { gc, ..self }
+    }
+
     fn row_chunks(&self) -> usize {
         self.ctx.m.div_ceil(self.rows)
     }

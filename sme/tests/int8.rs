@@ -342,7 +342,10 @@ fn parallel_equals_serial() {
             for workers in [2, 3] {
                 let mut st = StealState::new(workers).unwrap();
                 let mut y = vec![f32::NAN; m * n];
-                let plan = Int8Plan::new(kern, &w, &a, &mut y, n).unwrap();
+                // Tiles cut for the worker count (decode shapes: one group per tile).
+                let plan = Int8Plan::new(kern, &w, &a, &mut y, n)
+                    .unwrap()
+                    .with_workers(workers * 8);
                 st.prepare(plan.tiles()).unwrap();
                 std::thread::scope(|s| {
                     for wk in 0..workers {
