@@ -242,9 +242,17 @@ unsafe fn program<U: TileOps, const F: u8>(
         return; // not reachable: the plan cuts rows by AMX_INT8_TILE_ROWS
     }
     let nb = ctx.nb;
-    let mut bbuf = BBuf([0; KCB * BLK]);
-    let mut cbuf = CBuf([[0; 256]; 2]);
-    let mut accbuf = AccBuf([0.0; AMX_INT8_TILE_ROWS * INT8_GROUP]);
+    // Scratch left uninitialized (38 KiB of zeroing would rival a decode tile's work): every
+    // byte is written before it is read (unpack before the tile loads, tilestored before the
+    // epilogue, the first pass's accumulators before later passes).
+    let mut bbuf = core::mem::MaybeUninit::<BBuf>::uninit();
+    let mut cbuf = core::mem::MaybeUninit::<CBuf>::uninit();
+    let mut accbuf = core::mem::MaybeUninit::<AccBuf>::uninit();
+    let (bp, cp, ap) = (
+        bbuf.as_mut_ptr().cast::<u8>(),
+        cbuf.as_mut_ptr().cast::<i32>(),
+        accbuf.as_mut_ptr().cast::<f32>(),
+    );
     let mut configured = 0; // rows of the current tile configuration (0: none)
     for g in g0..g1 {
         let lanes = (ctx.n - g * INT8_GROUP).min(INT8_GROUP);
@@ -254,7 +262,7 @@ unsafe fn program<U: TileOps, const F: u8>(
             let kn = (nb - kc).min(KCB);
             // SAFETY: g < ng and kc + kn <= nb: inside the packed weight; kn <= KCB blocks fit
             // the buffer.
-            unsafe { unpack::<F>(ctx, g, kc, kn, &mut bbuf) };
+            unsafe { unpack::<F>(ctx, g, kc, kn, bp) };
             let mut s0 = 0;
             while s0 < rows {
                 let mr = (rows - s0).min(16);
@@ -263,16 +271,17 @@ unsafe fn program<U: TileOps, const F: u8>(
                     unsafe { tu.configure(&config(mr)) };
                     configured = mr;
                 }
-                let ab = &mut accbuf.0[s0 * INT8_GROUP..(s0 + mr) * INT8_GROUP];
-                // SAFETY: rows r0+s0..r0+s0+mr < m; blocks kc..kc+kn of group g; the tile
-                // state holds this slice's configuration; y columns of group g (masked) are the
-                // caller's. A full slice takes the branch-free copy (accumulators in registers).
+                // SAFETY: rows r0+s0..r0+s0+mr < m; blocks kc..kc+kn of group g, unpacked into
+                // bp; the tile state holds this slice's configuration; the slice's accumulator
+                // rows s0..s0+mr of ap (written on the first pass); y columns of group g
+                // (masked) are the caller's. A full slice takes the branch-free copy
+                // (accumulators in registers).
                 unsafe {
-                    let (r, bb, cb) = (r0 + s0, &bbuf, &mut cbuf);
+                    let (r, ab) = (r0 + s0, ap.add(s0 * INT8_GROUP));
                     if mr == 16 {
-                        slice::<U, F, true>(tu, ctx, r, 16, g, kc, kn, bb, cb, ab, mask)
+                        slice::<U, F, true>(tu, ctx, r, 16, g, kc, kn, bp, cp, ab, mask)
                     } else {
-                        slice::<U, F, false>(tu, ctx, r, mr, g, kc, kn, bb, cb, ab, mask)
+                        slice::<U, F, false>(tu, ctx, r, mr, g, kc, kn, bp, cp, ab, mask)
                     }
                 };
                 s0 += mr;
@@ -290,9 +299,10 @@ unsafe fn program<U: TileOps, const F: u8>(
 /// `kk` at `+64·kk`: byte `4n + i` = `w[16g + n][32b + 4kk + i]`).
 ///
 /// # Safety
-/// `g < ceil(n/16)`, `kc + kn <= nb`, `kn <= KCB`; AVX-512F/BW.
+/// `g < ceil(n/16)`, `kc + kn <= nb`, `kn <= KCB`; `out` writable for `kn·512` bytes, 64-byte
+/// aligned; AVX-512F/BW.
 #[inline(always)]
-unsafe fn unpack<const F: u8>(ctx: &Ctx, g: usize, kc: usize, kn: usize, out: &mut BBuf) {
+unsafe fn unpack<const F: u8>(ctx: &Ctx, g: usize, kc: usize, kn: usize, out: *mut u8) {
     let qb = if F == 2 {
         INT8_GROUP * QK
     } else {
@@ -302,7 +312,7 @@ unsafe fn unpack<const F: u8>(ctx: &Ctx, g: usize, kc: usize, kn: usize, out: &m
     // qb a multiple of 64); destination j·512 + 512 <= KCB·512.
     unsafe {
         let src = ctx.u.add((g * ctx.nb + kc) * qb);
-        let dst = out.0.as_mut_ptr();
+        let dst = out;
         let m0f = _mm512_set1_epi8(15);
         let eight = _mm512_set1_epi8(8);
         let sign = _mm512_set1_epi8(-128);
@@ -356,8 +366,8 @@ unsafe fn issue<U: TileOps, const A: u8, const B: u8, const C: u8>(
 }
 
 /// One 16-row slice (`mr` ≤ 16 rows from `row0`; `FULL`: `mr` = 16) × group `g` × blocks
-/// `kc..kc+kn`: accumulators from `accbuf` (or zero on the first pass), to y (masked) on the last
-/// pass. Every loop over the accumulators runs 0..16 with constant indices, so they stay in
+/// `kc..kc+kn` (unpacked at `bt`), through the two C buffers at `cbuf`: accumulators from
+/// `accbuf` (or zero on the first pass), to y (masked) on the last pass. Every loop over the accumulators runs 0..16 with constant indices, so they stay in
 /// registers (a loop bounded by `mr` would index the array at run time and keep it in memory).
 ///
 /// # Safety
@@ -372,26 +382,27 @@ unsafe fn slice<U: TileOps, const F: u8, const FULL: bool>(
     g: usize,
     kc: usize,
     kn: usize,
-    bbuf: &BBuf,
-    cbuf: &mut CBuf,
-    accbuf: &mut [f32],
+    bt: *const u8,
+    cbuf: *mut i32,
+    accbuf: *mut f32,
     mask: __mmask16,
 ) {
     let last = kc + kn == ctx.nb;
     let mr = if FULL { 16 } else { mr };
     // SAFETY: (whole body) rows row0..row0+mr < m of q (k bytes each) and meta (nb records
-    // each); blocks kc..kc+kn < nb of group g's scales; accbuf holds mr × 16; cbuf sets are
-    // 1 KiB each; y lanes of group g masked to N, rows row0.. < m, the caller's region.
+    // each); blocks kc..kc+kn < nb of group g's scales; `bt` holds the kn unpacked blocks;
+    // accbuf holds mr × 16 (read only after a first pass wrote them); cbuf holds two 1 KiB
+    // sets (each read only after tilestored wrote it); y lanes of group g masked to N, rows
+    // row0.. < m, the caller's region.
     unsafe {
         let a = ctx.q.add(row0 * ctx.k).cast::<u8>();
-        let bt = bbuf.0.as_ptr();
-        let c0 = cbuf.0[0].as_mut_ptr();
-        let c1 = cbuf.0[1].as_mut_ptr();
+        let c0 = cbuf;
+        let c1 = cbuf.add(256);
         let mut acc = [_mm512_setzero_ps(); 16];
         if kc > 0 {
             for (i, ac) in acc.iter_mut().enumerate() {
                 if i < mr {
-                    *ac = _mm512_loadu_ps(accbuf.as_ptr().add(i * INT8_GROUP));
+                    *ac = _mm512_loadu_ps(accbuf.add(i * INT8_GROUP));
                 }
             }
         }
@@ -423,7 +434,7 @@ unsafe fn slice<U: TileOps, const F: u8, const FULL: bool>(
             if last {
                 _mm512_mask_storeu_ps(ctx.y.add((row0 + i) * ctx.ldy + g * INT8_GROUP), mask, *ac);
             } else {
-                _mm512_storeu_ps(accbuf.as_mut_ptr().add(i * INT8_GROUP), *ac);
+                _mm512_storeu_ps(accbuf.add(i * INT8_GROUP), *ac);
             }
         }
     }
