@@ -2,8 +2,8 @@
 //! SmolLM2-135M's matmul shapes and 4096×4096 at M = 1 … 256, each kernel on the same packed
 //! weight and the same quantized activations (quantization not timed), outputs checked bit for
 //! bit against each other. Kernels: `avx512-vnni`, `amx-int8` as dispatched (row chunks of ≤ 4
-//! rows on VNNI) and `amx-int8` with AMX on every row chunk. Prints medians (GOP/s, 2·M·N·K per
-//! second) and AMX / VNNI.
+//! rows on VNNI) and `amx-int8` with AMX on every row chunk at tile-pipeline lookahead 1, 2, 3.
+//! Prints medians (GOP/s, 2·M·N·K per second) and each AMX variant / VNNI.
 //!
 //! `cargo run --release -p hetero-sme --example int8_amx -- [--format q4_0|q4_1|q8_0] [--ms 1,2,128] [--budget-ms 40]`
 //! (default Q4_1, SmolLM2's; M 1 2 4 8 16 32 64 128 256; ~40 ms of calls per case). Without
@@ -106,7 +106,10 @@ mod x86 {
         match hetero_sme::arch::x86_64::AmxInt8::try_new() {
             Some(t) => {
                 kernels.push(("amx", Int8Kernel::Amx(t)));
-                kernels.push(("amx-all", Int8Kernel::Amx(t.with_vnni_rows(0))));
+                for (la, name) in [(1, "all-la1"), (2, "all-la2"), (3, "all-la3")] {
+                    let all = t.with_vnni_rows(0).with_lookahead(la);
+                    kernels.push((name, Int8Kernel::Amx(all)));
+                }
             }
             None => println!("(no AMX-INT8 here, or the OS refused the tile state: VNNI only)"),
         }
@@ -119,13 +122,18 @@ mod x86 {
             (4096, 4096),
         ];
         println!(
-            "int8 GEMM, one thread, {format:?}, GOP/s (medians); amx-all = AMX for every row chunk"
+            "int8 GEMM, one thread, {format:?}, GOP/s (medians), then each AMX variant / vnni; \
+             amx = as dispatched (VNNI for <= 4 rows, lookahead 3), all-laN = AMX for every \
+             row chunk, N blocks of tile work ahead of the epilogue"
         );
         print!("{:>5} {:>6} {:>6}", "M", "K", "N");
         for (name, _) in &kernels {
             print!(" {name:>8}");
         }
-        println!(" {:>8} {:>8}", "amx/vnni", "all/vnni");
+        for (name, _) in kernels.iter().skip(1) {
+            print!(" {:>8}", format!("{name}/v"));
+        }
+        println!();
         for &(k, n) in &shapes {
             let w = weight(format, n, k);
             for &m in &ms {
@@ -152,8 +160,8 @@ mod x86 {
                 for r in &rates {
                     print!(" {r:>8.1}");
                 }
-                if rates.len() == 3 {
-                    print!(" {:>8.2} {:>8.2}", rates[1] / rates[0], rates[2] / rates[0]);
+                for r in rates.iter().skip(1) {
+                    print!(" {:>8.2}", r / rates[0]);
                 }
                 println!();
             }

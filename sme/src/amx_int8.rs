@@ -250,8 +250,9 @@ mod tests {
         .unwrap()
     }
 
-    /// Runs the portable oracle and the modelled AMX program (every plan tile of it) into
-    /// NaN-poisoned outputs with stride n + 5; checks bits and untouched padding.
+    /// Runs the portable oracle and the modelled AMX program (every plan tile of it, at every
+    /// pipeline lookahead) into NaN-poisoned outputs with stride n + 5; checks bits and untouched
+    /// padding. Returns the `tdpbssd` count of one run.
     fn check(rng: &mut Rng, f: Int8Format, m: usize, n: usize, k: usize) -> usize {
         let w = weight(rng, f, n, k);
         let mut x: Vec<f32> = (0..m * k).map(|_| rng.f32()).collect();
@@ -273,27 +274,32 @@ mod tests {
             .gemm(&w, &acts, &mut want, ldy)
             .unwrap();
         let mut got = vec![f32::NAN; m * ldy];
-        let mut model = TileModel::new();
-        amx_int8_model_tile(&mut model, &w, &acts, &mut got, ldy);
-        for r in 0..m {
-            for c in 0..ldy {
-                let (p, q) = (want[r * ldy + c], got[r * ldy + c]);
-                if c < n {
-                    assert_eq!(
-                        p.to_bits(),
-                        q.to_bits(),
-                        "{f:?} m{m} n{n} k{k} ({r},{c}): oracle {p} vs model {q}"
-                    );
-                } else {
-                    assert!(
-                        q.is_nan(),
-                        "{f:?} m{m} n{n} k{k}: padding ({r},{c}) written"
-                    );
+        let mut dps = 0;
+        for lookahead in 1..=3 {
+            got.fill(f32::NAN);
+            let mut model = TileModel::new();
+            amx_int8_model_tile(&mut model, &w, &acts, &mut got, ldy, lookahead);
+            for r in 0..m {
+                for c in 0..ldy {
+                    let (p, q) = (want[r * ldy + c], got[r * ldy + c]);
+                    if c < n {
+                        assert_eq!(
+                            p.to_bits(),
+                            q.to_bits(),
+                            "{f:?} m{m} n{n} k{k} lookahead {lookahead} ({r},{c}): {p} vs {q}"
+                        );
+                    } else {
+                        assert!(
+                            q.is_nan(),
+                            "{f:?} m{m} n{n} k{k}: padding ({r},{c}) written"
+                        );
+                    }
                 }
             }
+            assert!(model.cfg.is_none(), "tile state left configured");
+            dps = model.dp_count;
         }
-        assert!(model.cfg.is_none(), "tile state left configured");
-        model.dp_count
+        dps
     }
 
     #[test]

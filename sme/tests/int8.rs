@@ -92,8 +92,8 @@ fn rand_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     x
 }
 
-/// Every int8 implementation this CPU runs; AMX twice: as dispatched (row chunks of ≤ 4 rows on
-/// VNNI) and with AMX for every row chunk. Missing ones print one SKIP line each; with
+/// Every int8 implementation this CPU runs; AMX three times: as dispatched (row chunks of ≤ 4
+/// rows on VNNI) and with AMX for every row chunk at tile-pipeline lookahead 3 and 1. Missing ones print one SKIP line each; with
 /// `HETERO_REQUIRE=amx-int8` (the hand-run AMX machine) a missing AMX-INT8 fails instead.
 fn kernels() -> Vec<Int8Kernel> {
     let mut v = Int8Kernel::available();
@@ -108,7 +108,9 @@ fn kernels() -> Vec<Int8Kernel> {
                 .ok_or("no AMX-TILE/AMX-INT8 + AVX-512 VNNI, or Linux refused the tile state"),
         );
         if let Some(t) = amx {
+            // AMX for every row chunk, at the deepest and the shallowest tile pipeline.
             v.push(Int8Kernel::Amx(t.with_vnni_rows(0)));
+            v.push(Int8Kernel::Amx(t.with_vnni_rows(0).with_lookahead(1)));
         }
     }
     v
@@ -118,7 +120,12 @@ fn kernels() -> Vec<Int8Kernel> {
 fn label(k: &Int8Kernel) -> String {
     match k {
         #[cfg(target_arch = "x86_64")]
-        Int8Kernel::Amx(t) => format!("{} (vnni rows <= {})", k.name(), t.vnni_rows()),
+        Int8Kernel::Amx(t) => format!(
+            "{} (vnni rows <= {}, lookahead {})",
+            k.name(),
+            t.vnni_rows(),
+            t.lookahead()
+        ),
         _ => k.name().to_string(),
     }
 }

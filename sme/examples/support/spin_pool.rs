@@ -1,6 +1,7 @@
 //! Times a parallel call on `threads` threads spawned once per measurement (the caller is worker
-//! 0): each repetition bumps an epoch the workers spin on (yielding after a while, so more
-//! threads than cores still make progress), runs worker 0's share, and waits for the others.
+//! 0): each repetition bumps an epoch the workers spin on (yielding after a while only when
+//! there are more threads than cores, so they still make progress), runs worker 0's share, and
+//! waits for the others.
 //! One `StealState` per repetition is prepared before timing (preparing needs `&mut`). Shared by
 //! the `int8_decode` and `int8_amx` examples.
 
@@ -9,12 +10,14 @@ use std::time::Instant;
 
 use hetero_sme::StealState;
 
-/// Spins on `cond`, yielding to the OS after a few thousand spins.
-pub fn wait(cond: impl Fn() -> bool) {
+/// Spins on `cond`; with `patient` (more threads than cores) it yields to the OS after a few
+/// thousand spins, otherwise it spins only (a yield can cost a descheduling of milliseconds,
+/// which would swamp calls of a few microseconds).
+pub fn wait(cond: impl Fn() -> bool, patient: bool) {
     let mut spins = 0u32;
     while !cond() {
         spins += 1;
-        if spins > 1 << 12 {
+        if patient && spins > 1 << 12 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
@@ -47,13 +50,15 @@ pub fn time_parallel(
     let epoch = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let mut times = Vec::with_capacity(reps);
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let patient = threads > cores;
     std::thread::scope(|sc| {
         for w in 1..threads {
             let (epoch, done) = (&epoch, &done);
             sc.spawn(move || {
                 for (r, st) in states.iter().enumerate() {
                     // Acquire pairs with the Release store below: the state is published.
-                    wait(|| epoch.load(Ordering::Acquire) > r);
+                    wait(|| epoch.load(Ordering::Acquire) > r, patient);
                     run(st, w);
                     // Release: this worker's outputs happen before the main thread's read.
                     done.fetch_add(1, Ordering::Release);
@@ -64,7 +69,10 @@ pub fn time_parallel(
             let t = Instant::now();
             epoch.store(r + 1, Ordering::Release);
             run(st, 0);
-            wait(|| done.load(Ordering::Acquire) >= (r + 1) * (threads - 1));
+            wait(
+                || done.load(Ordering::Acquire) >= (r + 1) * (threads - 1),
+                patient,
+            );
             if r > 0 {
                 // The first run warms up (page faults, caches).
                 times.push(t.elapsed().as_secs_f64());

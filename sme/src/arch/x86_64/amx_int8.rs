@@ -22,9 +22,12 @@
 //!
 //! Per-block integers are what forces K = 32 per `tdpbssd` (each block has its own scales), and
 //! the epilogue (3 vector ops per 16 outputs per block, 4 for Q4_1) is the bound, not the tile
-//! unit. Tile operations alternate between two tile sets (A/B/C = tmm0-2 and tmm3-5) and two C
-//! buffers, and the next block's tile operations are issued before this block's epilogue, so the
-//! `tdpbssd` latency overlaps the vector work.
+//! unit. The blocks are software-pipelined: a block's tile work (A and B loads, `tdpbssd`,
+//! `tilestored`) is issued [`AmxInt8::lookahead`] blocks (default 3) before its epilogue, with A
+//! and B alternating between two tiles each and C rotating over four tiles and four stack
+//! buffers, so the tile latency and the store → vector-load round trip of one block hide behind
+//! the epilogues of the blocks before it. (With one block of lookahead the kernel measured
+//! 1.2-2.2× VNNI on the H200 host's Xeon at M = 128: it waited on that round trip.)
 //!
 //! Row chunks of at most [`AmxInt8::vnni_rows`] rows (decode) run the VNNI micro-kernel instead:
 //! a 16-row tile for one activation row wastes the unpack. Both are bit-identical to the oracle,
@@ -54,6 +57,11 @@ const KCB: usize = 64;
 const BLK: usize = 512;
 /// Default rows at or below which a row chunk runs the VNNI kernel (decode: M = 1..4).
 const VNNI_ROWS: usize = 4;
+/// Most blocks of tile work in flight ahead of the epilogue: 4 C tiles (one per block in flight
+/// and the one being stored), A and B alternating between two tiles each — all 8 tiles.
+const MAX_LOOKAHEAD: usize = 3;
+/// Default lookahead.
+const LOOKAHEAD: usize = 3;
 
 /// Capability token: proves AMX-TILE + AMX-INT8, that Linux granted this process the tile-data
 /// state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, requested once per process,
@@ -63,6 +71,7 @@ const VNNI_ROWS: usize = 4;
 pub struct AmxInt8 {
     vnni: Vnni,
     vnni_rows: usize,
+    lookahead: usize,
 }
 
 impl AmxInt8 {
@@ -73,6 +82,7 @@ impl AmxInt8 {
         (cpuid7_edx() & AMX_INT8_BIT != 0 && tile_data_granted()).then_some(Self {
             vnni,
             vnni_rows: VNNI_ROWS,
+            lookahead: LOOKAHEAD,
         })
     }
 
@@ -84,6 +94,7 @@ impl AmxInt8 {
             // SAFETY: forwarded to the caller.
             vnni: unsafe { Vnni::new_unchecked() },
             vnni_rows: VNNI_ROWS,
+            lookahead: LOOKAHEAD,
         }
     }
 
@@ -99,6 +110,20 @@ impl AmxInt8 {
     /// Row chunks of at most this many rows run the VNNI kernel.
     pub fn vnni_rows(self) -> usize {
         self.vnni_rows
+    }
+
+    /// The same token with the tile work issued `blocks` blocks ahead of the epilogue (1 to 3,
+    /// clamped; default 3), for measuring the pipeline depth.
+    pub fn with_lookahead(self, blocks: usize) -> Self {
+        Self {
+            lookahead: blocks.clamp(1, MAX_LOOKAHEAD),
+            ..self
+        }
+    }
+
+    /// Blocks of tile work in flight ahead of the epilogue.
+    pub fn lookahead(self) -> usize {
+        self.lookahead
     }
 
     /// The VNNI token this one implies (quantization and small row chunks).
@@ -117,7 +142,7 @@ impl AmxInt8 {
             return;
         }
         // SAFETY: forwarded; the token proves AMX-INT8, the tile-data grant and AVX-512.
-        unsafe { tile_dispatch(&mut HwTiles, ctx, r0, rows, g0, g1) }
+        unsafe { tile_dispatch(&mut HwTiles, ctx, r0, rows, g0, g1, self.lookahead) }
     }
 }
 
@@ -196,13 +221,15 @@ pub(crate) unsafe fn tile_dispatch<U: TileOps>(
     rows: usize,
     g0: usize,
     g1: usize,
+    lookahead: usize,
 ) {
+    let la = lookahead.clamp(1, MAX_LOOKAHEAD);
     // SAFETY: forwarded.
     unsafe {
         match ctx.format {
-            Int8Format::Q4_0 => program::<U, 0>(tu, ctx, r0, rows, g0, g1),
-            Int8Format::Q4_1 => program::<U, 1>(tu, ctx, r0, rows, g0, g1),
-            Int8Format::Q8_0 => program::<U, 2>(tu, ctx, r0, rows, g0, g1),
+            Int8Format::Q4_0 => program::<U, 0>(tu, ctx, r0, rows, g0, g1, la),
+            Int8Format::Q4_1 => program::<U, 1>(tu, ctx, r0, rows, g0, g1, la),
+            Int8Format::Q8_0 => program::<U, 2>(tu, ctx, r0, rows, g0, g1, la),
         }
     }
 }
@@ -210,19 +237,19 @@ pub(crate) unsafe fn tile_dispatch<U: TileOps>(
 #[repr(C, align(64))]
 struct BBuf([u8; KCB * BLK]);
 
-/// Two C tiles' dwords (16 rows × 16), alternating per block.
+/// Four C tiles' dwords (16 rows × 16), one per block in flight (block `j` in buffer `j % 4`).
 #[repr(C, align(64))]
-struct CBuf([[i32; 256]; 2]);
+struct CBuf([[i32; 256]; 4]);
 
 /// Row accumulators between passes (tile rows × 16 outputs).
 #[repr(C, align(64))]
 struct AccBuf([f32; AMX_INT8_TILE_ROWS * INT8_GROUP]);
 
-/// Tiles 0/3: A (rows × 32 bytes), 1/4: B (8 × 64 bytes), 2/5: C (rows × 64 bytes).
+/// Tiles 0, 1: A (rows × 32 bytes); 2, 3: B (8 × 64 bytes); 4 to 7: C (rows × 64 bytes).
 fn config(rows: usize) -> TileConfig {
-    let (r, a, b, c) = (rows as u8, (rows as u8, 32), (8, 64), (rows as u8, 64));
-    debug_assert!(r as usize == rows && rows <= 16);
-    TileConfig::new(&[a, b, c, a, b, c])
+    debug_assert!((1..=16).contains(&rows));
+    let (a, b, c) = ((rows as u8, 32), (8, 64), (rows as u8, 64));
+    TileConfig::new(&[a, a, b, b, c, c, c, c])
 }
 
 /// The tile program: rows `r0..r0+rows` × groups `g0..g1`; `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q8_0.
@@ -237,6 +264,7 @@ unsafe fn program<U: TileOps, const F: u8>(
     rows: usize,
     g0: usize,
     g1: usize,
+    la: usize,
 ) {
     if rows == 0 || rows > AMX_INT8_TILE_ROWS || g0 >= g1 {
         return; // not reachable: the plan cuts rows by AMX_INT8_TILE_ROWS
@@ -263,28 +291,32 @@ unsafe fn program<U: TileOps, const F: u8>(
             // SAFETY: g < ng and kc + kn <= nb: inside the packed weight; kn <= KCB blocks fit
             // the buffer.
             unsafe { unpack::<F>(ctx, g, kc, kn, bp) };
-            let mut s0 = 0;
-            while s0 < rows {
-                let mr = (rows - s0).min(16);
+            // The full 16-row slices in one continuous pipeline, then the tail slice (its own
+            // tile shapes: a reconfiguration, which zeroes the tiles, so the pipeline drains
+            // first — it does at the end of each call).
+            let (full, tail) = (rows / 16, rows % 16);
+            for (nsl, mr, s0) in [(full, 16, 0), ((tail > 0) as usize, tail, 16 * full)] {
+                if nsl == 0 {
+                    continue;
+                }
                 if mr != configured {
                     // SAFETY: a valid palette-1 configuration (the caller's OS grant).
                     unsafe { tu.configure(&config(mr)) };
                     configured = mr;
                 }
-                // SAFETY: rows r0+s0..r0+s0+mr < m; blocks kc..kc+kn of group g, unpacked into
-                // bp; the tile state holds this slice's configuration; the slice's accumulator
-                // rows s0..s0+mr of ap (written on the first pass); y columns of group g
-                // (masked) are the caller's. A full slice takes the branch-free copy
-                // (accumulators in registers).
+                // SAFETY: rows r0+s0..r0+s0+nsl·mr <= r0+rows <= m; blocks kc..kc+kn of group
+                // g, unpacked into bp; the tile state holds this shape; the slices' accumulator
+                // rows from s0 of ap (written on the first pass); y columns of group g (masked)
+                // are the caller's. Full slices take the branch-free copy (accumulators in
+                // registers).
                 unsafe {
                     let (r, ab) = (r0 + s0, ap.add(s0 * INT8_GROUP));
                     if mr == 16 {
-                        slice::<U, F, true>(tu, ctx, r, 16, g, kc, kn, bp, cp, ab, mask)
+                        slices::<U, F, true>(tu, ctx, r, nsl, 16, g, kc, kn, bp, cp, ab, mask, la)
                     } else {
-                        slice::<U, F, false>(tu, ctx, r, mr, g, kc, kn, bp, cp, ab, mask)
+                        slices::<U, F, false>(tu, ctx, r, 1, mr, g, kc, kn, bp, cp, ab, mask, la)
                     }
                 };
-                s0 += mr;
             }
             kc += kn;
         }
@@ -341,7 +373,7 @@ unsafe fn unpack<const F: u8>(ctx: &Ctx, g: usize, kc: usize, kn: usize, out: *m
     }
 }
 
-/// Issues block `b`'s tile operations on tile set (A, B, C) and stores C into `c`.
+/// Issues one block's tile operations on tiles (A, B, C) and stores C into `c`.
 ///
 /// # Safety
 /// The tile state holds the slice's configuration; `a` = the slice's first `q_x` row at block
@@ -365,19 +397,52 @@ unsafe fn issue<U: TileOps, const A: u8, const B: u8, const C: u8>(
     }
 }
 
-/// One 16-row slice (`mr` ≤ 16 rows from `row0`; `FULL`: `mr` = 16) × group `g` × blocks
-/// `kc..kc+kn` (unpacked at `bt`), through the two C buffers at `cbuf`: accumulators from
-/// `accbuf` (or zero on the first pass), to y (masked) on the last pass. Every loop over the accumulators runs 0..16 with constant indices, so they stay in
-/// registers (a loop bounded by `mr` would index the array at run time and keep it in memory).
+/// Issues pipeline stage `s` (a block): A tile `s % 2`, B tile `2 + s % 2`, C tile `4 + s % 4`,
+/// so a block's A and B are reloaded two stages later (after its `tdpbssd` read them) and its C
+/// four stages later (after `tilestored` emptied it).
+///
+/// # Safety
+/// As [`issue`].
+#[inline(always)]
+unsafe fn issue_stage<U: TileOps>(
+    tu: &mut U,
+    s: usize,
+    a: *const u8,
+    k: usize,
+    bt: *const u8,
+    c: *mut i32,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        match s % 4 {
+            0 => issue::<U, 0, 2, 4>(tu, a, k, bt, c),
+            1 => issue::<U, 1, 3, 5>(tu, a, k, bt, c),
+            2 => issue::<U, 0, 2, 6>(tu, a, k, bt, c),
+            _ => issue::<U, 1, 3, 7>(tu, a, k, bt, c),
+        }
+    }
+}
+
+/// `nsl` slices of `mr` rows (≤ 16; `FULL`: 16) from `row0` × group `g` × blocks `kc..kc+kn`
+/// (unpacked at `bt`), as one software pipeline over the `nsl·kn` (slice, block) stages in
+/// order: stage `t`'s tile work is issued `la` stages before its epilogue, so the tile loads, the
+/// `tdpbssd` latency and the `tilestored` → vector-load round trip of one stage hide behind the
+/// epilogues of the `la` stages before it; stage `t` uses C buffer `t % 4`, rewritten by stage
+/// `t + 4`, issued after epilogue `t` (`la` ≤ 3). The pipeline fills and drains once per call,
+/// not per slice. A slice's accumulators come from `accbuf` (or zero on the first pass) and go
+/// to y (masked) on the last pass. Every loop over the accumulators runs 0..16 with constant
+/// indices, so they stay in registers (a loop bounded by `mr` would index the array at run time
+/// and keep it in memory).
 ///
 /// # Safety
 /// As in [`program`]'s call.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn slice<U: TileOps, const F: u8, const FULL: bool>(
+unsafe fn slices<U: TileOps, const F: u8, const FULL: bool>(
     tu: &mut U,
     ctx: &Ctx,
     row0: usize,
+    nsl: usize,
     mr: usize,
     g: usize,
     kc: usize,
@@ -386,55 +451,73 @@ unsafe fn slice<U: TileOps, const F: u8, const FULL: bool>(
     cbuf: *mut i32,
     accbuf: *mut f32,
     mask: __mmask16,
+    la: usize,
 ) {
     let last = kc + kn == ctx.nb;
     let mr = if FULL { 16 } else { mr };
-    // SAFETY: (whole body) rows row0..row0+mr < m of q (k bytes each) and meta (nb records
+    let total = nsl * kn;
+    // SAFETY: (whole body) rows row0..row0+nsl·mr < m of q (k bytes each) and meta (nb records
     // each); blocks kc..kc+kn < nb of group g's scales; `bt` holds the kn unpacked blocks;
-    // accbuf holds mr × 16 (read only after a first pass wrote them); cbuf holds two 1 KiB
+    // accbuf holds nsl·mr × 16 (read only after a first pass wrote them); cbuf holds four 1 KiB
     // sets (each read only after tilestored wrote it); y lanes of group g masked to N, rows
     // row0.. < m, the caller's region.
     unsafe {
-        let a = ctx.q.add(row0 * ctx.k).cast::<u8>();
-        let c0 = cbuf;
-        let c1 = cbuf.add(256);
-        let mut acc = [_mm512_setzero_ps(); 16];
-        if kc > 0 {
-            for (i, ac) in acc.iter_mut().enumerate() {
-                if i < mr {
-                    *ac = _mm512_loadu_ps(accbuf.add(i * INT8_GROUP));
+        let a = ctx.q.cast::<u8>();
+        // Stage t = (slice t / kn, block t % kn); the issue side runs `la` stages ahead with its
+        // own (slice, block) counters.
+        let stage = |tu: &mut U, t: usize, sl: usize, j: usize| {
+            issue_stage(
+                tu,
+                t,
+                a.add((row0 + 16 * sl) * ctx.k + (kc + j) * QK),
+                ctx.k,
+                bt.add(j * BLK),
+                cbuf.add(t % 4 * 256),
+            )
+        };
+        let (mut isl, mut ij) = (0, 0);
+        for t in 0..la.min(total) {
+            stage(tu, t, isl, ij);
+            ij += 1;
+            if ij == kn {
+                (isl, ij) = (isl + 1, 0);
+            }
+        }
+        // The epilogue side: slice by slice (the accumulators live in registers over a slice),
+        // while the issue side above runs on into the next slice.
+        let mut t = 0;
+        for sl in 0..nsl {
+            let rs = row0 + 16 * sl;
+            let ab = accbuf.add(16 * sl * INT8_GROUP);
+            let mut acc = [_mm512_setzero_ps(); 16];
+            if kc > 0 {
+                for (i, ac) in acc.iter_mut().enumerate() {
+                    if i < mr {
+                        *ac = _mm512_loadu_ps(ab.add(i * INT8_GROUP));
+                    }
                 }
             }
-        }
-        // Blocks in pairs: the even one on tile set 0 / buffer c0, the odd one on set 1 / c1.
-        // Each block's tile work is issued before the previous block's epilogue, so the
-        // tdpbssd latency hides behind the vector work.
-        issue::<U, 0, 1, 2>(tu, a.add(kc * QK), ctx.k, bt, c0);
-        let mut j = 0;
-        while j < kn {
-            if j + 1 < kn {
-                let (ap, bp) = (a.add((kc + j + 1) * QK), bt.add((j + 1) * BLK));
-                issue::<U, 3, 4, 5>(tu, ap, ctx.k, bp, c1);
+            for j in 0..kn {
+                if t + la < total {
+                    stage(tu, t + la, isl, ij);
+                    ij += 1;
+                    if ij == kn {
+                        (isl, ij) = (isl + 1, 0);
+                    }
+                }
+                epilogue::<F>(ctx, rs, mr, g, kc + j, cbuf.add(t % 4 * 256), &mut acc);
+                t += 1;
             }
-            epilogue::<F>(ctx, row0, mr, g, kc + j, c0, &mut acc);
-            if j + 1 == kn {
-                break;
-            }
-            if j + 2 < kn {
-                let (ap, bp) = (a.add((kc + j + 2) * QK), bt.add((j + 2) * BLK));
-                issue::<U, 0, 1, 2>(tu, ap, ctx.k, bp, c0);
-            }
-            epilogue::<F>(ctx, row0, mr, g, kc + j + 1, c1, &mut acc);
-            j += 2;
-        }
-        for (i, ac) in acc.iter().enumerate() {
-            if i >= mr {
-                continue;
-            }
-            if last {
-                _mm512_mask_storeu_ps(ctx.y.add((row0 + i) * ctx.ldy + g * INT8_GROUP), mask, *ac);
-            } else {
-                _mm512_storeu_ps(accbuf.add(i * INT8_GROUP), *ac);
+            for (i, ac) in acc.iter().enumerate() {
+                if i >= mr {
+                    continue;
+                }
+                if last {
+                    let yp = ctx.y.add((rs + i) * ctx.ldy + g * INT8_GROUP);
+                    _mm512_mask_storeu_ps(yp, mask, *ac);
+                } else {
+                    _mm512_storeu_ps(ab.add(i * INT8_GROUP), *ac);
+                }
             }
         }
     }
@@ -469,9 +552,13 @@ unsafe fn epilogue<const F: u8>(
         } else {
             _mm512_setzero_ps()
         };
+        // Row i's record for block b: one pointer stepped by a row's nb records (no multiply
+        // per row).
+        let mut mp = ctx.meta.add(row0 * nb + b);
         for (i, ac) in acc.iter_mut().enumerate() {
             if i < mr {
-                let mt = &*ctx.meta.add((row0 + i) * nb + b);
+                let mt = &*mp;
+                mp = mp.wrapping_add(nb);
                 // Same order as the portable oracle: (d_w · d_x), then fma, then Q4_1's.
                 let sc = _mm512_mul_ps(dw, _mm512_set1_ps(mt.d));
                 let isum = _mm512_load_si512(c.add(i * INT8_GROUP).cast());
@@ -493,6 +580,7 @@ pub(crate) fn amx_int8_model_tile<U: TileOps>(
     acts: &crate::QActs,
     y: &mut [f32],
     ldy: usize,
+    lookahead: usize,
 ) {
     let plan = crate::Int8Plan::new(crate::Int8Kernel::Portable, w, acts, y, ldy)
         .expect("valid call")
@@ -502,6 +590,6 @@ pub(crate) fn amx_int8_model_tile<U: TileOps>(
         // SAFETY: the plan validated the call and cut the tile; the model executes the tile
         // operations in software; the epilogue needs AVX-512F/BW (checked by the caller: the
         // test requires VNNI, which implies them).
-        unsafe { tile_dispatch(tu, plan.ctx(), r0, rows, g0, g1) };
+        unsafe { tile_dispatch(tu, plan.ctx(), r0, rows, g0, g1, lookahead) };
     }
 }
