@@ -1,7 +1,7 @@
 //! AMX-INT8 against AVX-512 VNNI, one thread (pin it: `taskset -c 0`): the int8 GEMM on
 //! SmolLM2-135M's matmul shapes and 4096×4096 at M = 1 … 256, each kernel on the same packed
 //! weight and the same quantized activations (quantization not timed), outputs checked bit for
-//! bit against each other. Kernels: `avx512-vnni`, `amx-int8` as dispatched (row chunks of ≤ 4
+//! bit against each other. Kernels: `avx512-vnni`, `amx-int8` as dispatched (row chunks of ≤ 8
 //! rows on VNNI) and `amx-int8` with AMX on every row chunk at tile-pipeline lookahead 1, 2, 3.
 //! Prints medians (GOP/s, 2·M·N·K per second) and each AMX variant / VNNI.
 //!
@@ -123,7 +123,7 @@ mod x86 {
         ];
         println!(
             "int8 GEMM, one thread, {format:?}, GOP/s (medians), then each AMX variant / vnni; \
-             amx = as dispatched (VNNI for <= 4 rows, lookahead 3), all-laN = AMX for every \
+             amx = as dispatched (VNNI for <= 8-row chunks, lookahead 3), all-laN = AMX for every \
              row chunk, N blocks of tile work ahead of the epilogue"
         );
         print!("{:>5} {:>6} {:>6}", "M", "K", "N");

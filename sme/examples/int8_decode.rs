@@ -172,7 +172,7 @@ fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize], sized
     }
 }
 
-/// AMX-INT8 for every row chunk (the dispatched kernel sends chunks of ≤ 4 rows to VNNI).
+/// AMX-INT8 for every row chunk (the dispatched kernel sends chunks of ≤ 8 rows to VNNI).
 #[cfg(target_arch = "x86_64")]
 fn amx_all_kernel() -> Int8Kernel {
     let t =

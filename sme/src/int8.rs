@@ -438,7 +438,7 @@ pub enum Int8Kernel {
     #[cfg(target_arch = "x86_64")]
     Vnni(crate::arch::x86_64::Vnni),
     /// x86-64 AMX-INT8 (`tdpbssd`) on the same packed weight, see
-    /// [`crate::arch::x86_64::AmxInt8`] (row chunks of ≤ 4 rows run the VNNI kernel).
+    /// [`crate::arch::x86_64::AmxInt8`] (row chunks of ≤ 8 rows run the VNNI kernel).
     #[cfg(target_arch = "x86_64")]
     Amx(crate::arch::x86_64::AmxInt8),
 }

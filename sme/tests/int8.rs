@@ -92,7 +92,7 @@ fn rand_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     x
 }
 
-/// Every int8 implementation this CPU runs; AMX three times: as dispatched (row chunks of ≤ 4
+/// Every int8 implementation this CPU runs; AMX three times: as dispatched (row chunks of ≤ 8
 /// rows on VNNI) and with AMX for every row chunk at tile-pipeline lookahead 3 and 1. Missing ones print one SKIP line each; with
 /// `HETERO_REQUIRE=amx-int8` (the hand-run AMX machine) a missing AMX-INT8 fails instead.
 fn kernels() -> Vec<Int8Kernel> {

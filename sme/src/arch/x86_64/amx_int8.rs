@@ -29,9 +29,10 @@
 //! the epilogues of the blocks before it. (With one block of lookahead the kernel measured
 //! 1.2-2.2× VNNI on the H200 host's Xeon at M = 128: it waited on that round trip.)
 //!
-//! Row chunks of at most [`AmxInt8::vnni_rows`] rows (decode) run the VNNI micro-kernel instead:
-//! a 16-row tile for one activation row wastes the unpack. Both are bit-identical to the oracle,
-//! so mixing them keeps every row batch-invariant.
+//! Row chunks of at most [`AmxInt8::vnni_rows`] rows (default 8: decode and small batches) run
+//! the VNNI micro-kernel instead: a 16-row tile for a few activation rows wastes the unpack and
+//! the tile round trip. Both are bit-identical to the oracle, so mixing them keeps every row
+//! batch-invariant.
 //!
 //! Formats to come (Q5_0/Q5_1 and the K-quants) slot in as another `unpack` (to signed bytes per
 //! 32 k) plus their oracle's epilogue; sub-blocks of 16 (Q6_K) would use K = 16 tiles.
@@ -55,8 +56,11 @@ pub const AMX_INT8_TILE_ROWS: usize = 64;
 const KCB: usize = 64;
 /// Unpacked bytes per (group, block): 8 B-tile rows of 64 bytes.
 const BLK: usize = 512;
-/// Default rows at or below which a row chunk runs the VNNI kernel (decode: M = 1..4).
-const VNNI_ROWS: usize = 4;
+/// Default rows at or below which a row chunk runs the VNNI kernel. Measured on the H200 host's
+/// Xeon (`benches/h200-cpu/amx-int8-run2/amx-vs-vnni.txt`, one core): AMX for every chunk ran at
+/// 0.2-0.6× VNNI for M ≤ 4 and 0.4-0.9× at M = 8 (Q4_1), about even at M = 16 and ahead from
+/// M = 32 (Q4_0 / Q8_0 from M = 16).
+const VNNI_ROWS: usize = 8;
 /// Most blocks of tile work in flight ahead of the epilogue: 4 C tiles (one per block in flight
 /// and the one being stored), A and B alternating between two tiles each — all 8 tiles.
 const MAX_LOOKAHEAD: usize = 3;
@@ -99,7 +103,7 @@ impl AmxInt8 {
     }
 
     /// The same token with row chunks of at most `rows` rows sent to the VNNI kernel (0: AMX
-    /// for every chunk; default 4), for measuring the crossover.
+    /// for every chunk; default 8), for measuring the crossover.
     pub fn with_vnni_rows(self, rows: usize) -> Self {
         Self {
             vnni_rows: rows,
