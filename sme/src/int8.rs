@@ -787,13 +787,13 @@ impl<'a> Int8Plan<'a> {
     }
 
     /// The validated call (for the AMX software-model tests).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn ctx(&self) -> &Ctx {
         &self.ctx
     }
 
     /// The same plan cut into tiles of `rows` rows (for the AMX software-model tests).
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn with_tile_rows(self, rows: usize) -> Self {
         Self { rows, ..self }
     }

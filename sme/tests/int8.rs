@@ -1,6 +1,8 @@
-//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`): every implementation against the
-//! portable oracle (bit-identical), the oracle against f64 references, batch invariance, the
-//! parallel driver, packing round-trips and bad input.
+//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`, `src/arch/x86_64/amx_int8.rs`): every
+//! implementation (portable, VNNI, AMX-INT8 where the CPU has it) against the portable oracle
+//! (bit-identical), the oracle against f64 references, batch invariance, the parallel driver,
+//! packing round-trips and bad input. The AMX tile program itself is also proven without AMX,
+//! through a software model of the tile instructions (unit tests in `src/amx_int8.rs`).
 
 mod common;
 
@@ -93,9 +95,11 @@ fn rand_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
 }
 
 /// Every int8 implementation this CPU runs; AMX three times: as dispatched (row chunks of ≤ 8
-/// rows on VNNI) and with AMX for every row chunk at tile-pipeline lookahead 3 and 1. Missing ones print one SKIP line each; with
-/// `HETERO_REQUIRE=amx-int8` (the hand-run AMX machine) a missing AMX-INT8 fails instead.
+/// rows on VNNI) and with AMX for every row chunk at tile-pipeline lookahead 3 and 1. Missing
+/// ones print one SKIP line each; with `HETERO_REQUIRE=amx-int8` (the hand-run AMX machine) a
+/// missing AMX-INT8 fails instead.
 fn kernels() -> Vec<Int8Kernel> {
+    #[allow(unused_mut)] // only x86-64 adds the AMX variants
     let mut v = Int8Kernel::available();
     if !v.iter().any(|k| k.name() == "avx512-vnni") {
         eprintln!("SKIP int8 kernel avx512-vnni: this CPU lacks AVX-512 VNNI");
