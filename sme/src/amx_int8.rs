@@ -1,6 +1,6 @@
 //! The AMX tile operations the AMX-INT8 GEMM uses, as a trait, so that one tile program (loop
 //! nest, layout, epilogue: `src/arch/x86_64/amx_int8.rs`) runs on the real instructions
-//! ([`HwTiles`](crate::arch::x86_64::HwTiles)) and, in the host tests, on a software model of
+//! (`HwTiles` in `src/arch/x86_64/amx_int8.rs`) and, in the host tests, on a software model of
 //! them (`TileModel` below) — the layout and epilogue logic are proven on machines without AMX,
 //! the instructions themselves on a CPU that has them.
 //!
