@@ -1,5 +1,5 @@
 //! Times a parallel call on `threads` threads spawned once per measurement (the caller is worker
-//! 0): each repetition bumps an epoch the workers spin on (yielding after a while only when
+//! 0): each repetition bumps an epoch the workers spin on (yielding after a while, sooner when
 //! there are more threads than cores, so they still make progress), runs worker 0's share, and
 //! waits for the others.
 //! One `StealState` per repetition is prepared before timing (preparing needs `&mut`). Shared by
@@ -10,14 +10,16 @@ use std::time::Instant;
 
 use hetero_sme::StealState;
 
-/// Spins on `cond`; with `patient` (more threads than cores) it yields to the OS after a few
-/// thousand spins, otherwise it spins only (a yield can cost a descheduling of milliseconds,
-/// which would swamp calls of a few microseconds).
+/// Spins on `cond`, then yields to the OS: after a few thousand spins with `patient` (more
+/// threads than cores), after ~65 000 otherwise — long enough that a call of microseconds never
+/// yields (a yield can cost a descheduling of milliseconds), short enough that on a loaded machine
+/// a waiter lets the descheduled peer it waits for run.
 pub fn wait(cond: impl Fn() -> bool, patient: bool) {
+    let limit = if patient { 1u32 << 12 } else { 1 << 16 };
     let mut spins = 0u32;
     while !cond() {
-        spins += 1;
-        if patient && spins > 1 << 12 {
+        spins = spins.saturating_add(1);
+        if spins > limit {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
