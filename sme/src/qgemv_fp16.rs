@@ -41,7 +41,7 @@ impl<'a> QPackedFp16Plan<'a> {
                 kernel: "avx512-fp16 GEMV on Q8_0 (Q4_0 / Q4_1 only)",
             });
         }
-        let ctx = validate_packed(x, m, k, &w, y, ldy)?;
+        let ctx = validate_packed(x, m, k, &w, crate::OutMut::new(y), ldy)?;
         Ok(Self {
             ctx,
             kernel,
