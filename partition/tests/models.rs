@@ -139,6 +139,7 @@ fn bad_profiles_are_typed_errors() {
             p.check().unwrap_err(),
             ProfileError::BadLatency {
                 backend: Backend::Gpu,
+                path: None,
                 point: 1
             }
         );
@@ -149,6 +150,7 @@ fn bad_profiles_are_typed_errors() {
         p.check().unwrap_err(),
         ProfileError::ZeroShape {
             backend: Backend::Cpu,
+            path: None,
             point: 0
         }
     );

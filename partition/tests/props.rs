@@ -87,6 +87,8 @@ fn random_profile(seed: u64) -> Profile {
     Profile {
         device: "random".into(),
         backends,
+        min_split_gain: Some(0.0),
+        ..Profile::default()
     }
 }
 

@@ -61,6 +61,7 @@ pub fn profile() -> Profile {
     Profile {
         device: "synthetic phone SoC".into(),
         backends: vec![gpu, cpu, npu],
+        ..Profile::default()
     }
 }
 
