@@ -198,8 +198,6 @@ pub(crate) struct BackendModel {
     pub shares_cores_with: Option<Backend>,
     /// Sorted, deduplicated (NPU only).
     pub standard_m: Vec<u32>,
-    /// `1 / standard_m[i]`.
-    pub inv_standard_m: Vec<f64>,
     pub prepare_us: Option<f64>,
 }
 
@@ -552,7 +550,6 @@ fn check_backend(b: Backend, bp: &BackendProfile) -> Result<BackendModel, Profil
         bandwidth_gbps: bp.bandwidth_gbps,
         weight_bytes: bp.weight_bytes.unwrap_or(DEFAULT_WEIGHT_BYTES),
         shares_cores_with,
-        inv_standard_m: standard_m.iter().map(|&s| 1.0 / s as f64).collect(),
         standard_m,
         prepare_us: bp.graph_prepare_us,
     })

@@ -130,32 +130,25 @@ impl Curve {
         (m, m)
     }
 
-    /// Plain linear interpolation at `q <= m[last]` (flat below the first point): a lower bound
-    /// of [`Curve::lat`] there, as `lat` reads the curve at `q' >= q`.
-    fn interp(&self, q: u32) -> f64 {
-        let ms = &self.m;
-        let i = ms.partition_point(|&x| x < q);
-        if i == 0 || ms[i] == q {
-            return self.us[i];
-        }
-        self.us[i - 1] + self.slope[i] * (q - ms[i - 1]) as f64
-    }
-
-    /// A lower bound of `lat(q) / q` over `1 <= q <= m`. Up to the last point, `lat(q) >=
-    /// interp(q)`, and on each linear piece `a + b·q` of `interp` the ratio is monotone in `q`,
-    /// so its least value is at a point or at the end of the range; beyond the last point
+    /// A lower bound of `lat(q) / q` over `1 <= q <= m`. Up to the last point `lat(q)` is at
+    /// least the plain linear interpolation at `q` (flat below the first point), and on each
+    /// linear piece `a + b·q` of that the ratio is monotone in `q`, so its least value is at a
+    /// point or at the end of the range; beyond the last point
     /// `lat(q) / q = tail · ceil_T(q) / q >= tail`.
     pub(crate) fn per_row_lb(&self, m: u32) -> f64 {
-        let last = self.m.len() - 1;
-        let end = m.min(self.m[last]);
-        let mut lb = self.interp(end) / end as f64;
-        let k = self.m.partition_point(|&x| x <= end);
-        if k > 0 {
-            lb = lb.min(self.row_min[k - 1]);
+        let ms = &self.m;
+        let last = ms.len() - 1;
+        if m > ms[last] {
+            return self.row_min[last].min(self.tail);
         }
-        if m > self.m[last] {
-            lb = lb.min(self.tail);
+        // Plain interpolation at m (flat below the first point) bounds `lat(m)` from below, as
+        // `lat` reads the curve at some `q' >= m`.
+        let i = ms.partition_point(|&x| x < m);
+        if i == 0 || ms[i] == m {
+            let at = self.us[i] / m as f64;
+            return if ms[i] == m { self.row_min[i] } else { at };
         }
-        lb
+        let at = self.us[i - 1] + self.slope[i] * (m - ms[i - 1]) as f64;
+        (at / m as f64).min(self.row_min[i - 1])
     }
 }

@@ -25,11 +25,26 @@ pub(crate) struct NpuShape<'p> {
     pub copy: f64,
     pub wbytes: f64,
     pub standard: &'p [u32],
-    /// `1 / standard[i]`.
-    pub inv_standard: &'p [f64],
     pub prepare: Option<f64>,
     /// Latency of each standard graph in each order (INFINITY without a curve), scaled.
     pub std_us: [[f64; 2]; MAX_STANDARD],
+    /// Per standard graph: its faster order and time, and the solver's row-independent
+    /// family constants (found once per shape, used at every row count).
+    pub fams: [StdFamily; MAX_STANDARD],
+}
+
+/// What the solver needs about one standard NPU graph of one shape, whatever the row count.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StdFamily {
+    /// The faster order (ActivationFirst on ties) and its time per run, µs.
+    pub order: Order,
+    pub t: f64,
+    /// One chunk in a row split: run plus its rows' copies in and out, µs.
+    pub chunk_us: f64,
+    /// Hybrid: the NPU's fixed copy-in of its rows, µs, and its µs per full-width row's worth
+    /// of output (run per row plus output copy).
+    pub hyb_p: f64,
+    pub hyb_rho: f64,
 }
 
 /// Everything about one weight shape in one phase that does not depend on the row count.
@@ -82,15 +97,39 @@ impl<'p> ShapeModel<'p> {
                     }
                 }
             }
+            let copy = ELEM_BYTES * bm.copy_us_per_byte;
+            let (kf, nf) = (k as f64, n as f64);
+            let mut fams = [StdFamily {
+                order: Order::ActivationFirst,
+                t: f64::INFINITY,
+                chunk_us: f64::INFINITY,
+                hyb_p: 0.0,
+                hyb_rho: f64::INFINITY,
+            }; MAX_STANDARD];
+            for ((f, st), &sz) in fams.iter_mut().zip(&std_us).zip(&bm.standard_m) {
+                let (order, t) = if st[1] < st[0] {
+                    (Order::WeightFirst, st[1])
+                } else {
+                    (Order::ActivationFirst, st[0])
+                };
+                let sf = sz as f64;
+                *f = StdFamily {
+                    order,
+                    t,
+                    chunk_us: t + sf * (kf + nf) * copy,
+                    hyb_p: sf * kf * copy,
+                    hyb_rho: t / sf + nf * copy,
+                };
+            }
             Some(NpuShape {
                 curves,
                 sync_us: bm.sync_us,
                 copy: bm.copy_us_per_byte,
                 wbytes: bm.weight_bytes,
                 standard: &bm.standard_m,
-                inv_standard: &bm.inv_standard_m,
                 prepare: bm.prepare_us,
                 std_us,
+                fams,
             })
         });
         Ok(ShapeModel {
@@ -128,7 +167,8 @@ impl<'p> ShapeModel<'p> {
 pub(crate) struct SideAt {
     /// Latency of all `m` rows, full width.
     pub full_us: f64,
-    /// A lower bound of `latency(q rows) / q` for every `1 <= q <= m` (for pruning).
+    /// A lower bound of `latency(q rows) / q` for every `1 <= q <= m` (for pruning the NPU
+    /// families; 0 without an NPU).
     pub per_row_lb: f64,
     pub sync_us: f64,
 }
@@ -148,10 +188,16 @@ impl<'s, 'p> OpModel<'s, 'p> {
         if m == 0 {
             return Err(PlanError::ZeroShape);
         }
+        // The per-row bound only serves the NPU families' pruning.
+        let npu = s.npu.is_some();
         let at = |sd: &Option<SideShape<'p>>| {
             sd.map(|sd| SideAt {
                 full_us: sd.curve.lat(m) * sd.scale,
-                per_row_lb: sd.curve.per_row_lb(m) * sd.scale,
+                per_row_lb: if npu {
+                    sd.curve.per_row_lb(m) * sd.scale
+                } else {
+                    0.0
+                },
                 sync_us: sd.sync_us,
             })
         };

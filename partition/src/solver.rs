@@ -79,48 +79,49 @@ impl OpModel<'_, '_> {
     /// The NPU's ways of running all `m` rows alone: the best static one (padding to the next
     /// standard shape, or a pipe of one standard shape) and the online one.
     pub(crate) fn npu_full_execs(&self) -> [Option<NpuExec>; 2] {
-        let Some(npu) = self.npu() else {
-            return [None, None];
-        };
+        [self.npu_static_exec(), self.npu_online_exec(f64::INFINITY)]
+    }
+
+    /// The NPU's best static way to run all `m` rows: padding to the next standard shape, or a
+    /// pipe of one standard shape (ties: the smaller shape).
+    fn npu_static_exec(&self) -> Option<NpuExec> {
+        let npu = self.npu()?;
         let m = self.m;
-        let mut static_best: Option<(NpuExec, f64)> = None;
-        for (&s, st) in npu.standard.iter().zip(&npu.std_us) {
+        let mut best: Option<(NpuExec, f64)> = None;
+        for (&s, f) in npu.standard.iter().zip(&npu.fams) {
             let chunks = m.div_ceil(s);
-            // ActivationFirst wins ties.
-            let (order, t) = if st[1] < st[0] {
-                (Order::WeightFirst, st[1])
-            } else {
-                (Order::ActivationFirst, st[0])
-            };
-            if t.is_finite() {
-                let t = t * chunks as f64;
-                if static_best.is_none_or(|(_, bt)| t < bt) {
-                    static_best = Some((
-                        NpuExec {
-                            graph_m: s,
-                            chunks,
-                            online: false,
-                            order,
-                        },
-                        t,
-                    ));
-                }
+            let t = f.t * chunks as f64;
+            if t.is_finite() && best.is_none_or(|(_, bt)| t < bt) {
+                let e = NpuExec {
+                    graph_m: s,
+                    chunks,
+                    online: false,
+                    order: f.order,
+                };
+                best = Some((e, t));
             }
             if s >= m {
                 // Larger standard shapes only pad more (curves are non-decreasing).
                 break;
             }
         }
-        let online = match (npu.prepare, npu.standard.binary_search(&m)) {
-            (Some(_), Err(_)) => self.best_order(m).map(|(order, _)| NpuExec {
-                graph_m: m,
-                chunks: 1,
-                online: true,
-                order,
-            }),
-            _ => None,
-        };
-        [static_best.map(|(e, _)| e), online]
+        best.map(|(e, _)| e)
+    }
+
+    /// The NPU's graph prepared online for `m` rows, unless `m` is standard, preparation is not
+    /// offered, or preparation alone costs `cutoff` or more (it cannot win then).
+    fn npu_online_exec(&self, cutoff: f64) -> Option<NpuExec> {
+        let npu = self.npu()?;
+        let p = npu.prepare?;
+        if p >= cutoff || npu.standard.binary_search(&self.m).is_ok() {
+            return None;
+        }
+        self.best_order(self.m).map(|(order, _)| NpuExec {
+            graph_m: self.m,
+            chunks: 1,
+            online: true,
+            order,
+        })
     }
 
     /// Best column split for a family where `a`'s block has `base.rows` rows. On the 64-column
@@ -196,9 +197,31 @@ impl OpModel<'_, '_> {
                 );
             }
         }
-        let npu_full = self.npu_full_execs();
+        // Static NPU graphs first, so that the online one is costed only when its preparation
+        // alone is below the best single plan so far (and, for column splits, below the gate).
+        let static_exec = self.npu_static_exec();
         if fam.single[Backend::Npu.index()] {
-            for e in npu_full.into_iter().flatten() {
+            if let Some(e) = static_exec {
+                single.offer(
+                    self,
+                    Split {
+                        a: Backend::Npu,
+                        b: None,
+                        rows: m,
+                        cols: n,
+                        npu: Some(e),
+                    },
+                );
+            }
+        }
+        let cutoff = if fam.single[Backend::Npu.index()] {
+            single.total()
+        } else {
+            single.total() * (1.0 - gain)
+        };
+        let npu_full = [static_exec, self.npu_online_exec(cutoff)];
+        if fam.single[Backend::Npu.index()] {
+            if let Some(e) = npu_full[1] {
                 single.offer(
                     self,
                     Split {
@@ -255,7 +278,8 @@ impl OpModel<'_, '_> {
         // Lower bound of max(p + ρ·a, β·(m − a)) over a in [0, a_max] (a: full-width rows'
         // worth of output on the first backend): convex in a, least at the crossing.
         let bound = |p: f64, rho: f64, beta: f64, a_max: f64| {
-            let a = ((beta * mf - p) / (rho + beta)).clamp(0.0, a_max);
+            // max/min rather than clamp: no assertion on the hot path (NaN is caught below).
+            let a = ((beta * mf - p) / (rho + beta)).max(0.0).min(a_max);
             let v = (p + rho * a).max(beta * (mf - a));
             if v.is_nan() {
                 0.0
@@ -285,21 +309,19 @@ impl OpModel<'_, '_> {
                 let Some(side) = self.side(x) else { continue };
                 let beta = side.per_row_lb;
                 let fixed = npu.sync_us + side.sync_us + self.pair(Backend::Npu, x).split_us;
-                for (i, &s) in npu.standard.iter().enumerate() {
+                for (i, (&s, f)) in npu.standard.iter().zip(&npu.fams).enumerate() {
                     if s >= m {
                         break;
                     }
-                    let t = npu.std_us[i][0].min(npu.std_us[i][1]);
-                    if !t.is_finite() {
+                    if !f.t.is_finite() {
                         continue;
                     }
                     let sf = s as f64;
-                    let inv_s = npu.inv_standard[i];
                     if fam.npu_rows_with[x.index()] {
                         // j chunks cost exactly j·A on the NPU; X at least β·(m − j·s).
-                        let a1 = t + sf * (self.s.k as f64 + n as f64) * copy;
+                        let a1 = f.chunk_us;
                         let j_max = ((m - 1) / s) as f64;
-                        let jc = (beta * mf / (a1 + beta * sf)).clamp(1.0, j_max);
+                        let jc = (beta * mf / (a1 + beta * sf)).max(1.0).min(j_max);
                         let at = |j: f64| (j * a1).max(beta * (mf - j * sf));
                         // jc >= 1: truncation floors; floor + 1 covers the ceiling.
                         let j0 = (jc as u32) as f64;
@@ -308,9 +330,7 @@ impl OpModel<'_, '_> {
                     }
                     if fam.hybrid_with[x.index()] {
                         // NPU: s rows on c columns, a = s·c/n rows' worth, a <= s.
-                        let p = sf * self.s.k as f64 * copy;
-                        let rho = t * inv_s + n as f64 * copy;
-                        push(bound(p, rho, beta, sf) + fixed, x, HYB + i);
+                        push(bound(f.hyb_p, f.hyb_rho, beta, sf) + fixed, x, HYB + i);
                     }
                 }
                 let col = if x == Backend::Cpu { 1 } else { 2 };
@@ -375,11 +395,7 @@ impl OpModel<'_, '_> {
             }
             let idx = kind % MAX_STANDARD;
             let s = npu.standard[idx];
-            let order = if npu.std_us[idx][1] < npu.std_us[idx][0] {
-                Order::WeightFirst
-            } else {
-                Order::ActivationFirst
-            };
+            let order = npu.fams[idx].order;
             let split = |j: u32| Split {
                 a: Backend::Npu,
                 b: Some(x),
