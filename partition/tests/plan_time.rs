@@ -8,6 +8,7 @@ use hetero_partition::{Phase, PlanTable, Policy};
 use std::time::Instant;
 
 #[path = "../benches/support/phone_soc.rs"]
+#[allow(dead_code)] // the whole-model description serves the bench and the example
 mod phone_soc;
 
 /// CPU time of this thread, seconds (Linux).
