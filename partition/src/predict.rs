@@ -115,19 +115,23 @@ fn median_sorted(v: &[f64]) -> f64 {
 }
 
 impl ErrorStats {
-    /// The statistics of `errors` (relative errors, signed). The caller's buffer is reordered
-    /// (sorted); nothing is allocated. `None` when it is empty or holds a NaN or infinity.
+    /// The statistics of `errors` (relative errors, signed). The caller's buffer is used as
+    /// scratch: it ends up holding the sorted magnitudes; nothing is allocated. `None` (buffer
+    /// untouched) when it is empty or holds a NaN or infinity.
     pub fn of(errors: &mut [f64]) -> Option<ErrorStats> {
         if errors.is_empty() || errors.iter().any(|e| !e.is_finite()) {
             return None;
         }
         errors.sort_unstable_by(f64::total_cmp);
         let bias = median_sorted(errors);
-        errors.sort_unstable_by(|a, b| a.abs().total_cmp(&b.abs()));
+        for e in errors.iter_mut() {
+            *e = e.abs();
+        }
+        errors.sort_unstable_by(f64::total_cmp);
         Some(ErrorStats {
             count: errors.len(),
             median: median_sorted(errors),
-            worst: errors[errors.len() - 1].abs(),
+            worst: errors[errors.len() - 1],
             bias,
         })
     }
