@@ -212,10 +212,16 @@ fn json_roundtrip() {
     let c = p.check().unwrap();
     assert!(plan_op(&c, 2048, 2048, 300).is_ok());
     assert_eq!(c.path_name(Backend::Gpu, Phase::Decode), Some("gemv"));
-    assert_eq!(c.pair(Backend::Gpu, Backend::Npu), Some((15.0, 1.0, Some(59.5))));
+    assert_eq!(
+        c.pair(Backend::Gpu, Backend::Npu),
+        Some((15.0, 1.0, Some(59.5)))
+    );
     // CPU and NPU record no concurrent bandwidth: the roofline of the CPU's 20 GB/s and the
     // NPU's unknown one is the bus, memory_gbps.
-    assert_eq!(c.pair(Backend::Cpu, Backend::Npu), Some((0.0, 1.0, Some(60.0))));
+    assert_eq!(
+        c.pair(Backend::Cpu, Backend::Npu),
+        Some((0.0, 1.0, Some(60.0)))
+    );
 }
 
 #[test]
