@@ -247,7 +247,7 @@ pub enum ParseError {
         expected: String,
         /// Line of the field.
         line: usize,
-        /// Column just after the field's name.
+        /// Column of the closing quote of the field's name.
         column: usize,
     },
     /// Anything else the JSON reader refused: bad syntax, a missing field, a wrong type.
