@@ -647,6 +647,18 @@ impl<'a> Int8Plan<'a> {
         y: &'a mut [f32],
         ldy: usize,
     ) -> Result<Self, Error> {
+        Self::with_out(kernel, w, acts, crate::OutMut::new(y), ldy)
+    }
+
+    /// As [`Int8Plan::new`], writing through an [`crate::OutMut`] (e.g. some columns of a
+    /// shared output).
+    pub fn with_out(
+        kernel: Int8Kernel,
+        w: &'a Int8Weight,
+        acts: &'a QActs,
+        y: crate::OutMut<'a>,
+        ldy: usize,
+    ) -> Result<Self, Error> {
         if acts.k != w.k {
             return Err(Error::ShapeMismatch {
                 what: "K of the activations vs the weight",
@@ -687,7 +699,7 @@ impl<'a> Int8Plan<'a> {
                 s: w.scales.as_ptr(),
                 q: acts.q.as_ptr(),
                 meta: acts.meta.as_ptr(),
-                y: y.as_mut_ptr(),
+                y: y.ptr,
                 ldy,
             },
             kernel,

@@ -6,6 +6,7 @@ mod f16out;
 mod format;
 mod gemm;
 mod int8;
+mod out;
 mod pack;
 mod parallel;
 mod portable;
@@ -21,6 +22,7 @@ pub use int8::{
     int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,
     Int8Weight, QActs, INT8_GROUP, INT8_TILE_ROWS,
 };
+pub use out::OutMut;
 pub use pack::{
     k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,

@@ -659,7 +659,7 @@ fn validate_packed(
     m: usize,
     k: usize,
     w: &QPackedRef<'_>,
-    y: &mut [f32],
+    y: crate::OutMut<'_>,
     ldy: usize,
 ) -> Result<PCtx, Error> {
     if m > GEMV_MAX_ROWS {
@@ -707,8 +707,8 @@ fn validate_packed(
         ty: w.ty,
         w: w.data.as_ptr(),
         gb: group_bytes(w.ty, k / QK)?,
-        // Derived from the exclusive borrow: kernels write through it.
-        y: y.as_mut_ptr(),
+        // The output's exclusive claim: kernels write through it.
+        y: y.ptr,
         ldy,
     })
 }
@@ -794,6 +794,20 @@ impl<'a> QPackedPlan<'a> {
         k: usize,
         w: QPackedRef<'a>,
         y: &'a mut [f32],
+        ldy: usize,
+    ) -> Result<Self, Error> {
+        Self::with_out(kernel, x, m, k, w, crate::OutMut::new(y), ldy)
+    }
+
+    /// As [`QPackedPlan::new`], writing through an [`crate::OutMut`] (e.g. some columns of a
+    /// shared output).
+    pub fn with_out(
+        kernel: Kernel,
+        x: &'a [f32],
+        m: usize,
+        k: usize,
+        w: QPackedRef<'a>,
+        y: crate::OutMut<'a>,
         ldy: usize,
     ) -> Result<Self, Error> {
         let ctx = validate_packed(x, m, k, &w, y, ldy)?;
