@@ -51,6 +51,7 @@ pub fn measure_cpu(
         bandwidth_gbps: Some(measure_bandwidth_gbps()),
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -93,6 +94,7 @@ pub fn measure_gpu(
         bandwidth_gbps: None,
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -138,6 +140,7 @@ pub fn measure_npu(
         bandwidth_gbps: None,
         standard_m: NPU_M.to_vec(),
         graph_prepare_us: Some(stats.prepare_time().as_secs_f64() * 1e6 / graphs as f64),
+        ..BackendProfile::default()
     })
 }
 
@@ -232,6 +235,7 @@ pub fn profile(device: &str, backends: Vec<BackendProfile>) -> Profile {
     Profile {
         device: device.into(),
         backends,
+        ..Profile::default()
     }
 }
 
