@@ -8,6 +8,7 @@ mod gemm;
 mod int8;
 mod pack;
 mod parallel;
+pub mod pool;
 mod portable;
 mod primitive;
 mod quant;
@@ -26,6 +27,7 @@ pub use pack::{
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
+pub use pool::{ColumnBlock, PoolError, PoolWorker, ThreadPool};
 pub use portable::Portable;
 pub use quant::{
     gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
