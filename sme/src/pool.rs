@@ -86,7 +86,11 @@ impl JobRef {
 ///
 /// # Safety
 /// `data` must come from [`JobRef::new::<F>`] (the same `F`) on a reference that is still live.
-unsafe fn call<F: Fn(&StealState, usize) + Sync>(data: *const (), ranges: &StealState, thread: usize) {
+unsafe fn call<F: Fn(&StealState, usize) + Sync>(
+    data: *const (),
+    ranges: &StealState,
+    thread: usize,
+) {
     // SAFETY: per the contract `data` is a live `&F`; `F: Sync`, so calling it through a shared
     // reference from this thread is sound.
     let f = unsafe { &*data.cast::<F>() };
@@ -450,15 +454,14 @@ impl ThreadPool {
         }
         // SAFETY: the job is closed and no worker is inside it: nobody reads `job`.
         s.job.with_mut(|j| unsafe { *j = None });
-        if let Err(p) = mine {
+        // Take a worker's payload first, so that it cannot leak into the next job.
+        let theirs = if s.panicked.swap(false, Ordering::Relaxed) {
+            s.payload.lock().unwrap_or_else(|e| e.into_inner()).take()
+        } else {
+            None
+        };
+        if let Some(p) = mine.err().or(theirs) {
             resume_unwind(p);
-        }
-        if s.panicked.load(Ordering::Relaxed) {
-            s.panicked.store(false, Ordering::Relaxed);
-            let p = s.payload.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(p) = p {
-                resume_unwind(p);
-            }
         }
     }
 

@@ -116,7 +116,11 @@ fn pool_model_bounded(
                 out.cell(t).with_mut(|p| unsafe { *p = job * 10 + t + 1 });
             });
             for t in 0..tasks {
-                assert_eq!(counts[t].load(Ordering::Relaxed), 1, "task {t} of job {job}");
+                assert_eq!(
+                    counts[t].load(Ordering::Relaxed),
+                    1,
+                    "task {t} of job {job}"
+                );
                 // SAFETY: the task's write must happen-before `run`'s return; loom checks it.
                 let v = out.cell(t).with(|p| unsafe { *p });
                 assert_eq!(v, job * 10 + t + 1);

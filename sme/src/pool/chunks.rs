@@ -97,7 +97,9 @@ impl ThreadPool {
         let sc = self.scratch_ptr(scratch, per_thread)?;
         self.run(n_tasks, &|task, thread| {
             // SAFETY: see `thread_scratch`.
-            f(task, thread, unsafe { thread_scratch(&sc, thread, per_thread) })
+            f(task, thread, unsafe {
+                thread_scratch(&sc, thread, per_thread)
+            })
         });
         Ok(())
     }
@@ -130,9 +132,13 @@ impl ThreadPool {
             // SAFETY: `start + n` ≤ len, inside `out`, which is mutably borrowed until this call
             // returns (after every task); the pool runs each task index once per job, so no two
             // tasks' chunks overlap.
-            let o = unsafe { core::slice::from_raw_parts_mut(op.get().add(start), chunk.min(len - start)) };
+            let o = unsafe {
+                core::slice::from_raw_parts_mut(op.get().add(start), chunk.min(len - start))
+            };
             // SAFETY: see `thread_scratch`.
-            f(task, thread, o, unsafe { thread_scratch(&sc, thread, per_thread) })
+            f(task, thread, o, unsafe {
+                thread_scratch(&sc, thread, per_thread)
+            })
         });
         Ok(())
     }
@@ -201,7 +207,11 @@ impl ThreadPool {
     }
 
     /// Checks that `scratch` holds `per_thread` elements for every thread of the pool.
-    fn scratch_ptr<S>(&self, scratch: &mut [S], per_thread: usize) -> Result<SendPtr<S>, PoolError> {
+    fn scratch_ptr<S>(
+        &self,
+        scratch: &mut [S],
+        per_thread: usize,
+    ) -> Result<SendPtr<S>, PoolError> {
         let needed = per_thread
             .checked_mul(self.threads())
             .ok_or(PoolError::Overflow)?;
