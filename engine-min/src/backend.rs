@@ -11,8 +11,8 @@ use crate::gguf::GgmlType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::pool::{Pool, SharedMut};
 use crate::quant;
+use hetero_sme::ThreadPool as Pool;
 
 /// A quantized weight matrix: `n` rows of `k` elements of type `ty`, rows contiguous.
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +52,12 @@ impl fmt::Display for BackendError {
 }
 
 impl std::error::Error for BackendError {}
+
+impl From<hetero_sme::PoolError> for BackendError {
+    fn from(e: hetero_sme::PoolError) -> Self {
+        Self::Kernel(format!("thread pool: {e}"))
+    }
+}
 
 /// A device that runs the engine's matmuls.
 pub trait Backend: Send + Sync {
@@ -432,8 +438,7 @@ impl Backend for CpuBackend {
         if k > MAX_K {
             return Err(BackendError::TooWide(k));
         }
-        self.matmul_f32(w, rb, x, m, out, ldo);
-        Ok(())
+        self.matmul_f32(w, rb, x, m, out, ldo)
     }
 }
 
@@ -504,7 +509,7 @@ impl CpuBackend {
             if let Err(e) = worker(st, th) {
                 *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
-        });
+        })?;
         match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(sme_err(e)),
             None => Ok(()),
@@ -520,16 +525,15 @@ impl CpuBackend {
         m: usize,
         out: &mut [f32],
         ldo: usize,
-    ) {
+    ) -> Result<(), BackendError> {
         let (n, k) = (w.n, w.k);
         let kernel = if k % 16 == 0 {
             self.kernel.f32_kernel()
         } else {
             CpuKernel::Portable
         };
-        let outs = SharedMut::new(out);
-        let n_tasks = n.div_ceil(ROWS_PER_TASK);
-        let task = |t: usize, _thread: usize| {
+        // Task t writes output columns (weight rows) t·ROWS_PER_TASK.. of every token's row.
+        let task = |t: usize, _thread: usize, mut cols: hetero_sme::ColumnBlock<'_, f32>| {
             let mut panel = [0f32; NR * MAX_K];
             let r_end = ((t + 1) * ROWS_PER_TASK).min(n);
             let mut r0 = t * ROWS_PER_TASK;
@@ -545,18 +549,21 @@ impl CpuBackend {
                     let mut acc = [[0f32; NR]; MR];
                     let xs = &x[t0 * k..(t0 + mr) * k];
                     dot_block(kernel, &panel[..nr * k], nr, xs, mr, k, &mut acc);
+                    let c = r0 - cols.col0();
                     for (ti, row) in acc.iter().enumerate().take(mr) {
-                        // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
-                        // row, so no two live slices overlap.
-                        let o = unsafe { outs.slice((t0 + ti) * ldo + r0, nr) };
-                        o.copy_from_slice(&row[..nr]);
+                        // Always Some: t0 + ti < m, the block's row count.
+                        if let Some(o) = cols.row_mut(t0 + ti) {
+                            o[c..c + nr].copy_from_slice(&row[..nr]);
+                        }
                     }
                     t0 += mr;
                 }
                 r0 += nr;
             }
         };
-        self.pool.run(n_tasks, &task);
+        self.pool
+            .run_column_blocks_mut(out, m, n, ldo, ROWS_PER_TASK, &task)?;
+        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! A multi-sequence batched forward pass: several sequences' new tokens in one pass (one
 //! matmul per weight over all rows), each sequence with its own KV cache, each row attending
 //! only to its own sequence. Built on [`crate::model`],
-//! [`crate::backend`] and [`crate::pool`]; the layer math (RMSNorm, adjacent-pair RoPE,
+//! [`crate::backend`] and [`hetero_sme::ThreadPool`]; the layer math (RMSNorm, adjacent-pair RoPE,
 //! grouped-query attention, SwiGLU) is the same code as [`crate::engine::Engine`]'s (the
 //! crate's private `layer` module), told which sequence and position each row has.
 //!
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, BackendError};
 use crate::layer::{rmsnorm, Clock, KvCache, Rows, Work};
 use crate::model::Model;
-use crate::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 /// Why a batched forward failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::act::UmaActs;
 use crate::backend::{Backend, BackendError};
 use crate::layer::{Clock, KvCache, Rows, Work};
 use crate::model::{Model, WeightRef};
-use crate::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 pub use crate::layer::rmsnorm;
 

@@ -30,8 +30,8 @@ use crate::act::UmaActs;
 use crate::backend::{Backend, BackendError, CpuBackend, WeightView};
 use crate::gpu::GpuBackend;
 use crate::npu::NpuBackend;
-use crate::pool::Pool;
 use crate::split::SplitBackend;
+use hetero_sme::ThreadPool as Pool;
 
 /// How one planned matmul is executed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,8 @@ use crate::act::{ActBuf, UmaActs};
 
 use crate::backend::{Backend, BackendError};
 use crate::model::{Config, Model, WeightRef};
-use crate::pool::{Pool, SharedMut};
 use crate::quant;
+use hetero_sme::ThreadPool as Pool;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -211,7 +211,7 @@ impl Work {
                 cache.k[at..at + kv].copy_from_slice(&self.k[t * kv..(t + 1) * kv]);
                 cache.v[at..at + kv].copy_from_slice(&self.v[t * kv..(t + 1) * kv]);
             }
-            self.attention(c, pool, caches, rows, l, m);
+            self.attention(c, pool, caches, rows, l, m)?;
             clock.host(t0);
             self.matmul(model, backend, clock, layer.wo, Buf::Att, m, Buf::Tmp)?;
             let t0 = clock.start();
@@ -292,15 +292,14 @@ impl Work {
         rows: &R,
         l: usize,
         m: usize,
-    ) {
+    ) -> Result<(), BackendError> {
         let (d, kv, hd, nh) = (c.d_model, c.kv_dim(), c.head_dim, c.n_head);
         let group = c.n_head / c.n_kv_head.max(1);
         let ctx = self.ctx;
         let scale = 1.0 / (hd as f32).sqrt();
         let q = &self.q;
-        let att = SharedMut::new(&mut self.att[..m * d]);
-        let scores = SharedMut::new(&mut self.scores[..]);
-        let task = |task: usize, thread: usize| {
+        // Task t·nh + h writes chunk (t, h) of `att`: d = nh·hd (checked at model load).
+        let task = |task: usize, _thread: usize, o: &mut [f32], scores: &mut [f32]| {
             let (t, h) = (task / nh, task % nh);
             let p = rows.pos(t);
             let cache = &caches[rows.seq(t)];
@@ -308,9 +307,8 @@ impl Work {
             let vc = &cache.v[l * ctx * kv..(l + 1) * ctx * kv];
             let kvh = h / group;
             let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-            // SAFETY: the pool runs one task at a time per thread index, so the per-thread
-            // score rows `[thread * ctx, thread * ctx + p + 1)` (p < ctx) never overlap.
-            let s = unsafe { scores.slice(thread * ctx, p + 1) };
+            // This thread's score row (p < ctx).
+            let s = &mut scores[..p + 1];
             let mut max = f32::NEG_INFINITY;
             for (j, sj) in s.iter_mut().enumerate() {
                 let kj = &kc[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
@@ -322,9 +320,6 @@ impl Work {
                 *sj = (*sj - max).exp();
                 sum += *sj;
             }
-            // SAFETY: each task writes only its own (row, head) slice of `att`; tasks have
-            // distinct (t, h), so the slices are disjoint.
-            let o = unsafe { att.slice(t * d + h * hd, hd) };
             o.fill(0.0);
             let inv = 1.0 / sum;
             for (j, &sj) in s.iter().enumerate() {
@@ -335,7 +330,8 @@ impl Work {
                 }
             }
         };
-        pool.run(m * nh, &task);
+        pool.run_chunks_mut_with_scratch(&mut self.att[..m * d], hd, &mut self.scores, ctx, &task)?;
+        Ok(())
     }
 }
 

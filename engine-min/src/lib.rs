@@ -13,7 +13,6 @@ mod layer;
 pub mod model;
 pub mod npu;
 pub mod planning;
-pub mod pool;
 pub mod quant;
 pub mod reference;
 pub mod sample;

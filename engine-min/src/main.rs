@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use engine_min::backend::{CpuBackend, CpuKernel};
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
 use engine_min::sample::{Sampler, SamplerOptions};
+use hetero_sme::ThreadPool as Pool;
 
 const USAGE: &str = "usage:
   engine-min run [--model PATH] --prompt TEXT [--max-tokens N] [--chat] [--temperature T]
@@ -341,7 +341,7 @@ fn run(mut args: Args) -> Result<(), Fail> {
 
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(Pool::new(threads).map_err(|e| Fail(e.to_string(), 1))?);
     let mut npu_stats = None;
     let mut split_stats = None;
     let mut acts = None;
@@ -686,7 +686,7 @@ fn bench_cmd(mut args: Args) -> Result<(), Fail> {
         return Err(usage("--threads and --reps must be at least 1"));
     }
     let model = Arc::new(Model::load(&path).map_err(|e| Fail(e.to_string(), 1))?);
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(Pool::new(threads).map_err(|e| Fail(e.to_string(), 1))?);
     let backend: Box<dyn engine_min::backend::Backend> = match plan.as_str() {
         "cpu" => Box::new(CpuBackend::new(Arc::clone(&pool), kernel)),
         "gpu" => Box::new(

@@ -32,8 +32,8 @@ use crate::act::UmaActs;
 use crate::backend::{Backend, BackendError, CpuBackend, WeightView};
 use crate::gguf::GgmlType;
 use crate::gpu::{kerr, GpuBackend};
-use crate::pool::Pool;
 use crate::quant;
+use hetero_sme::ThreadPool as Pool;
 
 /// A row-major `rows x ld` f32 matrix of which a thread owns the columns `c0..c1`.
 pub(crate) struct Cols {
@@ -163,7 +163,10 @@ impl SplitBackend {
                 "cpu share {cpu_share} outside 0..=1"
             )));
         }
-        let pool = pool.unwrap_or_else(|| Arc::new(Pool::new(1)));
+        let pool = match pool {
+            Some(p) => p,
+            None => Arc::new(Pool::new(1)?),
+        };
         let mut wraps = Vec::new();
         let mut wrap_at = HashMap::new();
         let mut flag = None;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use engine_min::backend::{CpuBackend, CpuKernel};
 use engine_min::engine::{Engine, EngineError, EngineOptions};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
+use hetero_sme::ThreadPool;
 
 mod common;
 
@@ -18,7 +18,7 @@ fn load() -> Option<Arc<Model>> {
 }
 
 fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usize) -> Engine {
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(ThreadPool::new(threads).expect("pool"));
     let be = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
     Engine::new(
         Arc::clone(model),
@@ -149,7 +149,7 @@ fn gpu_plan_matches_reference_forward() {
         return;
     };
     let (ids, want) = reference_logits(&model);
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
     let mut e = Engine::new(
         Arc::clone(&model),
         Box::new(gpu),
@@ -185,7 +185,7 @@ fn cpu_gpu_split_plan_matches_reference_forward() {
         .rfind(|&k| tol(k) == TOL_F32)
         .unwrap_or(CpuKernel::Portable);
     for (share, uma) in [(0.25, true), (0.5, true), (0.5, false)] {
-        let pool = Arc::new(Pool::new(2));
+        let pool = Arc::new(ThreadPool::new(2).expect("pool"));
         let gpu = open_gpu().expect("opencl");
         let cpu = CpuBackend::new(Arc::clone(&pool), f32_kernel);
         let acts =
@@ -277,7 +277,7 @@ fn auto_plan_matches_reference_forward() {
         .into_iter()
         .rfind(|&k| tol(k) == TOL_F32)
         .unwrap_or(CpuKernel::Portable);
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
     let acts = engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool");
     let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
         .into_iter()

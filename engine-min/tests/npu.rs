@@ -12,9 +12,9 @@ use engine_min::engine::{Engine, EngineOptions};
 use engine_min::gguf::GgmlType;
 use engine_min::model::Model;
 use engine_min::npu::{NpuBackend, NpuOptions};
-use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
+use hetero_sme::ThreadPool;
 use rand::{Rng, SeedableRng};
 
 mod common;
@@ -34,7 +34,7 @@ fn f32_kernel() -> CpuKernel {
 fn engine(
     model: &Arc<Model>,
     be: Box<dyn engine_min::backend::Backend>,
-    pool: Arc<Pool>,
+    pool: Arc<ThreadPool>,
 ) -> Engine {
     Engine::new(
         Arc::clone(model),
@@ -73,7 +73,7 @@ fn npu_plan_matches_reference_forward() {
     let Some(path) = hetero_tests::require("model", common::model_path()) else {
         return;
     };
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
     let partner = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
     let opts = NpuOptions {
         seq: S,
@@ -169,7 +169,7 @@ fn npu_plan_matches_reference_forward() {
 fn auto_plan_with_npu(
     session: &Arc<qnn_sys::Session>,
     model: &Arc<Model>,
-    pool: &Arc<Pool>,
+    pool: &Arc<ThreadPool>,
     ids: &[u32],
     want: &[f32],
 ) {
@@ -250,7 +250,7 @@ fn auto_plan_with_npu(
 /// Rows past floor(m/S)*S and every row of a weight over the graph-size threshold must equal
 /// the CPU partner's bit for bit (same batch-invariant kernel); NPU rows are held to the FP16
 /// bound below.
-fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
+fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<ThreadPool>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let (n, k) = (96, 128);
     let big = (128, 128);
@@ -344,7 +344,7 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
 /// no graph covers wholly. Random F32 weights, NaN-poisoned outputs, m around multiples of S:
 /// partner columns and uncovered rows equal the CPU bit for bit; NPU columns obey the FP16
 /// bound of `random_matmuls`.
-fn weight_split_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
+fn weight_split_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<ThreadPool>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(23);
     let (n, k) = (200, 96);
     let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();

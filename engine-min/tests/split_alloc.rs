@@ -8,7 +8,7 @@ use std::sync::Arc;
 use engine_min::backend::{CpuBackend, CpuKernel};
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool;
 
 #[global_allocator]
 static A: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
@@ -25,7 +25,7 @@ fn split_decode_step_does_not_allocate() {
         return;
     };
     let model = Arc::new(Model::load(&path).expect("model"));
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
     let cpu = CpuBackend::new(Arc::clone(&pool), CpuKernel::Portable);
     let acts = engine_min::act::UmaActs::for_model(&model.config, 8).expect("uma");
     let split = engine_min::split::SplitBackend::with_acts(
