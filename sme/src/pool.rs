@@ -366,6 +366,8 @@ impl ThreadPool {
         }
         let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         if self.workers.is_empty() || n_tasks <= 1 {
+            // Marked, so that a task's nested `run` also runs inline instead of locking again.
+            let _mark = Marker::enter(&self.shared, 0);
             (0..n_tasks).for_each(|t| f(t, 0));
             return;
         }

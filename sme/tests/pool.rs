@@ -173,21 +173,33 @@ fn task_panics_reach_the_caller_and_the_pool_survives() {
 
 #[test]
 fn nested_jobs_run_inline_on_the_tasks_thread() {
-    let pool = ThreadPool::new(3).unwrap();
-    let outer = hits(6);
-    let inner = hits(6 * 4);
-    pool.run(6, &|t, thread| {
-        outer[t].fetch_add(1, Ordering::Relaxed);
-        pool.run(4, &|u, inner_thread| {
-            assert_eq!(inner_thread, thread, "a nested job left the task's thread");
-            inner[t * 4 + u].fetch_add(1, Ordering::Relaxed);
+    // Every path: a job on workers, the single-task and no-worker inline paths.
+    for (threads, n) in [(3, 6), (3, 1), (1, 6)] {
+        let pool = ThreadPool::new(threads).unwrap();
+        let outer = hits(n);
+        let inner = hits(n * 4);
+        pool.run(n, &|t, thread| {
+            outer[t].fetch_add(1, Ordering::Relaxed);
+            pool.run(4, &|u, inner_thread| {
+                assert_eq!(inner_thread, thread, "a nested job left the task's thread");
+                inner[t * 4 + u].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(matches!(
+                pool.run_workers(2, &|_: &StealState, _| {}),
+                Err(PoolError::Nested)
+            ));
         });
-        assert!(matches!(
-            pool.run_workers(2, &|_: &StealState, _| {}),
-            Err(PoolError::Nested)
-        ));
-    });
-    assert!(all_once(&outer) && all_once(&inner));
+        assert!(
+            all_once(&outer) && all_once(&inner),
+            "{threads} threads, {n} tasks"
+        );
+        // A job after the nested ones still spreads normally.
+        let h = hits(50);
+        pool.run(50, &|t, _| {
+            h[t].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(all_once(&h));
+    }
 }
 
 #[test]
