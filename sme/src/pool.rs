@@ -45,8 +45,10 @@ const CLOSED: u64 = 1 << 31;
 /// `state`'s low bits: the number of workers inside the current epoch's job.
 const ACTIVE: u64 = CLOSED - 1;
 
-/// The most threads a pool runs (the active count must fit below `CLOSED`).
-pub const MAX_THREADS: usize = ACTIVE as usize;
+/// The most threads a pool runs: far above any core count, low enough that the per-thread
+/// state (a 128-byte steal range each) stays small; the active count (below `CLOSED`) holds it.
+pub const MAX_THREADS: usize = 1 << 16;
+const _: () = assert!(MAX_THREADS as u64 <= ACTIVE);
 /// The most tasks one job indexes (task indices are `u32` in the steal ranges); [`ThreadPool::run`]
 /// splits larger counts into several jobs.
 pub const MAX_TASKS: usize = u32::MAX as usize;
@@ -194,8 +196,9 @@ impl PoolWorker {
         self.index
     }
 
-    /// Runs the worker until the pool is dropped. Call it on a thread of its own: the pool's
-    /// constructor does not return before every spawn function has returned.
+    /// Runs the worker until the pool is dropped. Call it on a thread of its own: called inside
+    /// the spawn function it would never return, and neither would the pool's constructor. A
+    /// worker that is never run only leaves its share of each job to the other threads.
     pub fn run(self) {
         worker(&self.shared, self.index);
     }
@@ -217,7 +220,7 @@ impl core::fmt::Debug for PoolWorker {
 /// `thread` (so per-thread scratch indexed by it is never shared, see
 /// [`ThreadPool::run_with_scratch`]); a call returns only after every thread has finished with
 /// `f`, so `f` may borrow from the caller's stack. Jobs from several threads are serialized.
-/// A job's calls allocate nothing.
+/// A job allocates nothing.
 ///
 /// **Panics**: if a task panics, the remaining tasks may not run; the call waits until every
 /// worker is out of the job, then resumes the panic on the calling thread (the caller's own
