@@ -16,7 +16,7 @@ use crate::act::{Acts, Buf, StepSlots};
 use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
 use crate::model::{Config, Model};
-use crate::pool::{Pool, SharedMut};
+use hetero_sme::ThreadPool as Pool;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -318,9 +318,9 @@ impl Work {
         let up = self.acts.pool();
         let (qh, ah) = s.pair(Buf::Q, Buf::Att);
         let q = up.f32s(qh)?;
-        let att = SharedMut::new(&mut up.f32s_mut(ah)?[..m * d]);
-        let scores = SharedMut::new(&mut self.scores[..]);
-        let task = |task: usize, thread: usize| {
+        // Task t·nh + h writes chunk (t, h) of `att` (d = nh·hd, checked at model load) and
+        // scores into its thread's row of `scores` (the pool runs one task per thread at once).
+        let task = |task: usize, _thread: usize, o: &mut [f32], scores: &mut [f32]| {
             let (t, h) = (task / nh, task % nh);
             let p = rows.pos(t);
             let cache = &caches[rows.seq(t)];
@@ -328,9 +328,7 @@ impl Work {
             let vc = &cache.v[l * ctx * kv..(l + 1) * ctx * kv];
             let kvh = h / group;
             let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-            // SAFETY: the pool runs one task at a time per thread index, so the per-thread
-            // score rows `[thread * ctx, thread * ctx + p + 1)` (p < ctx) never overlap.
-            let s = unsafe { scores.slice(thread * ctx, p + 1) };
+            let s = &mut scores[..p + 1];
             let mut max = f32::NEG_INFINITY;
             for (j, sj) in s.iter_mut().enumerate() {
                 let kj = &kc[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
@@ -342,9 +340,6 @@ impl Work {
                 *sj = (*sj - max).exp();
                 sum += *sj;
             }
-            // SAFETY: each task writes only its own (row, head) slice of `att`; tasks have
-            // distinct (t, h), so the slices are disjoint.
-            let o = unsafe { att.slice(t * d + h * hd, hd) };
             o.fill(0.0);
             let inv = 1.0 / sum;
             for (j, &sj) in s.iter().enumerate() {
@@ -355,7 +350,8 @@ impl Work {
                 }
             }
         };
-        pool.run(m * nh, &task);
+        let att = &mut up.f32s_mut(ah)?[..m * d];
+        pool.run_chunks_mut_with_scratch(att, hd, &mut self.scores, ctx, &task)?;
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ mod int8;
 mod out;
 mod pack;
 mod parallel;
+pub mod pool;
 mod portable;
 mod primitive;
 #[cfg(target_arch = "x86_64")]
@@ -32,6 +33,7 @@ pub use pack::{
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
+pub use pool::{ColumnBlock, PoolError, PoolWorker, ThreadPool};
 pub use portable::Portable;
 #[cfg(target_arch = "x86_64")]
 pub use qgemv_fp16::QPackedFp16Plan;

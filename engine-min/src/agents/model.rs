@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::backend::CpuKernel;
 use crate::batch::{BatchEngine, BatchError, BatchOptions, Logits, SeqTokens};
 use crate::model::Model;
-use crate::pool::Pool;
 use crate::sample::argmax;
+use hetero_sme::ThreadPool as Pool;
 
 use super::sched::{AgentError, BatchRow, Verifier};
 
@@ -41,7 +41,10 @@ impl ModelVerifier {
         threads: usize,
         l_total: usize,
     ) -> Result<Self, AgentError> {
-        let pool = Arc::new(Pool::new(threads.max(1)));
+        let pool = Arc::new(
+            Pool::new(threads.max(1))
+                .map_err(|e| AgentError::Engine(format!("thread pool: {e}")))?,
+        );
         let max_batch = PREFILL_CHUNK.max(l_total);
         let vocab = model.config.vocab;
         let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)
