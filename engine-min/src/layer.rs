@@ -43,24 +43,86 @@ pub(crate) trait Rows: Sync {
     fn seq(&self, t: usize) -> usize;
 }
 
+/// The host ops of a step (everything but the matmuls), for the time breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOp {
+    /// Token embedding lookup.
+    Embed,
+    /// RMSNorms (attention, FFN, output).
+    Norm,
+    /// RoPE on q and k, and the KV-cache append.
+    RopeKv,
+    /// Causal attention over the cache.
+    Attention,
+    /// SwiGLU.
+    Swiglu,
+    /// Residual adds.
+    Residual,
+}
+
+impl HostOp {
+    /// Every host op, in [`HostTimes`] order.
+    pub const ALL: [HostOp; 6] = [
+        HostOp::Embed,
+        HostOp::Norm,
+        HostOp::RopeKv,
+        HostOp::Attention,
+        HostOp::Swiglu,
+        HostOp::Residual,
+    ];
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostOp::Embed => "embed",
+            HostOp::Norm => "rmsnorm",
+            HostOp::RopeKv => "rope+kv",
+            HostOp::Attention => "attention",
+            HostOp::Swiglu => "swiglu",
+            HostOp::Residual => "residual",
+        }
+    }
+}
+
+/// Host time per [`HostOp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostTimes(pub [Duration; 6]);
+
+impl HostTimes {
+    /// All host ops together.
+    pub fn total(&self) -> Duration {
+        self.0.iter().sum()
+    }
+
+    /// The time of one op.
+    pub fn get(&self, op: HostOp) -> Duration {
+        self.0[op as usize]
+    }
+
+    /// Adds `d` to `op`.
+    pub fn add(&mut self, op: HostOp, d: Duration) {
+        self.0[op as usize] += d;
+    }
+}
+
 /// Where time goes; `None` fields are not measured (and no clock is read for them).
 #[derive(Default)]
 pub(crate) struct Clock<'a> {
     /// Host ops (norms, RoPE, attention, SwiGLU, residuals, embedding).
-    pub(crate) host: Option<&'a mut Duration>,
+    pub(crate) host: Option<&'a mut HostTimes>,
     /// Matmuls.
     pub(crate) matmul: Option<&'a mut Duration>,
 }
 
 impl Clock<'_> {
-    fn start(&self) -> Option<Instant> {
+    pub(crate) fn start(&self) -> Option<Instant> {
         (self.host.is_some() || self.matmul.is_some()).then(Instant::now)
     }
 
-    /// Adds the time since `t0` to the host time.
-    pub(crate) fn host(&mut self, t0: Option<Instant>) {
+    /// Adds the time since `t0` to host op `op`.
+    pub(crate) fn host(&mut self, t0: Option<Instant>, op: HostOp) {
         if let (Some(h), Some(t0)) = (self.host.as_deref_mut(), t0) {
-            *h += t0.elapsed();
+            h.add(op, t0.elapsed());
         }
     }
 
@@ -168,9 +230,12 @@ impl Work {
         Ok(())
     }
 
-    /// `out = rmsnorm(in) * w` over `m` rows of `n`.
+    /// `out = rmsnorm(in) * w` over `m` rows of `n` (rows spread over the pool when there are
+    /// several: a prompt chunk's norms are as wide as its matmuls).
+    #[allow(clippy::too_many_arguments)]
     fn norm(
         &self,
+        pool: &Pool,
         s: &mut StepSlots,
         from: Buf,
         to: Buf,
@@ -180,13 +245,17 @@ impl Work {
     ) -> Result<(), BackendError> {
         let n = w.len();
         let (a, b) = s.pair(from, to);
-        let pool = self.acts.pool();
-        rmsnorm(
-            &pool.f32s(a)?[..m * n],
-            w,
-            eps,
-            &mut pool.f32s_mut(b)?[..m * n],
-        );
+        let up = self.acts.pool();
+        let (x, o) = (&up.f32s(a)?[..m * n], &mut up.f32s_mut(b)?[..m * n]);
+        if m < PAR_ROWS {
+            rmsnorm(x, w, eps, o);
+            return Ok(());
+        }
+        let rows = rows_per_task(m, pool.threads());
+        pool.run_chunks_mut(o, rows * n, &|t, _, o: &mut [f32]| {
+            let r0 = t * rows * n;
+            rmsnorm(&x[r0..r0 + o.len()], w, eps, o);
+        })?;
         Ok(())
     }
 
@@ -221,8 +290,8 @@ impl Work {
         let pool = exec.cpu().pool();
         for (l, layer) in model.layers.iter().enumerate() {
             let t0 = clock.start();
-            self.norm(s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
-            clock.host(t0);
+            self.norm(pool, s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
+            clock.host(t0, HostOp::Norm);
             self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
             self.matmul(exec, clock, s, weight(l, Op::K), Buf::H, m, Buf::K)?;
             self.matmul(exec, clock, s, weight(l, Op::V), Buf::H, m, Buf::V)?;
@@ -249,13 +318,17 @@ impl Work {
                     cache.v[at..at + kv].copy_from_slice(&v[t * kv..(t + 1) * kv]);
                 }
             }
+            clock.host(t0, HostOp::RopeKv);
+            let t0 = clock.start();
             self.attention(c, pool, s, caches, rows, l, m)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Attention);
             self.matmul(exec, clock, s, weight(l, Op::O), Buf::Att, m, Buf::Tmp)?;
             let t0 = clock.start();
             self.residual(s, m, d)?;
-            self.norm(s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Residual);
+            let t0 = clock.start();
+            self.norm(pool, s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
+            clock.host(t0, HostOp::Norm);
             self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
             self.matmul(exec, clock, s, weight(l, Op::Up), Buf::H, m, Buf::U)?;
             let t0 = clock.start();
@@ -263,15 +336,23 @@ impl Work {
                 let up = self.acts.pool();
                 let (uh, gh) = s.pair(Buf::U, Buf::G);
                 let u = &up.f32s(uh)?[..m * c.d_ff];
-                for (g, u) in up.f32s_mut(gh)?[..m * c.d_ff].iter_mut().zip(u) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
+                let g = &mut up.f32s_mut(gh)?[..m * c.d_ff];
+                if m < PAR_ROWS {
+                    swiglu(g, u);
+                } else {
+                    let rows = rows_per_task(m, pool.threads());
+                    let ff = c.d_ff;
+                    pool.run_chunks_mut(g, rows * ff, &|t, _, g: &mut [f32]| {
+                        let r0 = t * rows * ff;
+                        swiglu(g, &u[r0..r0 + g.len()]);
+                    })?;
                 }
             }
-            clock.host(t0);
+            clock.host(t0, HostOp::Swiglu);
             self.matmul(exec, clock, s, weight(l, Op::Down), Buf::G, m, Buf::Tmp)?;
             let t0 = clock.start();
             self.residual(s, m, d)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Residual);
         }
         Ok(())
     }
@@ -353,6 +434,22 @@ impl Work {
         let att = &mut up.f32s_mut(ah)?[..m * d];
         pool.run_chunks_mut_with_scratch(att, hd, &mut self.scores, ctx, &task)?;
         Ok(())
+    }
+}
+
+/// From this many rows on, the row-wise host ops (norms, SwiGLU) spread over the pool: below
+/// it (decode) a pool job would cost more than the op.
+const PAR_ROWS: usize = 4;
+
+/// Rows per task so every thread gets about two tasks (work stealing evens out the rest).
+fn rows_per_task(m: usize, threads: usize) -> usize {
+    m.div_ceil(2 * threads.max(1)).max(1)
+}
+
+/// `g = silu(g) * u`, element by element.
+fn swiglu(g: &mut [f32], u: &[f32]) {
+    for (g, u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
     }
 }
 

@@ -433,7 +433,10 @@ impl CpuBackend {
             *acts = hetero_sme::QActs::with_capacity(m, w.k());
         }
         kernel.quantize_acts(x, m, w.k(), &mut acts)?;
-        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?;
+        // Decode tiles sized to the pool (a 12-group k/v projection would otherwise use three
+        // threads).
+        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?
+            .with_workers(self.pool.threads());
         self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
     }
 
