@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hetero_opencl_kernels::{Buffer, Device, Kernels, Launch, WeightFormat};
+use hetero_opencl_kernels::{check_computable, Buffer, Device, Kernels, Launch};
 
 use crate::backend::{Backend, BackendError, WeightView};
 use crate::gguf::GgmlType;
@@ -45,21 +45,16 @@ pub struct GpuBackend {
     kernels: Box<Kernels>,
     weights: HashMap<(usize, usize), Buffer>,
     /// Format and shape of each uploaded weight (for the prepared GEMVs).
-    shapes: HashMap<(usize, usize), (WeightFormat, usize, usize)>,
+    shapes: HashMap<(usize, usize), (GgmlType, usize, usize)>,
     bufs: Mutex<Bufs>,
     max_k: usize,
     max_n: usize,
     name: String,
 }
 
-pub(crate) fn format(ty: GgmlType) -> Option<WeightFormat> {
-    Some(match ty {
-        GgmlType::F16 => WeightFormat::F16,
-        GgmlType::Q4_0 => WeightFormat::Q4_0,
-        GgmlType::Q4_1 => WeightFormat::Q4_1,
-        GgmlType::Q8_0 => WeightFormat::Q8_0,
-        _ => return None,
-    })
+/// `ty` when the OpenCL kernels compute it (F16, Q4_0, Q4_1, Q8_0), else `None`.
+pub(crate) fn format(ty: GgmlType) -> Option<GgmlType> {
+    check_computable(ty).ok().map(|()| ty)
 }
 
 pub(crate) fn kerr(e: impl std::fmt::Debug) -> BackendError {

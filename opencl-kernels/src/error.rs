@@ -52,6 +52,10 @@ pub enum Error {
     NotApplicable(&'static str),
     /// Waiting for a completion flag ran past its deadline.
     Timeout,
+    /// The GGML type is not one the kernels compute (see [`crate::COMPUTABLE`]).
+    UnsupportedFormat(hetero_sme::GgmlType),
+    /// The shared dequantizer (`hetero_sme::dequantize_row`) refused a row.
+    Dequantize(hetero_sme::Error),
 }
 
 impl fmt::Display for Error {
@@ -81,6 +85,10 @@ impl fmt::Display for Error {
             ),
             Error::NotApplicable(s) => write!(f, "not applicable: {s}"),
             Error::Timeout => write!(f, "timed out waiting for a completion flag"),
+            Error::UnsupportedFormat(t) => {
+                write!(f, "the OpenCL kernels do not compute {t} weights (F16, Q4_0, Q4_1, Q8_0 only)")
+            }
+            Error::Dequantize(e) => write!(f, "dequantize: {e}"),
         }
     }
 }

@@ -3,7 +3,9 @@
 
 use crate::device::{check, Buffer, Device, Program};
 use crate::error::{Error, Result};
-use crate::format::{relayout_q4_0_len, relayout_q4_0_x4_len, relayout_q4_t_len, WeightFormat};
+use crate::format::{
+    matrix_bytes, relayout_q4_0_len, relayout_q4_0_x4_len, relayout_q4_t_len, GgmlType,
+};
 use crate::loader::clf;
 use opencl_sys::*;
 use std::marker::PhantomData;
@@ -299,7 +301,7 @@ impl Kernels {
             .dp4a
             .as_ref()
             .ok_or(Error::NotApplicable("call enable_dp4a first (NVIDIA only)"))?;
-        let (nq, nd) = relayout_q4_t_len(WeightFormat::Q4_0, n, k)?;
+        let (nq, nd) = relayout_q4_t_len(GgmlType::Q4_0, n, k)?;
         let (nxq, nxs) = Self::quantize_x_q8w_len(k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -393,7 +395,7 @@ impl Kernels {
     /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
     pub fn gemv<'a>(
         &'a self,
-        format: WeightFormat,
+        format: GgmlType,
         w: &'a Buffer,
         x: &'a Buffer,
         y: &'a Buffer,
@@ -407,7 +409,7 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_with<'a>(
         &'a self,
-        format: WeightFormat,
+        format: GgmlType,
         w: &'a Buffer,
         x: &'a Buffer,
         y: &'a Buffer,
@@ -415,16 +417,17 @@ impl Kernels {
         k: usize,
         shape: Option<RowShape>,
     ) -> Result<Launch<'a>> {
-        need("w", w, format.matrix_bytes(n, k)?)?;
+        need("w", w, matrix_bytes(format, n, k)?)?;
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
         let (name, units) = match format {
-            WeightFormat::F16 if k.is_multiple_of(8) => ("gemv_f16", k / 8),
-            WeightFormat::F16 => ("gemv_f16_any", k),
+            GgmlType::F16 if k.is_multiple_of(8) => ("gemv_f16", k / 8),
+            GgmlType::F16 => ("gemv_f16_any", k),
             // Block formats: four work-items per block (k / 8 parts a row).
-            WeightFormat::Q4_0 => ("gemv_q4_0", k / 8),
-            WeightFormat::Q4_1 => ("gemv_q4_1", k / 8),
-            WeightFormat::Q8_0 => ("gemv_q8_0", k / 8),
+            GgmlType::Q4_0 => ("gemv_q4_0", k / 8),
+            GgmlType::Q4_1 => ("gemv_q4_1", k / 8),
+            GgmlType::Q8_0 => ("gemv_q8_0", k / 8),
+            other => return Err(Error::UnsupportedFormat(other)),
         };
         let default = if name == "gemv_f16" {
             RowShape::multi_row(units, 16, 2)
@@ -559,7 +562,7 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_q4_t<'a>(
         &'a self,
-        format: WeightFormat,
+        format: GgmlType,
         qs: &'a Buffer,
         d: &'a Buffer,
         x: &'a Buffer,
@@ -582,7 +585,7 @@ impl Kernels {
         let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
         let name = t_kernel_name(
             match format {
-                WeightFormat::Q4_0 => TFamily::Q4_0,
+                GgmlType::Q4_0 => TFamily::Q4_0,
                 _ => TFamily::Q4_1,
             },
             s,
@@ -597,11 +600,11 @@ impl Kernels {
     }
 
     /// Small-M GEMM for prefill: `Y[m][n] = sum_k X[m][k] * W[n][k]`, `X` is `m x k` f32,
-    /// `Y` is `m x n` f32; every [`WeightFormat`] (GGUF bytes as stored).
+    /// `Y` is `m x n` f32; every type of [`crate::COMPUTABLE`] (GGUF bytes as stored).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm<'a>(
         &'a self,
-        format: WeightFormat,
+        format: GgmlType,
         w: &'a Buffer,
         x: &'a Buffer,
         y: &'a Buffer,
@@ -612,14 +615,15 @@ impl Kernels {
         if m == 0 {
             return Err(Error::BadShape("M must be positive".into()));
         }
-        need("w", w, format.matrix_bytes(n, k)?)?;
+        need("w", w, matrix_bytes(format, n, k)?)?;
         need("x", x, m * k * 4)?;
         need("y", y, m * n * 4)?;
         let (name, units) = match format {
-            WeightFormat::F16 => ("gemm_f16", k),
-            WeightFormat::Q4_0 => ("gemm_q4_0", k / 32),
-            WeightFormat::Q4_1 => ("gemm_q4_1", k / 32),
-            WeightFormat::Q8_0 => ("gemm_q8_0", k / 32),
+            GgmlType::F16 => ("gemm_f16", k),
+            GgmlType::Q4_0 => ("gemm_q4_0", k / 32),
+            GgmlType::Q4_1 => ("gemm_q4_1", k / 32),
+            GgmlType::Q8_0 => ("gemm_q8_0", k / 32),
+            other => return Err(Error::UnsupportedFormat(other)),
         };
         let s = self.fit(RowShape::for_units(units, 64));
         let (global, local) = s.grid(n);

@@ -13,8 +13,8 @@ pub use device::{
 };
 pub use error::{Error, Result};
 pub use format::{
-    relayout_q4_0, relayout_q4_0_len, relayout_q4_0_x4, relayout_q4_0_x4_len, relayout_q4_t,
-    relayout_q4_t_len, WeightFormat, BLOCK,
+    check_computable, matrix_bytes, relayout_q4_0, relayout_q4_0_len, relayout_q4_0_x4,
+    relayout_q4_0_x4_len, relayout_q4_t, relayout_q4_t_len, row_bytes, GgmlType, BLOCK, COMPUTABLE,
 };
 pub use kernels::{
     Flag, Kernels, Launch, Profiled, RopeMode, RowShape, MAX_WG, OPTIONS, SOURCE, SOURCE_NV_DP4A,
