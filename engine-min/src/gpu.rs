@@ -26,22 +26,14 @@ struct Bufs {
     max_m: usize,
 }
 
-/// A prepared launch that borrows the backend's kernels and buffers (lifetime erased).
-struct CachedLaunch(Launch<'static>);
-
-// SAFETY: a launch is a cl_kernel handle plus plain data; OpenCL objects may be used from any
-// thread, and every use goes through the `Mutex` that holds it.
-unsafe impl Send for CachedLaunch {}
-
 /// Rows from which a matmul runs one GEMM launch instead of one GEMV per row.
 const GEMM_MIN_ROWS: usize = 2;
 
 /// Matmuls on an OpenCL device.
 pub struct GpuBackend {
-    // Declared first so they drop first: they borrow `kernels`, `weights` and `bufs`' x/y.
-    gemvs: Mutex<HashMap<(usize, usize), CachedLaunch>>,
+    // Prepared GEMVs (each owns references to its weight and x/y buffers).
+    gemvs: Mutex<HashMap<(usize, usize), Launch>>,
     dev: Arc<Device>,
-    // Boxed: prepared launches (crate::split) keep a reference to it across moves.
     kernels: Box<Kernels>,
     weights: HashMap<(usize, usize), Buffer>,
     /// Format and shape of each uploaded weight (for the prepared GEMVs).
@@ -147,13 +139,10 @@ impl Backend for GpuBackend {
             let Some((fmt, n, k)) = self.shapes.get(&(ptr, len)).copied() else {
                 continue;
             };
+            // The launch owns references to the weight and x/y buffers; `prepare` and
+            // `reserve` clear the cache when they replace x/y, so no launch keeps a stale one.
             if let Ok(l) = self.kernels.gemv(fmt, wb, xb, yb, n, k) {
-                // SAFETY: the launch borrows `self.kernels` (boxed: stable address), the weight
-                // buffer and x/y; none is dropped or replaced while the cached launch lives:
-                // `prepare` and `reserve` clear the cache before replacing buffers, and the
-                // field order drops the cache first.
-                let l = unsafe { std::mem::transmute::<Launch<'_>, Launch<'static>>(l) };
-                gemvs.insert((ptr, len), CachedLaunch(l));
+                gemvs.insert((ptr, len), l);
             }
         }
     }
@@ -251,7 +240,7 @@ impl GpuBackend {
         let (Some(xb), Some(yb)) = (&bufs.x, &bufs.y) else {
             return Err(BackendError::Kernel("GPU buffers not allocated".into()));
         };
-        let mut rows = |launch: &mut Launch<'_>| -> Result<(), BackendError> {
+        let mut rows = |launch: &mut Launch| -> Result<(), BackendError> {
             for t in 0..m {
                 xb.write(&x[t * k..(t + 1) * k]).map_err(kerr)?;
                 launch.enqueue().map_err(kerr)?;
@@ -266,7 +255,7 @@ impl GpuBackend {
         };
         let mut gemvs = self.gemvs.lock().unwrap_or_else(|e| e.into_inner());
         match gemvs.get_mut(&(w.data.as_ptr() as usize, w.data.len())) {
-            Some(c) => rows(&mut c.0),
+            Some(c) => rows(c),
             None => {
                 // Weights prepared after `reserve` (not on the engine's path).
                 let mut l = self.kernels.gemv(fmt, wb, xb, yb, n, k).map_err(kerr)?;

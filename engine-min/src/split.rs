@@ -92,18 +92,10 @@ impl Cols {
     }
 }
 
-/// A prepared launch that may move between threads.
-struct SendLaunch(Launch<'static>);
-
-// SAFETY: an OpenCL kernel object may be used from any thread (OpenCL 1.2 makes every API call
-// thread-safe except clSetKernelArg on one kernel concurrently); this one is only reached
-// through the `Fast` mutex, so its argument updates are never concurrent.
-unsafe impl Send for SendLaunch {}
-
 /// Kernel objects of the zero-copy path and the epoch counters.
 struct Fast {
     /// Keyed by (GPU weight bytes, input slot, output wrap index).
-    launches: HashMap<(usize, usize, usize), SendLaunch>,
+    launches: HashMap<(usize, usize, usize), Launch>,
     /// Last epoch stored into the GPU flag (never 0).
     gpu_epoch: u32,
     /// Weights prepared with a GPU part (room reserved for one launch each).
@@ -123,8 +115,8 @@ pub struct SplitStats {
 
 /// CPU and GPU sharing every matmul by columns, writing one output.
 pub struct SplitBackend {
-    // Field order matters: the prepared launches borrow the GPU's kernels and buffers, the
-    // wrapped slots and the flag, so they are dropped first.
+    // Field order matters: the prepared launches own references to their buffers and the flag,
+    // but the wrapped slots' host memory is `acts`', so they are dropped before it.
     fast: Mutex<Fast>,
     wraps: Vec<Buffer>,
     wrap_at: HashMap<(usize, usize), usize>,
@@ -483,14 +475,10 @@ impl SplitBackend {
                 .gemv(fmt, wb, &self.wraps[xw], &self.wraps[yw], b.n, b.k)
                 .map_err(kerr)?;
             l.bind_flag(flag).map_err(kerr)?;
-            // SAFETY: the launch borrows the GPU's kernels (boxed in `self.gpu`), its weight
-            // buffer (owned by `self.gpu`, never removed), the wrapped slots (`self.wraps`, never
-            // shrunk) and the flag (boxed in `self.flag`); all live until `self` is dropped, and
-            // `fast` (holding the launch) is dropped before them (field order). The launch never
-            // leaves `fast`.
-            let l: Launch<'static> =
-                unsafe { std::mem::transmute::<Launch<'_>, Launch<'static>>(l) };
-            slot.insert(SendLaunch(l));
+            // The launch owns references to the weight buffer and the flag; the wrapped slots'
+            // host memory lives in `self.acts` until `self` is dropped, after `fast` (field
+            // order), so the launch never outlives it.
+            slot.insert(l);
         }
         let Some(launch) = fast.launches.get_mut(&key) else {
             return Ok(false);
@@ -502,7 +490,6 @@ impl SplitBackend {
         let ge = fast.gpu_epoch;
         let (oa, _ob) = out.split_at_mut(a.n);
         launch
-            .0
             .enqueue_signaled(NonZeroU32::new(ge).unwrap_or(NonZeroU32::MIN))
             .map_err(kerr)?;
         self.gpu.device().flush().map_err(kerr)?;

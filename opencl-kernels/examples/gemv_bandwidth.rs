@@ -82,7 +82,7 @@ fn weights(r: &mut Rng, f: GgmlType, n: usize, k: usize) -> Vec<u8> {
 /// Times `launches` rotated until at least `min_s` seconds; returns seconds per launch
 /// measured two ways: host wall clock over back-to-back launches (includes launch gaps), and
 /// the median device time of the kernels themselves (profiling events).
-fn time(dev: &Device, launches: &mut [Launch<'_>], min_s: f64) -> Res<(f64, f64)> {
+fn time(dev: &Device, launches: &mut [Launch], min_s: f64) -> Res<(f64, f64)> {
     for l in launches.iter_mut() {
         l.enqueue()?;
     }
@@ -266,7 +266,7 @@ fn main() -> Res<()> {
                        want: &[f32],
                        bound: f64,
                        by: &Buffer,
-                       ls: &mut [Launch<'_>]|
+                       ls: &mut [Launch]|
      -> Res<()> {
         by.write(&vec![f32::NAN; n])?;
         ls[0].enqueue()?;
@@ -376,7 +376,7 @@ fn main() -> Res<()> {
                     .map(|_| dev.alloc(sb))
                     .collect::<Result<_, _>>()?;
                 let out = dev.alloc(64)?;
-                let mut ls: Vec<Launch<'_>> = Vec::new();
+                let mut ls: Vec<Launch> = Vec::new();
                 for b in &srcs {
                     ls.push(k.stream_read(b, &out, sb, 0x9e37_79b9)?);
                 }
@@ -416,7 +416,7 @@ fn main() -> Res<()> {
                     .filter(|(p, s)| *p == 1 || s.is_some())
                 {
                     let s = s.map(|s| RowShape { per_item, ..s });
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for b in &bufs {
                         ls.push(k.gemv_with(f, b, &bx, &by, n, kk, s)?);
                     }
@@ -448,7 +448,7 @@ fn main() -> Res<()> {
                     &t_sweep[..t_sweep.len().min(1)]
                 };
                 for s in sw {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_t(f, bq, bd, &bx, &by, n, kk, *s)?);
                     }
@@ -482,7 +482,7 @@ fn main() -> Res<()> {
                     t_sweep.clone()
                 };
                 for s in sw {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_0_t_dp4a(bq, bd, &bxq, &bxs, &by, n, kk, s)?);
                     }
@@ -502,7 +502,7 @@ fn main() -> Res<()> {
                 for per_item in [1, 2, 4] {
                     for s in sweep.iter().filter(|s| per_item == 1 || s.is_some()) {
                         let s = s.map(|s| RowShape { per_item, ..s });
-                        let mut ls: Vec<Launch<'_>> = Vec::new();
+                        let mut ls: Vec<Launch> = Vec::new();
                         for (bq, bd) in &bufs {
                             ls.push(k.gemv_q4_0_soa(bq, bd, &bx, &by, n, kk, s)?);
                         }
@@ -520,7 +520,7 @@ fn main() -> Res<()> {
                     })
                     .collect::<Result<_, _>>()?;
                 for s in &sweep {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_0_x4(bq, bd, &bx, &by, n, kk, *s)?);
                     }

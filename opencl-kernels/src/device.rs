@@ -420,7 +420,8 @@ impl Device {
     ///
     /// # Safety
     /// `ptr..ptr+len` must be valid for reads and writes, and stay allocated and unmoved for as
-    /// long as the returned buffer (and any launch bound to it) lives. While a launch that uses
+    /// long as the returned buffer, any [`Buffer::try_clone`] of it and any launch bound to it
+    /// live. While a launch that uses
     /// it may be running, the host must not access the memory except through the completion
     /// protocol (see [`crate::Flag`]) or after [`Device::finish`] / [`Buffer::sync_to_host`].
     pub unsafe fn wrap_host(self: &Arc<Self>, ptr: *mut u8, len: usize) -> Result<Buffer> {
@@ -744,15 +745,33 @@ impl std::fmt::Debug for Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(f) = self.device.api.clReleaseMemObject {
-            // SAFETY: created by this Buffer and released once. Kernels that still hold it as
-            // an argument keep their own reference (clSetKernelArg retains nothing, but the
-            // Launch borrows the Buffer, so it cannot outlive it).
+            // SAFETY: each Buffer value owns one reference to the memory object (taken by
+            // clCreateBuffer or, for a clone, by clRetainMemObject) and releases it once, here.
+            // clSetKernelArg retains nothing, so a Launch keeps clones of the buffers it binds.
             unsafe { f(self.mem) };
         }
     }
 }
 
 impl Buffer {
+    /// Another reference to the same memory object (`clRetainMemObject`), not a copy of the
+    /// data: the memory lives until the last reference is dropped. This is how a
+    /// [`crate::Launch`] owns the buffers it binds. A zero-copy buffer's host memory is not
+    /// kept alive by it (see [`Device::wrap_host`]).
+    pub fn try_clone(&self) -> Result<Buffer> {
+        // SAFETY: `mem` is a live memory object (self holds a reference); the matching release
+        // is the new value's Drop.
+        check("clRetainMemObject", unsafe {
+            clf!(self.device.api, clRetainMemObject)(self.mem)
+        })?;
+        Ok(Buffer {
+            device: self.device.clone(),
+            mem: self.mem,
+            len: self.len,
+            host: self.host,
+        })
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -8,7 +8,6 @@ use crate::format::{
 };
 use crate::loader::clf;
 use opencl_sys::*;
-use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -252,13 +251,7 @@ impl Kernels {
     /// `xq` gets per 8 activations two words (even- and odd-indexed bytes), `xs` per 8
     /// activations (block scale, 8 x scale x sum of the 8 quantized values). Needs
     /// [`Kernels::enable_dp4a`].
-    pub fn quantize_x_q8w<'a>(
-        &'a self,
-        x: &'a Buffer,
-        xq: &'a Buffer,
-        xs: &'a Buffer,
-        k: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn quantize_x_q8w(&self, x: &Buffer, xq: &Buffer, xs: &Buffer, k: usize) -> Result<Launch> {
         let prog = self
             .dp4a
             .as_ref()
@@ -278,7 +271,7 @@ impl Kernels {
         )?;
         l.mem(x)?.mem(xq)?.mem(xs)?;
         l.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -286,17 +279,17 @@ impl Kernels {
     /// [`Kernels::quantize_x_q8w`], with NVIDIA's `dp4a` (four int8 products per instruction).
     /// Results carry the int8 rounding of the activations. Needs [`Kernels::enable_dp4a`].
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_t_dp4a<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        xq: &'a Buffer,
-        xs: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_t_dp4a(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        xq: &Buffer,
+        xs: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let prog = self
             .dp4a
             .as_ref()
@@ -315,7 +308,7 @@ impl Kernels {
         let mut l = self.launch_in(prog, name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(xq)?.mem(xs)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -338,43 +331,25 @@ impl Kernels {
         self.device.info().max_work_group_size.clamp(1, MAX_WG)
     }
 
-    fn launch<'a>(
-        &'a self,
+    fn launch(
+        &self,
         name: &'static str,
         dims: u32,
         global: [usize; 2],
         local: [usize; 2],
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         self.launch_in(&self.program, name, dims, global, local)
     }
 
-    fn launch_in<'a>(
-        &'a self,
+    fn launch_in(
+        &self,
         program: &Program,
         name: &'static str,
         dims: u32,
         global: [usize; 2],
         local: [usize; 2],
-    ) -> Result<Launch<'a>> {
-        let mut err = 0;
-        let cname = format!("{name}\0");
-        // SAFETY: valid program; NUL-terminated kernel name.
-        let kernel = unsafe {
-            clf!(self.device.api, clCreateKernel)(program.program, cname.as_ptr().cast(), &mut err)
-        };
-        check("clCreateKernel", err)?;
-        Ok(Launch {
-            kernels: self,
-            kernel,
-            dims,
-            global,
-            local,
-            nargs: 0,
-            epoch: 0,
-            position_arg: None,
-            len_arg: None,
-            _bufs: PhantomData,
-        })
+    ) -> Result<Launch> {
+        Launch::create(&self.device, program, name, dims, global, local)
     }
 
     fn fit(&self, s: RowShape) -> RowShape {
@@ -393,30 +368,30 @@ impl Kernels {
     /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
     /// file), `x` of `k` f32, `y` of `n` f32. Block formats need `k % 32 == 0`. FP16 with
     /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
-    pub fn gemv<'a>(
-        &'a self,
+    pub fn gemv(
+        &self,
         format: GgmlType,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         self.gemv_with(format, w, x, y, n, k, None)
     }
 
     /// [`Kernels::gemv`] with an explicit work-group shape (for tuning; `None` = default).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_with<'a>(
-        &'a self,
+    pub fn gemv_with(
+        &self,
         format: GgmlType,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         need("w", w, matrix_bytes(format, n, k)?)?;
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
@@ -448,23 +423,23 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// GEMV over Q4_0 weights re-laid out by [`crate::relayout_q4_0`] (`qs`: 16 bytes per block,
     /// `d`: 2 bytes per block).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_soa<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_soa(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_0_len(n, k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -481,7 +456,7 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -489,16 +464,16 @@ impl Kernels {
     /// one 16-byte word holding the same quant word of four rows, and shares its activation
     /// loads among them. `shape.per_item` is ignored (always four rows per work-item).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_x4<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_x4(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_0_x4_len(n, k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -510,7 +485,7 @@ impl Kernels {
         let mut l = self.launch("gemv_q4_0_x4", 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -560,17 +535,17 @@ impl Kernels {
     /// `shape.per_item` is 1, 2 or 4 rows per work-item (`None`:
     /// [`Kernels::gemv_q4_t_default`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_t<'a>(
-        &'a self,
+    pub fn gemv_q4_t(
+        &self,
         format: GgmlType,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_t_len(format, n, k)?;
         // The kernel indexes 16-byte units and scale entries with 32-bit integers.
         if nq / 16 > u32::MAX as usize {
@@ -595,23 +570,23 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// Small-M GEMM for prefill: `Y[m][n] = sum_k X[m][k] * W[n][k]`, `X` is `m x k` f32,
     /// `Y` is `m x n` f32; every type of [`crate::COMPUTABLE`] (GGUF bytes as stored).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm<'a>(
-        &'a self,
+    pub fn gemm(
+        &self,
         format: GgmlType,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         m: usize,
         n: usize,
         k: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if m == 0 {
             return Err(Error::BadShape("M must be positive".into()));
         }
@@ -632,20 +607,20 @@ impl Kernels {
         l.scalar(to_u32(m, "M")?)?
             .scalar(to_u32(n, "N")?)?
             .scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// RMSNorm over `rows` rows of `n`: `y = x / sqrt(mean(x^2) + eps) * g` (`g` has `n`).
-    pub fn rms_norm<'a>(
-        &'a self,
-        x: &'a Buffer,
-        g: &'a Buffer,
-        y: &'a Buffer,
+    pub fn rms_norm(
+        &self,
+        x: &Buffer,
+        g: &Buffer,
+        y: &Buffer,
         rows: usize,
         n: usize,
         eps: f32,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if rows == 0 || n == 0 {
             return Err(Error::BadShape("rows and n must be positive".into()));
         }
@@ -658,18 +633,18 @@ impl Kernels {
         l.scalar(to_u32(rows, "rows")?)?
             .scalar(to_u32(n, "n")?)?
             .scalar(eps)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
-    fn elementwise<'a>(
-        &'a self,
+    fn elementwise(
+        &self,
         name: &'static str,
-        a: &'a Buffer,
-        b: &'a Buffer,
-        out: &'a Buffer,
+        a: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
         n: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if n == 0 {
             return Err(Error::BadShape("n must be positive".into()));
         }
@@ -680,45 +655,33 @@ impl Kernels {
         let mut l = self.launch(name, 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(a)?.mem(b)?.mem(out)?;
         l.scalar(to_u32(n, "n")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` over `n` f32.
-    pub fn swiglu<'a>(
-        &'a self,
-        gate: &'a Buffer,
-        up: &'a Buffer,
-        out: &'a Buffer,
-        n: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn swiglu(&self, gate: &Buffer, up: &Buffer, out: &Buffer, n: usize) -> Result<Launch> {
         self.elementwise("swiglu", gate, up, out, n)
     }
 
     /// Residual add: `out[i] = a[i] + b[i]` over `n` f32 (`out` may be `a`).
-    pub fn add<'a>(
-        &'a self,
-        a: &'a Buffer,
-        b: &'a Buffer,
-        out: &'a Buffer,
-        n: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn add(&self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<Launch> {
         self.elementwise("add", a, b, out, n)
     }
 
     /// RoPE in place on `x[t][heads][head_dim]` for `t` tokens at positions `pos0 + t`;
     /// angle = pos * base^(-2i/head_dim). Change `pos0` per step with [`Launch::set_position`].
     #[allow(clippy::too_many_arguments)]
-    pub fn rope<'a>(
-        &'a self,
-        x: &'a Buffer,
+    pub fn rope(
+        &self,
+        x: &Buffer,
         tokens: usize,
         heads: usize,
         head_dim: usize,
         pos0: u32,
         base: f32,
         mode: RopeMode,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if tokens == 0 || heads == 0 || head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::BadShape(format!(
                 "rope needs tokens, heads > 0 and an even head_dim (got {tokens}, {heads}, {head_dim})"
@@ -737,7 +700,7 @@ impl Kernels {
             RopeMode::Normal => 0u32,
             RopeMode::Neox => 1u32,
         })?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -752,19 +715,19 @@ impl Kernels {
     /// `h / (heads / kv_heads)`. `scratch` holds [`Kernels::attention_scratch_len`] floats.
     /// Change `len` per step with [`Launch::set_len`].
     #[allow(clippy::too_many_arguments)]
-    pub fn attention<'a>(
-        &'a self,
-        q: &'a Buffer,
-        k: &'a Buffer,
-        v: &'a Buffer,
-        out: &'a Buffer,
-        scratch: &'a Buffer,
+    pub fn attention(
+        &self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &Buffer,
+        scratch: &Buffer,
         heads: usize,
         kv_heads: usize,
         head_dim: usize,
         max_seq: usize,
         len: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(Error::BadShape(format!(
                 "heads ({heads}) must be a positive multiple of kv_heads ({kv_heads})"
@@ -799,20 +762,20 @@ impl Kernels {
         l.len_arg = Some((l.nargs, max_seq));
         l.scalar(to_u32(len, "len")?)?
             .scalar(1.0f32 / (head_dim as f32).sqrt())?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// A read-only stream over `bytes` (a multiple of 16) of `src`, four 16-byte words per
     /// work-item, writing at most 64 bytes of `out` (only if an XOR of the data equals `never`):
     /// what a kernel that reads as many bytes as a GEMV can reach, launch costs included.
-    pub fn stream_read<'a>(
-        &'a self,
-        src: &'a Buffer,
-        out: &'a Buffer,
+    pub fn stream_read(
+        &self,
+        src: &Buffer,
+        out: &Buffer,
         bytes: usize,
         never: u32,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if bytes == 0 || !bytes.is_multiple_of(16) {
             return Err(Error::BadShape(
                 "stream size must be a positive multiple of 16".into(),
@@ -826,18 +789,13 @@ impl Kernels {
         let mut l = self.launch("stream_read", 1, [items.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(src)?.mem(out)?;
         l.scalar(to_u32(n, "n")?)?.scalar(never)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// A plain 16-byte-word copy kernel `dst = src` over `bytes` (a multiple of 16), for
     /// measuring what a kernel can stream.
-    pub fn copy_kernel<'a>(
-        &'a self,
-        src: &'a Buffer,
-        dst: &'a Buffer,
-        bytes: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn copy_kernel(&self, src: &Buffer, dst: &Buffer, bytes: usize) -> Result<Launch> {
         if bytes == 0 || !bytes.is_multiple_of(16) {
             return Err(Error::BadShape(
                 "copy size must be a positive multiple of 16".into(),
@@ -850,16 +808,21 @@ impl Kernels {
         let mut l = self.launch("copy_u4", 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(src)?.mem(dst)?;
         l.scalar(to_u32(n, "n")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 }
 
 /// One prepared kernel launch: its kernel object, arguments and NDRange are fixed at creation,
 /// so [`Launch::enqueue`] makes one `clEnqueueNDRangeKernel` call and allocates nothing.
-/// It borrows its buffers, so none can be freed while it exists.
-pub struct Launch<'a> {
-    kernels: &'a Kernels,
+///
+/// It owns what it uses: a reference to every buffer it binds ([`Buffer::try_clone`], taken at
+/// creation), to the device, and to a bound [`Flag`]'s memory, so it is `'static` and `Send`
+/// and can be cached anywhere (the kernel object keeps its program alive, as OpenCL
+/// specifies). Zero-copy buffers over caller memory are the exception the caller answers for
+/// ([`Device::wrap_host`]).
+pub struct Launch {
+    device: Arc<Device>,
     kernel: cl_kernel,
     dims: u32,
     global: [usize; 2],
@@ -868,10 +831,18 @@ pub struct Launch<'a> {
     epoch: u32,
     position_arg: Option<u32>,
     len_arg: Option<(u32, usize)>,
-    _bufs: PhantomData<&'a Buffer>,
+    /// References to the buffers bound as arguments (kept alive, never read).
+    bufs: Vec<Buffer>,
+    /// The bound completion flag's memory, kept alive while the kernel may write it.
+    flag: Option<Arc<FlagMem>>,
 }
 
-impl std::fmt::Debug for Launch<'_> {
+// SAFETY: the kernel handle is an OpenCL object usable from any thread; the only entry point
+// that is not thread-safe on it, clSetKernelArg, is called through `&mut self` alone, so moving
+// the Launch to another thread cannot race. Every other field is Send.
+unsafe impl Send for Launch {}
+
+impl std::fmt::Debug for Launch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Launch")
             .field("global", &self.global)
@@ -880,37 +851,73 @@ impl std::fmt::Debug for Launch<'_> {
     }
 }
 
-impl Drop for Launch<'_> {
+impl Drop for Launch {
     fn drop(&mut self) {
-        if let Some(f) = self.kernels.device.api.clReleaseKernel {
-            // SAFETY: the kernel was created for this Launch and is released once.
+        if let Some(f) = self.device.api.clReleaseKernel {
+            // SAFETY: the kernel was created for this Launch and is released once; the buffers
+            // it names are released after it (fields drop after this body).
             unsafe { f(self.kernel) };
         }
     }
 }
 
-impl<'a> Launch<'a> {
+impl Launch {
+    /// A launch of kernel `name` of `program` (arguments still unset).
+    pub(crate) fn create(
+        device: &Arc<Device>,
+        program: &Program,
+        name: &str,
+        dims: u32,
+        global: [usize; 2],
+        local: [usize; 2],
+    ) -> Result<Launch> {
+        let mut err = 0;
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| Error::BadShape("kernel name contains a NUL byte".into()))?;
+        // SAFETY: valid program; NUL-terminated kernel name.
+        let kernel =
+            unsafe { clf!(device.api, clCreateKernel)(program.program, cname.as_ptr(), &mut err) };
+        check("clCreateKernel", err)?;
+        Ok(Launch {
+            device: device.clone(),
+            kernel,
+            dims,
+            global,
+            local,
+            nargs: 0,
+            epoch: 0,
+            position_arg: None,
+            len_arg: None,
+            bufs: Vec::with_capacity(12),
+            flag: None,
+        })
+    }
+
     fn arg_raw(&mut self, idx: u32, size: usize, p: *const libc::c_void) -> Result<()> {
         // SAFETY: `p` points to `size` readable bytes holding a value of the argument's type
         // (callers pass a cl_mem or a scalar matching the kernel's signature); `&mut self`
         // gives exclusive use of the kernel object, as clSetKernelArg requires.
         check("clSetKernelArg", unsafe {
-            clf!(self.kernels.device.api, clSetKernelArg)(self.kernel, idx, size, p)
+            clf!(self.device.api, clSetKernelArg)(self.kernel, idx, size, p)
         })
     }
 
-    fn mem(&mut self, b: &'a Buffer) -> Result<&mut Self> {
+    /// Binds `b` as the next argument and keeps a reference to it.
+    pub(crate) fn mem(&mut self, b: &Buffer) -> Result<&mut Self> {
         let idx = self.nargs;
+        let owned = b.try_clone()?;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&b.mem as *const cl_mem).cast(),
+            (&owned.mem as *const cl_mem).cast(),
         )?;
+        self.bufs.push(owned);
         self.nargs += 1;
         Ok(self)
     }
 
-    fn scalar<T: Copy>(&mut self, v: T) -> Result<&mut Self> {
+    /// Sets the next argument to a scalar.
+    pub(crate) fn scalar<T: Copy>(&mut self, v: T) -> Result<&mut Self> {
         let idx = self.nargs;
         self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())?;
         self.nargs += 1;
@@ -918,14 +925,15 @@ impl<'a> Launch<'a> {
     }
 
     /// Binds the default (unused) signal buffer and epoch 0, the last two arguments.
-    fn finish_args(&mut self) -> Result<()> {
-        let sig = &self.kernels.dummy_sig;
+    pub(crate) fn finish_args(&mut self, dummy_sig: &Buffer) -> Result<()> {
         let idx = self.nargs;
+        let owned = dummy_sig.try_clone()?;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&sig.mem as *const cl_mem).cast(),
+            (&owned.mem as *const cl_mem).cast(),
         )?;
+        self.bufs.push(owned);
         self.arg_raw(idx + 1, 4, (&0u32 as *const u32).cast())?;
         Ok(())
     }
@@ -941,14 +949,16 @@ impl<'a> Launch<'a> {
     }
 
     /// Binds a completion flag: from now on [`Launch::enqueue_signaled`] makes the launch's
-    /// last work-group store the epoch into it.
-    pub fn bind_flag(&mut self, flag: &'a Flag) -> Result<()> {
+    /// last work-group store the epoch into it. The launch keeps the flag's memory alive.
+    pub fn bind_flag(&mut self, flag: &Flag) -> Result<()> {
         let idx = self.nargs;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&flag.buf.mem as *const cl_mem).cast(),
-        )
+            (&flag.mem.buf.mem as *const cl_mem).cast(),
+        )?;
+        self.flag = Some(flag.mem.clone());
+        Ok(())
     }
 
     fn set_epoch(&mut self, e: u32) -> Result<()> {
@@ -982,10 +992,12 @@ impl<'a> Launch<'a> {
         self.arg_raw(idx, 4, (&v as *const u32).cast())
     }
 
-    fn nd(&self) -> Result<()> {
-        let dev = &self.kernels.device;
+    /// One `clEnqueueNDRangeKernel`; with `event`, the command's event is returned through it.
+    pub(crate) fn nd_event(&self, event: *mut cl_event) -> Result<()> {
+        let dev = &self.device;
         // SAFETY: the kernel's arguments are all set (creation sets every one) to buffers this
-        // Launch borrows; global is a multiple of local in each dimension.
+        // Launch holds references to; global is a multiple of local in each dimension; `event`
+        // is null or a writable cl_event slot the caller releases.
         check("clEnqueueNDRangeKernel", unsafe {
             clf!(dev.api, clEnqueueNDRangeKernel)(
                 dev.queue,
@@ -996,9 +1008,13 @@ impl<'a> Launch<'a> {
                 self.local.as_ptr(),
                 0,
                 ptr::null(),
-                ptr::null_mut(),
+                event,
             )
         })
+    }
+
+    fn nd(&self) -> Result<()> {
+        self.nd_event(ptr::null_mut())
     }
 
     /// Enqueues the kernel on the device's in-order queue (no flag written).
@@ -1011,7 +1027,7 @@ impl<'a> Launch<'a> {
     /// device's start/end timestamps. Needs a device opened with profiling
     /// ([`Device::open_with`]); for measurement, not the hot path.
     pub fn enqueue_profiled(&mut self) -> Result<Profiled> {
-        let dev = self.kernels.device.clone();
+        let dev = self.device.clone();
         if !dev.profiling {
             return Err(Error::NotApplicable(
                 "enqueue_profiled needs a device opened with profiling",
@@ -1019,20 +1035,7 @@ impl<'a> Launch<'a> {
         }
         self.set_epoch(0)?;
         let mut ev: cl_event = ptr::null_mut();
-        // SAFETY: as in `nd`, plus an event out-pointer that the returned Profiled releases.
-        check("clEnqueueNDRangeKernel", unsafe {
-            clf!(dev.api, clEnqueueNDRangeKernel)(
-                dev.queue,
-                self.kernel,
-                self.dims,
-                ptr::null(),
-                self.global.as_ptr(),
-                self.local.as_ptr(),
-                0,
-                ptr::null(),
-                &mut ev,
-            )
-        })?;
+        self.nd_event(&mut ev)?;
         Ok(Profiled { device: dev, ev })
     }
 
@@ -1056,15 +1059,22 @@ impl<'a> Launch<'a> {
 /// It needs a device that writes host memory in place (`CL_DEVICE_HOST_UNIFIED_MEMORY`: CPU
 /// devices, integrated GPUs); [`Flag::new`] refuses others with [`Error::NotApplicable`].
 pub struct Flag {
+    mem: Arc<FlagMem>,
+}
+
+/// A flag's buffer and words; shared by the flag and the launches bound to it, so the host
+/// memory stays allocated while any kernel may still write it.
+pub(crate) struct FlagMem {
     buf: Buffer,
     word: *const AtomicU32,
     _owned: Option<OwnedHost>,
 }
 
-// SAFETY: the flag word is accessed only atomically; the buffer is a thread-safe CL object.
-unsafe impl Send for Flag {}
+// SAFETY: the flag word is accessed only atomically; the buffer is a thread-safe CL object; the
+// owned allocation is freed only by the last reference's drop.
+unsafe impl Send for FlagMem {}
 // SAFETY: see Send.
-unsafe impl Sync for Flag {}
+unsafe impl Sync for FlagMem {}
 
 struct OwnedHost {
     ptr: *mut u8,
@@ -1074,7 +1084,8 @@ struct OwnedHost {
 impl Drop for OwnedHost {
     fn drop(&mut self) {
         // SAFETY: allocated with this layout in Flag::new, freed once after the Buffer that
-        // wraps it (field order in Flag: buf drops first).
+        // wraps it (field order in FlagMem: buf drops first) and after every launch bound to
+        // it (they hold the Arc<FlagMem>).
         unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
 }
@@ -1093,18 +1104,41 @@ impl Flag {
         }
         let owned = OwnedHost { ptr, layout };
         // SAFETY: ptr..ptr+size is our allocation, kept alive in `_owned` after the buffer.
-        let mut f = unsafe { Flag::from_raw(device, ptr, size)? };
-        f._owned = Some(owned);
-        Ok(f)
+        let (buf, word) = unsafe { Flag::wrap(device, ptr, size)? };
+        Ok(Flag {
+            mem: Arc::new(FlagMem {
+                buf,
+                word,
+                _owned: Some(owned),
+            }),
+        })
     }
 
     /// Wraps caller-owned host memory (e.g. a uma slot's flag words) as a flag.
     ///
     /// # Safety
     /// `ptr` must point to at least `len >= 8` bytes, zeroed, valid for reads and writes, aligned
-    /// to the device's base address alignment, and outlive the returned flag; the host touches
-    /// the words only through [`Flag::word`] / [`Flag::load`].
+    /// to the device's base address alignment, and outlive the returned flag and every launch
+    /// bound to it; the host touches the words only through [`Flag::word`] / [`Flag::load`].
     pub unsafe fn from_raw(device: &Arc<Device>, ptr: *mut u8, len: usize) -> Result<Flag> {
+        // SAFETY: forwarded from this function's contract.
+        let (buf, word) = unsafe { Flag::wrap(device, ptr, len)? };
+        Ok(Flag {
+            mem: Arc::new(FlagMem {
+                buf,
+                word,
+                _owned: None,
+            }),
+        })
+    }
+
+    /// # Safety
+    /// As [`Flag::from_raw`].
+    unsafe fn wrap(
+        device: &Arc<Device>,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<(Buffer, *const AtomicU32)> {
         if !device.info().host_unified_memory {
             return Err(Error::NotApplicable(
                 "completion flags need a device with host-unified memory",
@@ -1119,19 +1153,16 @@ impl Flag {
         }
         // SAFETY: forwarded from this function's contract.
         let buf = unsafe { device.wrap_host(ptr, len)? };
-        Ok(Flag {
-            buf,
-            // SAFETY: ptr + 4 is inside the len >= 8 bytes and 4-aligned (ptr is aligned).
-            word: unsafe { ptr.add(4) }.cast(),
-            _owned: None,
-        })
+        // SAFETY: ptr + 4 is inside the len >= 8 bytes and 4-aligned (ptr is aligned).
+        let word = unsafe { ptr.add(4) }.cast::<AtomicU32>();
+        Ok((buf, word))
     }
 
     /// The 32-bit flag word (what `hetero-sync` waits on).
     pub fn word(&self) -> &AtomicU32 {
-        // SAFETY: `word` points into memory that lives as long as self, 4-aligned, accessed
+        // SAFETY: `word` points into memory that lives as long as self.mem, 4-aligned, accessed
         // only atomically by the host.
-        unsafe { &*self.word }
+        unsafe { &*self.mem.word }
     }
 
     /// Loads the flag with Acquire ordering.

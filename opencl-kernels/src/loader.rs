@@ -175,6 +175,9 @@ macro_rules! paste_t {
     (clGetEventProfilingInfo) => {
         ft::clGetEventProfilingInfo_t
     };
+    (clRetainMemObject) => {
+        ft::clRetainMemObject_t
+    };
 }
 
 api_table!(
@@ -208,6 +211,7 @@ api_table!(
     clWaitForEvents,
     clReleaseEvent,
     clGetEventProfilingInfo,
+    clRetainMemObject,
 );
 
 // SAFETY: the table holds plain function pointers into a library that stays loaded while the

@@ -12,6 +12,10 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+// Counts this thread's Rust allocations, for "enqueue does not allocate" checks.
+#[global_allocator]
+static ALLOC: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
+
 fn kernels() -> Option<&'static Kernels> {
     static K: OnceLock<Result<Kernels, String>> = OnceLock::new();
     let r = K.get_or_init(|| {
@@ -165,6 +169,57 @@ fn check_mm(
         e <= MATMUL_MAG,
         "{what}: magnitude-normalized error {e:e} > {MATMUL_MAG:e}"
     );
+}
+
+/// A Launch owns what it uses: it is `'static + Send`, it keeps working after the caller drops
+/// its own handles to the buffers (and the Kernels it came from), it can move to another thread,
+/// and enqueueing it allocates nothing.
+#[test]
+fn launch_owns_its_buffers_and_enqueue_does_not_allocate() {
+    fn owned<T: Send + 'static>(_: &T) {}
+    let Some(k) = kernels() else { return };
+    let d = k.device().clone();
+    let mut r = rng(13);
+    let (n, kk, f) = (37, 96, GgmlType::Q4_1);
+    let w = rand_weights(&mut r, f, n, kk);
+    let x = randn(&mut r, kk);
+    let want = reference::gemm(f, &w, &x, 1, n, kk).unwrap();
+    let by = poisoned(k, n);
+    let mut l = {
+        let k2 = Kernels::new(&d).unwrap();
+        let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
+        k2.gemv(f, &bw, &bx, &by, n, kk).unwrap()
+        // k2, bw and bx are dropped here; the launch holds its own references.
+    };
+    owned(&l);
+    let l2 = std::thread::spawn(move || {
+        l.enqueue().unwrap();
+        l
+    })
+    .join()
+    .unwrap();
+    l = l2;
+    d.finish().unwrap();
+    check_mm(
+        "gemv after drops",
+        &read(&by, n),
+        &want,
+        f,
+        &w,
+        &x,
+        1,
+        n,
+        kk,
+    );
+    // The counter moves on something that allocates (so a zero below means something).
+    assert!(hetero_tests::count_allocations(|| drop(std::hint::black_box(vec![1u8; 64]))) > 0);
+    let allocs = hetero_tests::count_allocations(|| {
+        for _ in 0..10 {
+            l.enqueue().unwrap();
+        }
+    });
+    assert_eq!(allocs, 0, "Launch::enqueue allocated");
+    d.finish().unwrap();
 }
 
 #[test]
