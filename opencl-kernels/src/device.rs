@@ -74,6 +74,8 @@ pub struct DeviceInfo {
     pub local_mem_size: u64,
     /// `CL_DEVICE_GLOBAL_MEM_SIZE` in bytes.
     pub global_mem_size: u64,
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` in bytes (the largest single buffer).
+    pub max_mem_alloc_size: u64,
     /// `CL_DEVICE_HOST_UNIFIED_MEMORY` (true for integrated GPUs and CPU devices).
     pub host_unified_memory: bool,
 }
@@ -305,6 +307,7 @@ impl Device {
             max_work_group_size: device_scalar::<usize>(&api, d, CL_DEVICE_MAX_WORK_GROUP_SIZE)?,
             local_mem_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_LOCAL_MEM_SIZE)?,
             global_mem_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_GLOBAL_MEM_SIZE)?,
+            max_mem_alloc_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             host_unified_memory: device_scalar::<cl_bool>(&api, d, CL_DEVICE_HOST_UNIFIED_MEMORY)
                 .unwrap_or(0)
                 != 0,
@@ -393,6 +396,33 @@ impl Device {
             clf!(self.api, clCreateBuffer)(
                 self.context,
                 CL_MEM_READ_WRITE,
+                len,
+                ptr::null_mut(),
+                &mut err,
+            )
+        };
+        check("clCreateBuffer", err)?;
+        Ok(Buffer {
+            device: self.clone(),
+            mem,
+            len,
+            host: None,
+        })
+    }
+
+    /// Allocates a buffer the host reads and writes by mapping it (`CL_MEM_ALLOC_HOST_PTR`): on
+    /// a device with host-unified memory a map is zero-copy (the pointer is the buffer's own
+    /// memory); elsewhere the driver stages it.
+    pub fn alloc_host_visible(self: &Arc<Self>, len: usize) -> Result<Buffer> {
+        if len == 0 {
+            return Err(Error::BadShape("zero-length buffer".into()));
+        }
+        let mut err = 0;
+        // SAFETY: valid context, no host pointer, nonzero size.
+        let mem = unsafe {
+            clf!(self.api, clCreateBuffer)(
+                self.context,
+                CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
                 len,
                 ptr::null_mut(),
                 &mut err,

@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The OpenCL C source of every kernel (embedded).
-pub const SOURCE: &str = include_str!("../kernels/layer.cl");
+/// The OpenCL C source of every layer kernel (embedded): the shared helpers, then the kernels.
+pub const SOURCE: &str = concat!(
+    include_str!("../kernels/common.cl"),
+    include_str!("../kernels/layer.cl")
+);
 
 /// Build options used for [`SOURCE`].
 pub const OPTIONS: &str = "-cl-std=CL1.2";
@@ -922,6 +925,21 @@ impl Launch {
         self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())?;
         self.nargs += 1;
         Ok(self)
+    }
+
+    /// The index the next argument will take.
+    pub(crate) fn next_arg(&self) -> u32 {
+        self.nargs
+    }
+
+    /// Replaces scalar argument `idx` (one set by [`Launch::scalar`] with the same type).
+    pub(crate) fn set_scalar<T: Copy>(&mut self, idx: u32, v: T) -> Result<()> {
+        self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())
+    }
+
+    /// Replaces the global NDRange (each dimension a multiple of the local size).
+    pub(crate) fn set_global(&mut self, global: [usize; 2]) {
+        self.global = global;
     }
 
     /// Binds the default (unused) signal buffer and epoch 0, the last two arguments.

@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 
+pub mod decoder;
 mod device;
 mod error;
+mod event;
 mod format;
 mod kernels;
 mod loader;
@@ -12,6 +14,7 @@ pub use device::{
     PLATFORM_ENV,
 };
 pub use error::{Error, Result};
+pub use event::QueueGate;
 pub use format::{
     check_computable, matrix_bytes, relayout_q4_0, relayout_q4_0_len, relayout_q4_0_x4,
     relayout_q4_0_x4_len, relayout_q4_t, relayout_q4_t_len, row_bytes, GgmlType, BLOCK, COMPUTABLE,

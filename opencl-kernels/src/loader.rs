@@ -178,6 +178,18 @@ macro_rules! paste_t {
     (clRetainMemObject) => {
         ft::clRetainMemObject_t
     };
+    (clGetEventInfo) => {
+        ft::clGetEventInfo_t
+    };
+    (clCreateUserEvent) => {
+        ft::clCreateUserEvent_t
+    };
+    (clSetUserEventStatus) => {
+        ft::clSetUserEventStatus_t
+    };
+    (clEnqueueBarrierWithWaitList) => {
+        ft::clEnqueueBarrierWithWaitList_t
+    };
 }
 
 api_table!(
@@ -212,6 +224,10 @@ api_table!(
     clReleaseEvent,
     clGetEventProfilingInfo,
     clRetainMemObject,
+    clGetEventInfo,
+    clCreateUserEvent,
+    clSetUserEventStatus,
+    clEnqueueBarrierWithWaitList,
 );
 
 // SAFETY: the table holds plain function pointers into a library that stays loaded while the
