@@ -202,9 +202,8 @@ fn greedy_text_matches_cpu_plan() {
         let mut logits = vec![0f32; vocab];
         cpu.forward(&ids, &mut logits).expect("cpu prefill");
         let mut next = dec.forward_argmax(&ids, 0).expect("gpu prefill");
-        let mut pos = ids.len();
         let mut text = Vec::new();
-        for step in 0..16 {
+        for (step, pos) in (ids.len()..ids.len() + 16).enumerate() {
             total += 1;
             let top = engine_min::sample::argmax(&logits) as usize;
             let second = (0..vocab)
