@@ -223,7 +223,6 @@ fn greedy_text_matches_cpu_plan() {
             text.push(top as u32);
             cpu.forward(&[top as u32], &mut logits).expect("cpu decode");
             next = dec.forward_argmax(&[top as u32], pos).expect("gpu decode");
-            pos += 1;
         }
         eprintln!("{prompt:?} -> {:?}", model.tokenizer.decode(&text, false));
     }
