@@ -1,8 +1,8 @@
 //! hetero-opencl-kernels' device-resident decoder on the real model (needs `HETERO_MODEL` and
 //! OpenCL; backend names `model`, `opencl`; PoCL in CI's model stage): logits against the
 //! engine's f32 reference forward for prefill lengths 1, 17, 128 and 200 (two chunks of 128)
-//! and 64 decode steps after the 200, and greedy text of four prompts against the engine's CPU
-//! plan. It lives here, not in opencl-kernels, because the model loader and the reference
+//! and 64 decode steps after the 200 (decode blocks; the layered decode path for 16 steps
+//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan. It lives here, not in opencl-kernels, because the model loader and the reference
 //! forward are the engine's; the decoder itself knows nothing of engine-min.
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use engine_min::model::Model;
 use engine_min::pool::Pool;
 use engine_min::reference;
 use hetero_opencl_kernels::decoder::{
-    Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, Tensor,
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, Readout, Tensor,
 };
 use hetero_opencl_kernels::{Device, RopeMode};
 
@@ -47,7 +47,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize) -> Decoder {
+fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodePath) -> Decoder {
     let c = &model.config;
     let cfg = DecoderConfig {
         n_layer: c.n_layer,
@@ -92,7 +92,11 @@ fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize) -> Decoder {
         output_norm: &model.output_norm,
         output: (!model.tied_output).then(|| t(&model.output)),
     };
-    Decoder::new(dev, cfg, &weights, DecoderOptions::default()).expect("decoder")
+    let opts = DecoderOptions {
+        decode,
+        ..DecoderOptions::default()
+    };
+    Decoder::new(dev, cfg, &weights, opts).expect("decoder")
 }
 
 fn device() -> Option<Arc<Device>> {
@@ -126,7 +130,7 @@ fn resident_decoder_matches_reference_forward() {
     );
     let vocab = model.config.vocab;
     let at = |t: usize| &want[t * vocab..(t + 1) * vocab];
-    let mut dec = decoder(&model, &dev, 264);
+    let mut dec = decoder(&model, &dev, 264, DecodePath::Blocks);
     let check = |what: &str, got: &[f32], t: usize| {
         let (d, tvd) = (max_diff(got, at(t)), tv(got, at(t)));
         eprintln!("{what} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
@@ -153,8 +157,20 @@ fn resident_decoder_matches_reference_forward() {
     );
     assert_eq!(
         dec.last_launches() as usize,
-        dec.config().launches_per_token()
+        dec.launches_per_token(Readout::Logits)
     );
+    // The layered decode path too: prefill 17, then 16 steps.
+    let mut dec = decoder(&model, &dev, 264, DecodePath::Layered);
+    check(
+        "layered prefill",
+        dec.forward(&ids[..17], 0).expect("prefill"),
+        16,
+    );
+    for t in 17..33 {
+        let got = dec.forward(&ids[t..t + 1], t).expect("decode").to_vec();
+        check("layered decode", &got, t);
+    }
+    assert_eq!(dec.last_launches() as usize, 5 * model.config.n_layer + 2);
 }
 
 /// An f32-activation CPU kernel (the engine's f32 tolerance class), the fastest available.
@@ -183,7 +199,7 @@ fn greedy_text_matches_cpu_plan() {
         "def fibonacci(n):",
         "Once upon a time, in a small village,",
     ];
-    let mut dec = decoder(&model, &dev, 128);
+    let mut dec = decoder(&model, &dev, 128, DecodePath::Auto);
     let vocab = model.config.vocab;
     let (mut compared, mut total) = (0, 0);
     for prompt in prompts {

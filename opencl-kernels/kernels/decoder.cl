@@ -468,3 +468,263 @@ argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
     }
     if (t == 0u) out[row] = bi[0] == 0xffffffffu ? 0u : bi[0];
 }
+
+// ---- decode blocks: a whole layer of one token in two launches -----------------------------
+// Block A, one work-group of 256 per query head h:
+//   x = xin + the sum of `nparts` partial rows (the previous block's split-K outputs); group 0
+//   stores x to xout (the residual stream for block B); RMSNorm (attention norm); the 3D rows
+//   q (head h), k and v (its kv head) of the concatenated Q/K/V matrix; RoPE; the kv head's first
+//   query head appends k and v to the cache at `pos`; attention over positions 0..pos (the
+//   current one from the group's own k/v); the head's share of the O projection,
+//   po[h][n] = sum_j Wo[n][h D + j] att[j], as one partial row.
+// Block B, one work-group of 256 per chunk g of C FFN columns:
+//   x = xin + sum of the H partial rows of block A; group 0 stores it; RMSNorm (FFN norm); the
+//   chunk's 2C interleaved gate/up rows; SwiGLU; pd[g][n] = sum_c Wd[n][g C + c] s[c].
+// Block F (one work-group): x += sum of block B's partial rows, before the head.
+// Every sum is in a fixed order, so the results are deterministic. Rows are reduced by teams
+// of 8 work-items (partials in local memory, one barrier, one work-item sums a row).
+
+#define BT 8u /* work-items per row in the block GEMVs */
+
+// x[i] = xin[i] + sum_p parts[p][i] into local xs (and xout when `store`); returns sum x^2 of
+// this work-item's elements.
+inline float blk_load_x(__global const float *xin, __global const float *parts, uint nparts,
+                        __global float *xout, uint store, uint d, __local float *xs) {
+    float ss = 0.0f;
+    for (uint i = get_local_id(0); i < d; i += 256u) {
+        float v = xin[i];
+        for (uint p = 0; p < nparts; ++p) v += parts[(size_t)p * d + i];
+        xs[i] = v;
+        if (store) xout[i] = v;
+        ss += v * v;
+    }
+    return ss;
+}
+
+// RMSNorm of xs in place (g: the norm weight), from each work-item's sum of squares.
+inline void blk_norm(float ss, __local float *xs, __global const float *g, float eps, uint d,
+                     __local float *red) {
+    float inv = rsqrt(group_sum(ss, red) / (float)d + eps);
+    for (uint i = get_local_id(0); i < d; i += 256u) xs[i] *= inv * g[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+// Per-kind access to an 8-weight word w of physical row `row` (K columns, nb = K / 32 blocks)
+// against 8 activations at xp (local), and a whole-row partial over units lane, lane + BT, ..
+#define BLK_KIND_T(KIND, SUMS, UNIT)                                                            \
+    inline float wdot_##KIND(__global const uint4 *qs, __global const half *d, uint row,        \
+                             uint w, uint nb, __local const float *xp) {                        \
+        uint v = ((__global const uint *)qs)[(row * nb + w % nb) * 4u + w / nb];               \
+        float8 x = vload8(0, xp);                                                               \
+        float8 q = nib8(v);                                                                     \
+        if (SUMS) {                                                                             \
+            float2 s = vload_half2(row * nb + (w >> 2), d);                                     \
+            return s.x * (dot(q.lo, x.lo) + dot(q.hi, x.hi)) +                                  \
+                   s.y * dot(x.lo + x.hi, (float4)(1.0f));                                      \
+        }                                                                                       \
+        float s = vload_half(row * nb + (w >> 2), d);                                           \
+        q -= 8.0f;                                                                              \
+        return s * (dot(q.lo, x.lo) + dot(q.hi, x.hi));                                         \
+    }                                                                                           \
+    inline float rowdot_##KIND(__global const uint4 *qs, __global const half *d, uint row,      \
+                               uint lane, uint nb, __local const float *xs) {                   \
+        float acc = 0.0f;                                                                       \
+        uint b0 = row * nb;                                                                     \
+        for (uint u = lane; u < nb; u += BT) {                                                  \
+            float4 X[9];                                                                        \
+            for (uint s_ = 0; s_ < 4u; ++s_) {                                                  \
+                X[2u * s_] = vload4(2u * (u + s_ * nb), xs);                                    \
+                X[2u * s_ + 1u] = vload4(2u * (u + s_ * nb) + 1u, xs);                          \
+            }                                                                                   \
+            if (SUMS) {                                                                         \
+                float4 one = (float4)(1.0f);                                                    \
+                X[8] = (float4)(dot(X[0] + X[1], one), dot(X[2] + X[3], one),                   \
+                                dot(X[4] + X[5], one), dot(X[6] + X[7], one));                  \
+            }                                                                                   \
+            uint4 q = qs[b0 + u];                                                               \
+            UNIT(acc, q, b0, u, nb, X)                                                          \
+        }                                                                                       \
+        return acc;                                                                             \
+    }
+
+BLK_KIND_T(q4_0t, 0, T_UNIT_Q4_0)
+BLK_KIND_T(q4_1t, 1, T_UNIT_Q4_1)
+
+inline float wdot_q8_0(__global const uchar *w, __global const uchar *unused, uint row, uint wd,
+                       uint nb, __local const float *xp) {
+    __global const uchar *bp = w + ((size_t)row * nb + (wd >> 2)) * 34u;
+    return q8_part(bp, wd & 3u, vload4(0, xp), vload4(1, xp));
+}
+inline float rowdot_q8_0(__global const uchar *w, __global const uchar *unused, uint row,
+                         uint lane, uint nb, __local const float *xs) {
+    float acc = 0.0f;
+    __global const uchar *wr = w + (size_t)row * nb * 34u;
+    for (uint i = lane; i < 4u * nb; i += BT)
+        acc += q8_part(wr + (size_t)(i >> 2) * 34u, i & 3u, vload4(2u * i, xs),
+                       vload4(2u * i + 1u, xs));
+    return acc;
+}
+inline float wdot_f16(__global const half *w, __global const uchar *unused, uint row, uint wd,
+                      uint nb, __local const float *xp) {
+    float8 f = vload_half8(0, w + (size_t)row * nb * 32u + wd * 8u);
+    float8 x = vload8(0, xp);
+    return dot(f.lo, x.lo) + dot(f.hi, x.hi);
+}
+inline float rowdot_f16(__global const half *w, __global const uchar *unused, uint row,
+                        uint lane, uint nb, __local const float *xs) {
+    float acc = 0.0f;
+    __global const half *wr = w + (size_t)row * nb * 32u;
+    for (uint i = lane; i < 4u * nb; i += BT) {
+        float8 f = vload_half8(i, wr);
+        float8 x = vload8(i, xs);
+        acc += dot(f.lo, x.lo) + dot(f.hi, x.hi);
+    }
+    return acc;
+}
+
+// out[r] = row r of a matrix (physical row phys(r)) . xs, for r < R, into local `out`:
+// teams of BT work-items, partials in red[r * BT + lane], one barrier, then one work-item a row.
+#define BLK_GEMV(KIND, W0, W1, R, PHYS, NB, XS, RED, OUT)                                       \
+    {                                                                                           \
+        uint team_ = get_local_id(0) / BT, lane_ = get_local_id(0) % BT;                        \
+        for (uint r_ = team_; r_ < (R); r_ += 256u / BT)                                        \
+            (RED)[r_ * BT + lane_] = rowdot_##KIND(W0, W1, PHYS(r_), lane_, NB, XS);            \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        for (uint r_ = get_local_id(0); r_ < (R); r_ += 256u) {                                 \
+            float s_ = 0.0f;                                                                    \
+            for (uint l_ = 0; l_ < BT; ++l_) s_ += (RED)[r_ * BT + l_];                         \
+            (OUT)[r_] = s_;                                                                     \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+    }
+
+// Partial row: dst[n] = sum over words w0 .. w0 + nw of row n (n < N) against xp.
+#define BLK_PARTIAL(KIND, W0, W1, N, NB, W0RD, NW, XP, DST)                                     \
+    for (uint n_ = get_local_id(0); n_ < (N); n_ += 256u) {                                     \
+        float a_ = 0.0f;                                                                        \
+        for (uint w_ = 0; w_ < (NW); ++w_)                                                      \
+            a_ += wdot_##KIND(W0, W1, n_, (W0RD) + w_, NB, (XP) + 8u * w_);                     \
+        (DST)[n_] = a_;                                                                         \
+    }
+
+// Physical row of row r of block A's 3D rows (uses the kernel's h, D, dq, dkv, kvh).
+#define BLK_A_ROW(r)                                                                            \
+    ((r) < D ? h * D + (r)                                                                      \
+             : ((r) < 2u * D ? dq + kvh * D + (r) - D : dq + dkv + kvh * D + (r) - 2u * D))
+
+#define BLOCK_A(KIND, T0, T1)                                                                   \
+    __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attn_block_##KIND(           \
+        __global const T0 *wq0, __global const T1 *wq1, __global const T0 *wo0,                 \
+        __global const T1 *wo1, __global const float *xin, __global const float *parts,        \
+        uint nparts, __global float *xout, __global const float *g, float eps,                  \
+        __global float *kc, __global float *vc, __global const float2 *rope,                   \
+        __global float *po, uint d, uint H, uint Hkv, uint D, uint npairs, uint pos,            \
+        float scale, __local float *xs, __local float *qkv, __local float *red) {               \
+        uint t = get_local_id(0), h = get_group_id(0);                                          \
+        uint grp = H / Hkv, kvh = h / grp, dq = H * D, dkv = Hkv * D;                           \
+        float ss = blk_load_x(xin, parts, nparts, xout, h == 0u, d, xs);                        \
+        blk_norm(ss, xs, g, eps, d, red);                                                       \
+        /* rows: q of head h, k and v of kv head kvh in the concatenated [q; k; v] */           \
+        BLK_GEMV(KIND, wq0, wq1, 3u * D, BLK_A_ROW, d >> 5, xs, red, qkv)                       \
+        /* RoPE: work-item t < D rotates pair t % (D/2) of q (t < D/2) or k */                  \
+        if (t < D) {                                                                            \
+            uint i = t % (D >> 1);                                                              \
+            __local float *p = qkv + (t < (D >> 1) ? 0u : D) + 2u * i;                          \
+            if (i < npairs) {                                                                   \
+                float2 cs = rope[(size_t)pos * npairs + i];                                     \
+                float a = p[0] * cs.x - p[1] * cs.y;                                            \
+                p[1] = p[0] * cs.y + p[1] * cs.x;                                               \
+                p[0] = a;                                                                       \
+            }                                                                                   \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        if (h % grp == 0u && t < D) {                                                           \
+            kc[(size_t)pos * dkv + kvh * D + t] = qkv[D + t];                                   \
+            vc[(size_t)pos * dkv + kvh * D + t] = qkv[2u * D + t];                              \
+        }                                                                                       \
+        /* attention over 0..pos: key j < pos from the cache, j == pos from qkv */              \
+        uint L = pos + 1u, parts_v = 256u / D, dd = t % D, pv = t / D;                          \
+        __global const float *kb = kc + kvh * D, *vb = vc + kvh * D;                            \
+        __local float *sc = red + 256u;                                                         \
+        float mx = -INFINITY, l = 0.0f, acc = 0.0f;                                             \
+        for (uint j0 = 0; j0 < L; j0 += 256u) {                                                 \
+            uint j = j0 + t;                                                                    \
+            float s = -INFINITY;                                                                \
+            if (j < pos) {                                                                      \
+                __global const float *kp = kb + (size_t)j * dkv;                                \
+                s = 0.0f;                                                                       \
+                for (uint e = 0; e < D; ++e) s += qkv[e] * kp[e];                               \
+                s *= scale;                                                                     \
+            } else if (j == pos) {                                                              \
+                s = 0.0f;                                                                       \
+                for (uint e = 0; e < D; ++e) s += qkv[e] * qkv[D + e];                          \
+                s *= scale;                                                                     \
+            }                                                                                   \
+            float nm = fmax(mx, group_max(s, red));                                             \
+            float e = exp(s - nm);                                                              \
+            sc[t] = e;                                                                          \
+            float cs = group_sum(e, red);                                                       \
+            float corr = exp(mx - nm);                                                          \
+            l = l * corr + cs;                                                                  \
+            uint cnt = min(256u, L - j0);                                                       \
+            float a = 0.0f;                                                                     \
+            for (uint jj = pv; jj < cnt; jj += parts_v) {                                       \
+                uint jv = j0 + jj;                                                              \
+                float vv = jv == pos ? qkv[2u * D + dd] : vb[(size_t)jv * dkv + dd];            \
+                a += sc[jj] * vv;                                                               \
+            }                                                                                   \
+            acc = acc * corr + a;                                                               \
+            mx = nm;                                                                            \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+        }                                                                                       \
+        red[t] = acc;                                                                           \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        if (t < D) {                                                                            \
+            float o = 0.0f;                                                                     \
+            for (uint p = 0; p < parts_v; ++p) o += red[p * D + t];                             \
+            xs[t] = o / l; /* att of head h, over the normed x (no longer needed) */           \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        BLK_PARTIAL(KIND, wo0, wo1, d, dq >> 5, h * D / 8u, D / 8u, xs, po + (size_t)h * d)    \
+    }
+
+// Physical row of row r of block B's 2C rows: the chunk's interleaved gate/up rows.
+#define BLK_B_ROW(r) (2u * C * gi + (r))
+
+#define BLOCK_B(KIND, T0, T1)                                                                   \
+    __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void ffn_block_##KIND(            \
+        __global const T0 *wu0, __global const T1 *wu1, __global const T0 *wd0,                \
+        __global const T1 *wd1, __global const float *xin, __global const float *parts,        \
+        uint nparts, __global float *xout, __global const float *g, float eps,                  \
+        __global float *pd, uint d, uint ff, uint C, __local float *xs, __local float *hs,      \
+        __local float *red) {                                                                   \
+        uint t = get_local_id(0), gi = get_group_id(0);                                         \
+        float ss = blk_load_x(xin, parts, nparts, xout, gi == 0u, d, xs);                       \
+        blk_norm(ss, xs, g, eps, d, red);                                                       \
+        BLK_GEMV(KIND, wu0, wu1, 2u * C, BLK_B_ROW, d >> 5, xs, red, hs)                        \
+        if (t < C) {                                                                            \
+            float gv = hs[2u * t], uv = hs[2u * t + 1u];                                        \
+            xs[t] = gv / (1.0f + exp(-gv)) * uv; /* SwiGLU of the chunk, over the normed x */   \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        BLK_PARTIAL(KIND, wd0, wd1, d, ff >> 5, gi * C / 8u, C / 8u, xs, pd + (size_t)gi * d)   \
+    }
+
+BLOCK_A(q4_0t, uint4, half)
+BLOCK_A(q4_1t, uint4, half)
+BLOCK_A(q8_0, uchar, uchar)
+BLOCK_A(f16, half, uchar)
+BLOCK_B(q4_0t, uint4, half)
+BLOCK_B(q4_1t, uint4, half)
+BLOCK_B(q8_0, uchar, uchar)
+BLOCK_B(f16, half, uchar)
+
+// x += the sum of `nparts` partial rows (one work-group; each element read and written by one
+// work-item).
+__kernel void blk_finish(__global float *x, __global const float *parts, uint nparts, uint d) {
+    for (uint i = get_local_id(0); i < d; i += get_local_size(0)) {
+        float v = x[i];
+        for (uint p = 0; p < nparts; ++p) v += parts[(size_t)p * d + i];
+        x[i] = v;
+    }
+}

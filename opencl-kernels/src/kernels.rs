@@ -927,6 +927,14 @@ impl Launch {
         Ok(self)
     }
 
+    /// Sets the next argument to `bytes` of local memory (a `__local` pointer argument).
+    pub(crate) fn local_mem(&mut self, bytes: usize) -> Result<&mut Self> {
+        let idx = self.nargs;
+        self.arg_raw(idx, bytes, ptr::null())?;
+        self.nargs += 1;
+        Ok(self)
+    }
+
     /// The index the next argument will take.
     pub(crate) fn next_arg(&self) -> u32 {
         self.nargs

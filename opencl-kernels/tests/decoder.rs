@@ -12,8 +12,8 @@
 
 use half::f16;
 use hetero_opencl_kernels::decoder::{
-    Decoder, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix, ModelWeights,
-    OpKind, Readout, Tensor,
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix,
+    ModelWeights, OpKind, Readout, Tensor,
 };
 use hetero_opencl_kernels::{self as ocl, reference, Device, Error, GgmlType, RopeMode};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -387,7 +387,7 @@ fn prefill_then_decode(dec: &mut Decoder, model: &TestModel, toks: &[u32], p: us
 
 /// SmolLM2's layout (Q4_1 layers, Q8_0 embedding tied to the head), normal RoPE: prefill
 /// lengths 1, 5, 8 (one whole chunk) and 19 (three chunks of max_rows 8), then decode steps;
-/// staged and zero-copy host buffers alike.
+/// decode steps layered and in decode blocks, staged and zero-copy host buffers alike.
 #[test]
 fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
     let Some(dev) = device() else { return };
@@ -402,29 +402,38 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
         },
     );
     let toks = tokens(&mut r, 24, model.cfg.vocab);
-    for zero_copy in [true, false] {
+    for (zero_copy, decode) in [
+        (true, DecodePath::Layered),
+        (false, DecodePath::Layered),
+        (true, DecodePath::Blocks),
+        (false, DecodePath::Blocks),
+    ] {
         let mut dec = model.decoder(
             &dev,
             DecoderOptions {
                 zero_copy: Some(zero_copy),
+                decode,
                 ..DecoderOptions::default()
             },
         );
         assert_eq!(dec.zero_copy(), zero_copy);
+        assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
         for p in [1, 5, 8, 19] {
             let n = if p == 19 { 24 } else { p + 2 };
-            prefill_then_decode(
-                &mut dec,
-                &model,
-                &toks[..n],
-                p,
-                &format!("zero_copy {zero_copy}"),
-            );
+            let what = format!("zero_copy {zero_copy}, {decode:?}");
+            prefill_then_decode(&mut dec, &model, &toks[..n], p, &what);
         }
-        // One decode step: the gather, five launches a layer, the head.
+        // One decode step: the gather, five launches a layer (or two, and the final sum), the
+        // head.
         dec.forward(&toks[..1], 0).unwrap();
-        assert_eq!(dec.last_launches(), 5 * 2 + 2);
-        assert_eq!(dec.config().launches_per_token(), 12);
+        let per = if decode == DecodePath::Blocks {
+            2 * 2 + 1
+        } else {
+            5 * 2
+        };
+        assert_eq!(dec.last_launches() as usize, 1 + per + 1);
+        assert_eq!(dec.launches_per_token(Readout::Logits), 1 + per + 1);
+        assert_eq!(dec.launches_per_token(Readout::Argmax), 1 + per + 2);
     }
 }
 
@@ -470,9 +479,17 @@ fn other_formats_and_neox_match_reference() {
             },
         );
         let toks = tokens(&mut r, 13, model.cfg.vocab);
-        let mut dec = model.decoder(&dev, DecoderOptions::default());
-        let what = format!("embed {embed}, layers {layer}, head {output:?}, {mode:?} {rd}");
-        prefill_then_decode(&mut dec, &model, &toks, 11, &what);
+        for decode in [DecodePath::Layered, DecodePath::Blocks] {
+            let opts = DecoderOptions {
+                decode,
+                ..DecoderOptions::default()
+            };
+            let mut dec = model.decoder(&dev, opts);
+            let what = format!(
+                "embed {embed}, layers {layer}, head {output:?}, {mode:?} {rd}, {decode:?}"
+            );
+            prefill_then_decode(&mut dec, &model, &toks, 11, &what);
+        }
     }
 }
 
@@ -507,7 +524,11 @@ fn all_rows_readout_and_argmax_match_reference() {
         }
     }
     let id = dec.forward_argmax(&toks, 0).unwrap();
-    assert_eq!(dec.last_launches(), 5 * 2 + 3);
+    assert_eq!(
+        dec.last_launches(),
+        5 * 2 + 3,
+        "a prefill step runs layered"
+    );
     if margin(&want[6]) > 1e-4 {
         assert_eq!(id, argmax(&want[6]));
     }
@@ -795,11 +816,12 @@ fn hung_device_is_an_error_not_a_hang() {
     for zero_copy in [true, false] {
         let opts = DecoderOptions {
             zero_copy: Some(zero_copy),
-            timeout: Duration::from_millis(300),
             ..DecoderOptions::default()
         };
         let mut dec = model.decoder(&own, opts);
+        // A first step with the default bound (PoCL compiles kernels at their first launch).
         let ok = dec.forward_argmax(&[3], 0).unwrap();
+        dec.set_timeout(Duration::from_millis(300));
         let gate = own.gate().unwrap();
         let t0 = std::time::Instant::now();
         let e = dec
@@ -821,7 +843,7 @@ fn hung_device_is_an_error_not_a_hang() {
 }
 
 /// Per-op device time with a profiling queue: one entry per op kind, launch counts that add up
-/// to the steps' launches, positive times.
+/// to the steps' launches, positive times; layered decode and decode blocks.
 #[test]
 fn profiled_steps_report_device_time_per_op() {
     let Some(_) = device() else { return };
@@ -840,33 +862,37 @@ fn profiled_steps_report_device_time_per_op() {
             output: None,
         },
     );
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
-    assert!(matches!(dec.take_op_times(), Err(Error::NotApplicable(_))));
-    dec.set_profiling(true).unwrap();
-    dec.forward(&[1, 2, 3, 4], 0).unwrap();
-    dec.forward_argmax(&[5], 4).unwrap();
-    let times = dec.take_op_times().unwrap();
-    let kinds: Vec<OpKind> = times.iter().map(|t| t.kind).collect();
-    assert_eq!(
-        kinds,
-        [
-            OpKind::Embed,
-            OpKind::QkvRope,
-            OpKind::Attention,
-            OpKind::OProj,
-            OpKind::GateUpSwiglu,
-            OpKind::Down,
-            OpKind::Head,
-            OpKind::Argmax
-        ]
-    );
-    let total: usize = times.iter().map(|t| t.launches).sum();
-    assert_eq!(total, 12 + 13);
-    assert!(
-        times.iter().all(|t| t.seconds > 0.0 && t.seconds < 10.0),
-        "{times:?}"
-    );
-    assert!(dec.take_op_times().unwrap().is_empty());
+    use OpKind::*;
+    let prefill = [Embed, QkvRope, Attention, OProj, GateUpSwiglu, Down, Head];
+    for (decode, extra, launches) in [
+        (DecodePath::Layered, vec![Argmax], 12 + 13),
+        (
+            DecodePath::Blocks,
+            vec![Argmax, BlockAttn, BlockFfn, BlockFinish],
+            12 + 8,
+        ),
+    ] {
+        let opts = DecoderOptions {
+            decode,
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        assert!(matches!(dec.take_op_times(), Err(Error::NotApplicable(_))));
+        dec.set_profiling(true).unwrap();
+        dec.forward(&[1, 2, 3, 4], 0).unwrap();
+        dec.forward_argmax(&[5], 4).unwrap();
+        let times = dec.take_op_times().unwrap();
+        let kinds: Vec<OpKind> = times.iter().map(|t| t.kind).collect();
+        let want: Vec<OpKind> = prefill.iter().chain(&extra).copied().collect();
+        assert_eq!(kinds, want, "{decode:?}");
+        let total: usize = times.iter().map(|t| t.launches).sum();
+        assert_eq!(total, launches, "{decode:?}");
+        assert!(
+            times.iter().all(|t| t.seconds > 0.0 && t.seconds < 10.0),
+            "{times:?}"
+        );
+        assert!(dec.take_op_times().unwrap().is_empty());
+    }
     // A device without profiling refuses.
     let Some(plain) = device() else { return };
     let mut dec = model.decoder(&plain, DecoderOptions::default());

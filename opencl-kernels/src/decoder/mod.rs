@@ -29,7 +29,7 @@ use crate::event::{copy_region, Event};
 use crate::format::GgmlType;
 use crate::kernels::RopeMode;
 use hostio::{as_f32, as_u32, HostBuf};
-use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
+use ops::{BlockBufs, Cols, Epi, Mat, Op, Recorder, Shared};
 use prepare::HostMat;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -86,12 +86,6 @@ impl DecoderConfig {
     /// Width of the keys and values (`n_kv_head * head_dim`).
     pub fn kv_dim(&self) -> usize {
         self.n_kv_head * self.head_dim
-    }
-
-    /// Kernel launches of one decode step that reads the logits (`+ 1` with the argmax):
-    /// the gather, five per layer, the head.
-    pub fn launches_per_token(&self) -> usize {
-        5 * self.n_layer + 2
     }
 
     fn validate(&self) -> Result<()> {
@@ -196,6 +190,8 @@ pub struct DecoderOptions {
     pub memory_budget: Option<u64>,
     /// The longest a readback waits for the device before the decoder declares it lost.
     pub timeout: Duration,
+    /// How one-token decode steps run (prefill and layer ranges always run layered).
+    pub decode: DecodePath,
 }
 
 impl Default for DecoderOptions {
@@ -204,6 +200,7 @@ impl Default for DecoderOptions {
             zero_copy: None,
             memory_budget: None,
             timeout: Duration::from_secs(60),
+            decode: DecodePath::Auto,
         }
     }
 }
@@ -257,6 +254,29 @@ pub enum OpKind {
     Argmax,
     /// A [`Decoder::matmul_rows`] call.
     Matmul,
+    /// Decode block A: norm + this head's q/k/v + RoPE + KV append + attention + its share
+    /// of the O projection ([`DecodePath::Blocks`]).
+    BlockAttn,
+    /// Decode block B: residual + norm + a chunk of gate/up + SwiGLU + its share of down.
+    BlockFfn,
+    /// The last block B's partial rows added to the residual, before the head.
+    BlockFinish,
+}
+
+/// How a one-token decode step is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodePath {
+    /// [`DecodePath::Blocks`] where it applies, else [`DecodePath::Layered`].
+    Auto,
+    /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form).
+    Layered,
+    /// Two launches a layer: block A (one work-group per query head: norm, its q/k/v, RoPE,
+    /// KV append, attention and its share of the O projection) and block B (one work-group per
+    /// chunk of FFN columns: the residual, norm, its gate/up rows, SwiGLU and its share of
+    /// down); the shares are partial rows summed, in a fixed order, by the next block. Needs
+    /// one weight type for all of a layer's matrices, a power-of-two head_dim in 16..=256 and
+    /// the local memory for it.
+    Blocks,
 }
 
 /// Device time of one kind of op over the profiled steps.
@@ -325,6 +345,14 @@ struct LayerOps {
     down: [Op; 2],
 }
 
+/// The decode blocks of every layer ([`DecodePath::Blocks`]).
+struct Blocks {
+    a: Vec<Op>,
+    b: Vec<Op>,
+    finish: Op,
+    _bufs: BlockBufs,
+}
+
 /// The step whose results can be read back.
 #[derive(Clone, Copy)]
 struct Done {
@@ -367,6 +395,7 @@ pub struct Decoder {
     head_gemm: Option<Op>,
     argmax_op: Op,
     mat_ops: HashMap<MatKey, Op>,
+    blocks: Option<Blocks>,
     rec: Recorder,
     last_launches: u64,
     done: Option<Done>,
@@ -413,6 +442,89 @@ fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Why [`DecodePath::Blocks`] cannot run this model here, if it cannot.
+fn blocks_unfit(c: &DecoderConfig, layers: &[LayerMats], local_mem: u64) -> Option<&'static str> {
+    if !c.head_dim.is_power_of_two() || !(16..=256).contains(&c.head_dim) {
+        return Some("decode blocks need a power-of-two head_dim in 16..=256");
+    }
+    let kind = layers.first().map(|l| l.qkv.kind);
+    if layers.iter().any(|l| {
+        Some(l.qkv.kind) != kind
+            || Some(l.o.kind) != kind
+            || Some(l.gate_up.kind) != kind
+            || Some(l.down.kind) != kind
+    }) {
+        return Some("decode blocks need one weight type for every layer matrix");
+    }
+    let (a, b) = ops::block_local_bytes(c.d_model, c.head_dim, block_chunk(c.d_ff));
+    if a.max(b) as u64 > local_mem {
+        return Some("decode blocks need more local memory than the device has");
+    }
+    None
+}
+
+/// FFN columns per block-B work-group: 64 where they divide d_ff, else 32.
+fn block_chunk(ff: usize) -> usize {
+    if ff.is_multiple_of(64) {
+        64
+    } else {
+        32
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_blocks(
+    dev: &Arc<Device>,
+    prog: &Program,
+    c: &DecoderConfig,
+    layers: &[LayerMats],
+    x: &Buffer,
+    sh: &Shared,
+    eps: f32,
+) -> Result<Blocks> {
+    let (d, chunk) = (c.d_model, block_chunk(c.d_ff));
+    let bb = BlockBufs {
+        x2: dev.alloc(d * 4)?,
+        po: dev.alloc(c.n_head * d * 4)?,
+        pd: dev.alloc(c.d_ff / chunk * d * 4)?,
+        chunk,
+        chunks: c.d_ff / chunk,
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (i, l) in layers.iter().enumerate() {
+        // Layer 0 starts from the gathered embedding alone; later ones add the previous
+        // layer's down partial rows.
+        let nparts = if i == 0 { 0 } else { bb.chunks };
+        a.push(ops::block_a(
+            dev,
+            prog,
+            (&l.qkv, &l.o),
+            (x, &bb.pd, nparts, &bb.x2),
+            (&l.attn_norm, eps),
+            (&l.kc, &l.vc),
+            &bb,
+            (d, c.n_head, c.n_kv_head),
+            sh,
+        )?);
+        b.push(ops::block_b(
+            dev,
+            prog,
+            (&l.gate_up, &l.down),
+            (&bb.x2, c.n_head, x),
+            (&l.ffn_norm, eps),
+            &bb,
+            (d, c.d_ff),
+        )?);
+    }
+    let finish = ops::block_finish(dev, prog, x, &bb, d)?;
+    Ok(Blocks {
+        a,
+        b,
+        finish,
+        _bufs: bb,
+    })
 }
 
 /// What every prepared matmul of the decoder shares.
@@ -699,6 +811,17 @@ impl Decoder {
             ids.buffer(),
             logit_rows,
         )?;
+        let blocks = match options.decode {
+            DecodePath::Layered => None,
+            path => {
+                let why = blocks_unfit(&c, &layers, info.local_mem_size);
+                match (why, path) {
+                    (Some(why), DecodePath::Blocks) => return Err(Error::NotApplicable(why)),
+                    (Some(_), _) => None,
+                    (None, _) => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
+                }
+            }
+        };
         Ok(Decoder {
             dev: device.clone(),
             cfg: c,
@@ -721,6 +844,7 @@ impl Decoder {
             head_gemm,
             argmax_op,
             mat_ops: HashMap::new(),
+            blocks,
             rec: Recorder {
                 launches: 0,
                 events: None,
@@ -752,6 +876,11 @@ impl Decoder {
     /// staged transfers.
     pub fn zero_copy(&self) -> bool {
         self.out.zero_copy()
+    }
+
+    /// Changes how long readbacks wait before the device is declared lost.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.opts.timeout = timeout;
     }
 
     /// Kernel launches enqueued since the decoder was made.
@@ -897,6 +1026,10 @@ impl Decoder {
             Input::Tokens(tok) => self.input.write(bytes_of(tok), t)?,
             Input::Hidden(h) => self.input.write(bytes_of(h), t)?,
         }
+        let full = layers.start == 0 && layers.end == self.cfg.n_layer;
+        if m == 1 && full && matches!(input, Input::Tokens(_)) && self.blocks.is_some() {
+            return self.decode_blocks(pos0, readout);
+        }
         let mut c0 = 0;
         while c0 < m {
             let cm = rows.min(m - c0);
@@ -917,6 +1050,47 @@ impl Decoder {
             }
         }
         Ok(())
+    }
+
+    /// One token through every layer in decode blocks: the gather, blocks A and B of each
+    /// layer, the final partial sum, the readout.
+    fn decode_blocks(&mut self, pos: usize, readout: Readout) -> Result<()> {
+        self.embed_op.set_tokoff(0)?;
+        self.embed_op.set_rows(1)?;
+        self.rec.enqueue(&self.dev, &self.embed_op)?;
+        let Some(bl) = self.blocks.as_mut() else {
+            return Err(Error::NotApplicable("no decode blocks"));
+        };
+        for (a, b) in bl.a.iter_mut().zip(&bl.b) {
+            a.set_pos0(pos)?;
+            self.rec.enqueue(&self.dev, a)?;
+            self.rec.enqueue(&self.dev, b)?;
+        }
+        self.rec.enqueue(&self.dev, &bl.finish)?;
+        self.readout(readout, 1)
+    }
+
+    /// Kernel launches of one decode step (one token through every layer) that reads back
+    /// `readout`: the gather, 5 a layer (layered) or 2 a layer and the final sum (decode
+    /// blocks), then the head for logits and one more for the argmax.
+    pub fn launches_per_token(&self, readout: Readout) -> usize {
+        let n = self.cfg.n_layer;
+        let layers = if self.blocks.is_some() {
+            2 * n + 1
+        } else {
+            5 * n
+        };
+        let head = match readout {
+            Readout::Nothing | Readout::Hidden => 0,
+            Readout::Logits | Readout::AllLogits => 1,
+            Readout::Argmax | Readout::AllArgmax => 2,
+        };
+        1 + layers + head
+    }
+
+    /// Whether one-token decode steps run in decode blocks ([`DecodePath::Blocks`]).
+    pub fn decode_blocks_on(&self) -> bool {
+        self.blocks.is_some()
     }
 
     /// The five launches of layer `l` over `m` rows at positions `pos..pos + m`.

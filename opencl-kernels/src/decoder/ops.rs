@@ -366,3 +366,121 @@ pub(crate) fn argmax(
     });
     Ok(op)
 }
+
+/// What the decode blocks of every layer share: the second residual buffer, the partial rows
+/// of the O projection (`H x d`) and of the down projection (`G x d`), the FFN chunk width.
+pub(crate) struct BlockBufs {
+    pub(crate) x2: Buffer,
+    pub(crate) po: Buffer,
+    pub(crate) pd: Buffer,
+    pub(crate) chunk: usize,
+    pub(crate) chunks: usize,
+}
+
+/// Local memory (bytes) of block A and block B for these sizes.
+pub(crate) fn block_local_bytes(d: usize, hd: usize, chunk: usize) -> (usize, usize) {
+    let a = d + 3 * hd + (3 * hd * 8).max(512);
+    let b = d + 2 * chunk + (2 * chunk * 8).max(256);
+    (a * 4, b * 4)
+}
+
+fn kind_suffix(k: MatKind) -> &'static str {
+    match k {
+        MatKind::Q40T => "q4_0t",
+        MatKind::Q41T => "q4_1t",
+        MatKind::Q80 => "q8_0",
+        MatKind::F16 => "f16",
+    }
+}
+
+/// Block A of one layer (see decoder.cl): reads `xin` plus `parts` (`nparts` rows), writes
+/// `xout`, the caches and the O partial rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_a(
+    dev: &Arc<Device>,
+    prog: &Program,
+    (qkv, o): (&Mat, &Mat),
+    (xin, parts, nparts, xout): (&Buffer, &Buffer, usize, &Buffer),
+    (g, eps): (&Buffer, f32),
+    (kc, vc): (&Buffer, &Buffer),
+    bb: &BlockBufs,
+    (d, heads, kv_heads): (usize, usize, usize),
+    sh: &Shared,
+) -> Result<Op> {
+    let name = format!("attn_block_{}", kind_suffix(qkv.kind));
+    let l = Launch::create(dev, prog, &name, 1, [256 * heads, 1], [256, 1])?;
+    let mut op = Op::new(l, OpKind::BlockAttn);
+    let l = &mut op.launch;
+    l.mem(&qkv.w0)?.mem(&qkv.w1)?.mem(&o.w0)?.mem(&o.w1)?;
+    l.mem(xin)?
+        .mem(parts)?
+        .scalar(u32_of(nparts, "parts")?)?
+        .mem(xout)?;
+    l.mem(g)?.scalar(eps)?;
+    l.mem(kc)?.mem(vc)?.mem(&sh.rope)?.mem(&bb.po)?;
+    l.scalar(u32_of(d, "d_model")?)?
+        .scalar(u32_of(heads, "heads")?)?
+        .scalar(u32_of(kv_heads, "kv heads")?)?
+        .scalar(u32_of(sh.hd, "head_dim")?)?
+        .scalar(u32_of(sh.npairs, "rope pairs")?)?;
+    op.pos0 = Some(l.next_arg());
+    l.scalar(0u32)?;
+    l.scalar(1.0f32 / (sh.hd as f32).sqrt())?;
+    let hd = sh.hd;
+    l.local_mem(d * 4)?
+        .local_mem(3 * hd * 4)?
+        .local_mem((3 * hd * 8).max(512) * 4)?;
+    Ok(op)
+}
+
+/// Block B of one layer: reads `xin` plus block A's partial rows, writes `xout` and the down
+/// partial rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_b(
+    dev: &Arc<Device>,
+    prog: &Program,
+    (gate_up, down): (&Mat, &Mat),
+    (xin, heads, xout): (&Buffer, usize, &Buffer),
+    (g, eps): (&Buffer, f32),
+    bb: &BlockBufs,
+    (d, ff): (usize, usize),
+) -> Result<Op> {
+    let name = format!("ffn_block_{}", kind_suffix(gate_up.kind));
+    let l = Launch::create(dev, prog, &name, 1, [256 * bb.chunks, 1], [256, 1])?;
+    let mut op = Op::new(l, OpKind::BlockFfn);
+    let l = &mut op.launch;
+    l.mem(&gate_up.w0)?
+        .mem(&gate_up.w1)?
+        .mem(&down.w0)?
+        .mem(&down.w1)?;
+    l.mem(xin)?
+        .mem(&bb.po)?
+        .scalar(u32_of(heads, "heads")?)?
+        .mem(xout)?;
+    l.mem(g)?.scalar(eps)?.mem(&bb.pd)?;
+    l.scalar(u32_of(d, "d_model")?)?
+        .scalar(u32_of(ff, "d_ff")?)?
+        .scalar(u32_of(bb.chunk, "chunk")?)?;
+    let c = bb.chunk;
+    l.local_mem(d * 4)?
+        .local_mem(2 * c * 4)?
+        .local_mem((2 * c * 8).max(256) * 4)?;
+    Ok(op)
+}
+
+/// `x += ` the last block B's partial rows, before the head.
+pub(crate) fn block_finish(
+    dev: &Arc<Device>,
+    prog: &Program,
+    x: &Buffer,
+    bb: &BlockBufs,
+    d: usize,
+) -> Result<Op> {
+    let l = Launch::create(dev, prog, "blk_finish", 1, [256, 1], [256, 1])?;
+    let mut op = Op::new(l, OpKind::BlockFinish);
+    let l = &mut op.launch;
+    l.mem(x)?.mem(&bb.pd)?;
+    l.scalar(u32_of(bb.chunks, "chunks")?)?
+        .scalar(u32_of(d, "d_model")?)?;
+    Ok(op)
+}

@@ -319,7 +319,10 @@ pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan
     let acts = rows * (d + 2 * dq + c.d_ff) as u64 * 4;
     let input = (c.max_context as u64 * 4).max(rows * dq.max(d).max(c.d_ff) as u64 * 4);
     let rope = c.max_context as u64 * (c.rope_dims / 2).max(1) as u64 * 8;
-    let scratch = acts + out + input + rope + rows * 4 + 64;
+    // Decode blocks: a second residual row and the partial rows of O (per head) and down (per
+    // chunk of at least 32 FFN columns).
+    let blocks = (1 + c.n_head + c.d_ff / 32) as u64 * d as u64 * 4;
+    let scratch = acts + out + input + rope + blocks + rows * 4 + 64;
     Ok(MemoryPlan {
         weights,
         kv_cache,
