@@ -78,6 +78,8 @@ pub struct DeviceInfo {
     pub max_mem_alloc_size: u64,
     /// `CL_DEVICE_HOST_UNIFIED_MEMORY` (true for integrated GPUs and CPU devices).
     pub host_unified_memory: bool,
+    /// Whether `CL_DEVICE_TYPE` says CPU (e.g. PoCL's pthread device).
+    pub is_cpu: bool,
 }
 
 impl DeviceInfo {
@@ -310,6 +312,9 @@ impl Device {
             max_mem_alloc_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             host_unified_memory: device_scalar::<cl_bool>(&api, d, CL_DEVICE_HOST_UNIFIED_MEMORY)
                 .unwrap_or(0)
+                != 0,
+            is_cpu: device_scalar::<cl_device_type>(&api, d, CL_DEVICE_TYPE).unwrap_or(0)
+                & CL_DEVICE_TYPE_CPU
                 != 0,
         };
         let mut err: cl_int = 0;

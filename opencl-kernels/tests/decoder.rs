@@ -413,6 +413,8 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
             DecoderOptions {
                 zero_copy: Some(zero_copy),
                 decode,
+                // Staged: also submit every 3 launches (what a batching driver may need).
+                flush_every: if zero_copy { 0 } else { 3 },
                 ..DecoderOptions::default()
             },
         );

@@ -192,6 +192,9 @@ pub struct DecoderOptions {
     pub timeout: Duration,
     /// How one-token decode steps run (prefill and layer ranges always run layered).
     pub decode: DecodePath,
+    /// Submit the queue (`clFlush`) after every this many launches, so a driver that batches
+    /// commands until a flush starts the device early; 0 (default): once, at the end of a step.
+    pub flush_every: usize,
 }
 
 impl Default for DecoderOptions {
@@ -201,6 +204,7 @@ impl Default for DecoderOptions {
             memory_budget: None,
             timeout: Duration::from_secs(60),
             decode: DecodePath::Auto,
+            flush_every: 0,
         }
     }
 }
@@ -266,7 +270,9 @@ pub enum OpKind {
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
-    /// [`DecodePath::Blocks`] where it applies, else [`DecodePath::Layered`].
+    /// [`DecodePath::Blocks`] on a GPU (or any non-CPU device) where it applies, else
+    /// [`DecodePath::Layered`]. On a CPU device (PoCL) launches are cheap and the blocks'
+    /// few work-groups are slower (measured on the dev VM), so layered.
     Auto,
     /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form).
     Layered,
@@ -813,6 +819,7 @@ impl Decoder {
         )?;
         let blocks = match options.decode {
             DecodePath::Layered => None,
+            DecodePath::Auto if info.is_cpu => None,
             path => {
                 let why = blocks_unfit(&c, &layers, info.local_mem_size);
                 match (why, path) {
@@ -822,6 +829,7 @@ impl Decoder {
                 }
             }
         };
+        let flush_every = options.flush_every as u64;
         Ok(Decoder {
             dev: device.clone(),
             cfg: c,
@@ -848,6 +856,7 @@ impl Decoder {
             rec: Recorder {
                 launches: 0,
                 events: None,
+                flush_every,
             },
             last_launches: 0,
             done: None,

@@ -154,11 +154,16 @@ impl Op {
 pub(crate) struct Recorder {
     pub(crate) launches: u64,
     pub(crate) events: Option<Vec<(OpKind, Event)>>,
+    /// Submit (`clFlush`) after every this many launches (0: only at the end of a step).
+    pub(crate) flush_every: u64,
 }
 
 impl Recorder {
     pub(crate) fn enqueue(&mut self, dev: &Arc<Device>, op: &Op) -> Result<()> {
         self.launches += 1;
+        if self.flush_every > 0 && self.launches.is_multiple_of(self.flush_every) {
+            dev.flush().map_err(lost_or)?;
+        }
         match &mut self.events {
             None => op.launch.nd_event(std::ptr::null_mut()).map_err(lost_or),
             Some(evs) => {
