@@ -530,19 +530,27 @@ inline void blk_norm(float ss, __local float *xs, __global const float *g, float
                                uint lane, uint nb, __local const float *xs) {                   \
         float acc = 0.0f;                                                                       \
         uint b0 = row * nb;                                                                     \
-        for (uint u = lane; u < nb; u += BT) {                                                  \
-            float4 X[9];                                                                        \
-            for (uint s_ = 0; s_ < 4u; ++s_) {                                                  \
-                X[2u * s_] = vload4(2u * (u + s_ * nb), xs);                                    \
-                X[2u * s_ + 1u] = vload4(2u * (u + s_ * nb) + 1u, xs);                          \
+        /* Four units' loads issued before any is used (clamped in range, used only below nb):  \
+           with one work-group per SM, a block's speed is its loads in flight. */               \
+        for (uint u0 = lane; u0 < nb; u0 += 4u * BT) {                                          \
+            uint4 q[4];                                                                         \
+            for (uint i = 0; i < 4u; ++i) q[i] = qs[b0 + min(u0 + i * BT, nb - 1u)];            \
+            for (uint i = 0; i < 4u; ++i) {                                                     \
+                uint u = u0 + i * BT;                                                           \
+                if (u < nb) {                                                                   \
+                    float4 X[9];                                                                \
+                    for (uint s_ = 0; s_ < 4u; ++s_) {                                          \
+                        X[2u * s_] = vload4(2u * (u + s_ * nb), xs);                            \
+                        X[2u * s_ + 1u] = vload4(2u * (u + s_ * nb) + 1u, xs);                  \
+                    }                                                                           \
+                    if (SUMS) {                                                                 \
+                        float4 one = (float4)(1.0f);                                            \
+                        X[8] = (float4)(dot(X[0] + X[1], one), dot(X[2] + X[3], one),           \
+                                        dot(X[4] + X[5], one), dot(X[6] + X[7], one));          \
+                    }                                                                           \
+                    UNIT(acc, q[i], b0, u, nb, X)                                               \
+                }                                                                               \
             }                                                                                   \
-            if (SUMS) {                                                                         \
-                float4 one = (float4)(1.0f);                                                    \
-                X[8] = (float4)(dot(X[0] + X[1], one), dot(X[2] + X[3], one),                   \
-                                dot(X[4] + X[5], one), dot(X[6] + X[7], one));                  \
-            }                                                                                   \
-            uint4 q = qs[b0 + u];                                                               \
-            UNIT(acc, q, b0, u, nb, X)                                                          \
         }                                                                                       \
         return acc;                                                                             \
     }
@@ -587,8 +595,15 @@ inline float rowdot_f16(__global const half *w, __global const uchar *unused, ui
 #define BLK_GEMV(KIND, W0, W1, R, PHYS, NB, XS, RED, OUT)                                       \
     {                                                                                           \
         uint team_ = get_local_id(0) / BT, lane_ = get_local_id(0) % BT;                        \
-        for (uint r_ = team_; r_ < (R); r_ += 256u / BT)                                        \
-            (RED)[r_ * BT + lane_] = rowdot_##KIND(W0, W1, PHYS(r_), lane_, NB, XS);            \
+        /* Two rows per pass (the second clamped, stored only when in range): twice the loads \
+           in flight per work-item. */                                                          \
+        for (uint r_ = team_; r_ < (R); r_ += 512u / BT) {                                      \
+            uint r2_ = min(r_ + 256u / BT, (R) - 1u);                                           \
+            float a_ = rowdot_##KIND(W0, W1, PHYS(r_), lane_, NB, XS);                          \
+            float b_ = rowdot_##KIND(W0, W1, PHYS(r2_), lane_, NB, XS);                         \
+            (RED)[r_ * BT + lane_] = a_;                                                        \
+            if (r_ + 256u / BT < (R)) (RED)[r2_ * BT + lane_] = b_;                             \
+        }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
         for (uint r_ = get_local_id(0); r_ < (R); r_ += 256u) {                                 \
             float s_ = 0.0f;                                                                    \
@@ -598,13 +613,18 @@ inline float rowdot_f16(__global const half *w, __global const uchar *unused, ui
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
     }
 
-// Partial row: dst[n] = sum over words w0 .. w0 + nw of row n (n < N) against xp.
+// Partial rows: dst[n] = sum over words w0 .. w0 + nw of row n (n < N) against xp; rows n and
+// n + 256 in one pass (the second clamped, stored only when in range).
 #define BLK_PARTIAL(KIND, W0, W1, N, NB, W0RD, NW, XP, DST)                                     \
-    for (uint n_ = get_local_id(0); n_ < (N); n_ += 256u) {                                     \
-        float a_ = 0.0f;                                                                        \
-        for (uint w_ = 0; w_ < (NW); ++w_)                                                      \
+    for (uint n_ = get_local_id(0); n_ < (N); n_ += 512u) {                                     \
+        uint n2_ = min(n_ + 256u, (N) - 1u);                                                    \
+        float a_ = 0.0f, b_ = 0.0f;                                                             \
+        for (uint w_ = 0; w_ < (NW); ++w_) {                                                    \
             a_ += wdot_##KIND(W0, W1, n_, (W0RD) + w_, NB, (XP) + 8u * w_);                     \
+            b_ += wdot_##KIND(W0, W1, n2_, (W0RD) + w_, NB, (XP) + 8u * w_);                    \
+        }                                                                                       \
         (DST)[n_] = a_;                                                                         \
+        if (n_ + 256u < (N)) (DST)[n2_] = b_;                                                   \
     }
 
 // Physical row of row r of block A's 3D rows (uses the kernel's h, D, dq, dkv, kvh).
