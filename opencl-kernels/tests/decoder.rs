@@ -402,6 +402,8 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
         },
     );
     let toks = tokens(&mut r, 24, model.cfg.vocab);
+    // A decoder can move to the thread that runs it (an engine's GPU worker).
+    fn sendable<T: Send + 'static>(_: &T) {}
     for (zero_copy, decode) in [
         (true, DecodePath::Layered),
         (false, DecodePath::Layered),
@@ -418,6 +420,7 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
                 ..DecoderOptions::default()
             },
         );
+        sendable(&dec);
         assert_eq!(dec.zero_copy(), zero_copy);
         assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
         for p in [1, 5, 8, 19] {
