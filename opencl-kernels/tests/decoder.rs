@@ -780,6 +780,22 @@ fn bad_input_is_a_typed_error() {
         Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err(),
         Error::UnsupportedFormat(GgmlType::Q5_0)
     );
+    // No layers: the head on the embedding (layered; decode blocks refuse).
+    let mut zero = c.clone();
+    zero.n_layer = 0;
+    let mut w = model.weights();
+    w.layers.clear();
+    let blocks = DecoderOptions {
+        decode: DecodePath::Blocks,
+        ..DecoderOptions::default()
+    };
+    assert!(matches!(
+        Decoder::new(&dev, zero.clone(), &w, blocks),
+        Err(Error::NotApplicable(_))
+    ));
+    let mut dec0 = Decoder::new(&dev, zero, &w, DecoderOptions::default()).unwrap();
+    let want = ref_forward(&model, &[5], 0).logits;
+    check_logits("no layers", dec0.forward(&[5], 0).unwrap(), &want[0]);
     let mut odd = c.clone();
     odd.d_model = 48;
     assert!(matches!(

@@ -452,6 +452,9 @@ fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
 
 /// Why [`DecodePath::Blocks`] cannot run this model here, if it cannot.
 fn blocks_unfit(c: &DecoderConfig, layers: &[LayerMats], local_mem: u64) -> Option<&'static str> {
+    if layers.is_empty() {
+        return Some("decode blocks need at least one layer");
+    }
     if !c.head_dim.is_power_of_two() || !(16..=256).contains(&c.head_dim) {
         return Some("decode blocks need a power-of-two head_dim in 16..=256");
     }
@@ -1352,7 +1355,7 @@ impl Decoder {
             norm,
         };
         if !self.mat_ops.contains_key(&key) {
-            let op = self.mat_op(key, width, base, stride, n)?;
+            let op = self.mat_op(key, base, stride, n)?;
             self.mat_ops.insert(key, op);
         }
         let r = self.run_mat(key, x, m, n);
@@ -1363,20 +1366,32 @@ impl Decoder {
         Ok(())
     }
 
-    fn mat_op(
-        &self,
-        key: MatKey,
-        _width: usize,
-        base: usize,
-        stride: usize,
-        n: usize,
-    ) -> Result<Op> {
-        let l = &self.layers[key.layer.min(self.layers.len().saturating_sub(1))];
+    /// The launch of a `matmul_rows` call: the columns `key` names of its matrix, which reads
+    /// physical rows `base + c * stride`.
+    fn mat_op(&self, key: MatKey, base: usize, stride: usize, n: usize) -> Result<Op> {
+        let layer = |i: usize| {
+            self.layers
+                .get(i)
+                .ok_or_else(|| Error::BadShape(format!("layer {i} of {}", self.layers.len())))
+        };
+        // (the matrix, the norm before it; O and Down have none, their entry is unused)
         let (mat, g) = match key.which {
-            Matrix::Q | Matrix::K | Matrix::V => (&l.qkv, &l.attn_norm),
-            Matrix::O => (&l.o, &l.attn_norm),
-            Matrix::Gate | Matrix::Up => (&l.gate_up, &l.ffn_norm),
-            Matrix::Down => (&l.down, &l.ffn_norm),
+            Matrix::Q | Matrix::K | Matrix::V => {
+                let l = layer(key.layer)?;
+                (&l.qkv, &l.attn_norm)
+            }
+            Matrix::O => {
+                let l = layer(key.layer)?;
+                (&l.o, &l.attn_norm)
+            }
+            Matrix::Gate | Matrix::Up => {
+                let l = layer(key.layer)?;
+                (&l.gate_up, &l.ffn_norm)
+            }
+            Matrix::Down => {
+                let l = layer(key.layer)?;
+                (&l.down, &l.ffn_norm)
+            }
             Matrix::Head => (&self.head, &self.output_norm),
         };
         let (x, ldx) = match key.input {
