@@ -21,7 +21,7 @@ use hetero_opencl_kernels::decoder::{
     DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpKind, OpTime,
     Readout, Tensor,
 };
-use hetero_opencl_kernels::{self as ocl, Api, Device, GgmlType, RopeMode, Selector};
+use hetero_opencl_kernels::{self as ocl, Device, GgmlType, RopeMode};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -147,13 +147,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn open(profiling: bool) -> Res<Arc<Device>> {
-    let sel = |v: &str| std::env::var(v).ok().map(|s| Selector::parse(&s));
-    Ok(Device::open_with(
-        Arc::new(Api::load()?),
-        sel(ocl::PLATFORM_ENV).as_ref(),
-        sel(ocl::DEVICE_ENV).as_ref(),
-        profiling,
-    )?)
+    Ok(Device::from_env_with(profiling)?)
 }
 
 /// Timings of one path: (pp seconds per rep, tg seconds per rep with argmax, with logits).

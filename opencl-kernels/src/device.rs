@@ -244,11 +244,18 @@ impl Device {
     /// Opens OpenCL the default way ([`Api::load`]) and picks platform and device from
     /// `HETERO_OPENCL_PLATFORM` / `HETERO_OPENCL_DEVICE` (default: the first of each).
     pub fn from_env() -> Result<Arc<Device>> {
+        Device::from_env_with(false)
+    }
+
+    /// [`Device::from_env`] with a profiling queue when `profiling` (a second device opened
+    /// this way has its own context and queue).
+    pub fn from_env_with(profiling: bool) -> Result<Arc<Device>> {
         let api = Arc::new(Api::load()?);
-        Device::open(
+        Device::open_with(
             api,
             Selector::from_env(PLATFORM_ENV).as_ref(),
             Selector::from_env(DEVICE_ENV).as_ref(),
+            profiling,
         )
     }
 

@@ -820,9 +820,8 @@ fn hung_device_is_an_error_not_a_hang() {
     let Some(_) = device() else { return };
     let own = {
         let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        let api = Arc::new(ocl::Api::load().unwrap());
         // A queue of its own, so the gate holds no other test's work.
-        Device::open(api, None, None).unwrap()
+        Device::from_env_with(false).unwrap()
     };
     let mut r = rng(27);
     let model = TestModel::random(
@@ -870,8 +869,7 @@ fn profiled_steps_report_device_time_per_op() {
     let Some(_) = device() else { return };
     let dev = {
         let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        let api = Arc::new(ocl::Api::load().unwrap());
-        Device::open_with(api, None, None, true).unwrap()
+        Device::from_env_with(true).unwrap()
     };
     let mut r = rng(28);
     let model = TestModel::random(

@@ -1071,8 +1071,7 @@ fn profiled_launch_reports_device_time() {
     let b = k.device().upload(&[1f32; 64]).unwrap();
     let mut l = k.add(&b, &b, &b, 64).unwrap();
     assert!(matches!(l.enqueue_profiled(), Err(Error::NotApplicable(_))));
-    let api = Arc::new(ocl::Api::load().unwrap());
-    let dev = Device::open_with(api, None, None, true).unwrap();
+    let dev = Device::from_env_with(true).unwrap();
     let k2 = Kernels::new(&dev).unwrap();
     let b2 = dev.upload(&[1f32; 64]).unwrap();
     let mut l2 = k2.add(&b2, &b2, &b2, 64).unwrap();
