@@ -293,19 +293,45 @@ fn main() -> Res<()> {
         .iter()
         .flat_map(|p| flushes.iter().map(move |f| (p, f)))
     {
-        let opts = DecoderOptions {
-            decode: path,
-            flush_every: flush,
-            ..DecoderOptions::default()
-        };
-        let t = Instant::now();
-        let mut dec = Decoder::new(&dev, cfg.clone(), &w, opts.clone())?;
-        let name = if dec.decode_blocks_on() {
-            "blocks"
-        } else {
-            "layered"
-        };
-        println!(
+        // One path failing (e.g. decode blocks refused by this device) does not stop the others.
+        let first = flush == flushes[0];
+        if let Err(e) = run_path(
+            &dev,
+            &cfg,
+            &w,
+            &tokens,
+            (path, flush, first),
+            (pp, tg, reps, profile),
+        ) {
+            println!("\n== decode path {path:?}, flush every {flush}: error: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Builds, times and (when `profile`) profiles one decode path with one flush interval.
+fn run_path(
+    dev: &Arc<Device>,
+    cfg: &DecoderConfig,
+    w: &ModelWeights<'_>,
+    tokens: &[u32],
+    (path, flush, first): (DecodePath, usize, bool),
+    (pp, tg, reps, profile): (usize, usize, usize, bool),
+) -> Res<()> {
+    let layers = cfg.n_layer;
+    let opts = DecoderOptions {
+        decode: path,
+        flush_every: flush,
+        ..DecoderOptions::default()
+    };
+    let t = Instant::now();
+    let mut dec = Decoder::new(dev, cfg.clone(), w, opts.clone())?;
+    let name = if dec.decode_blocks_on() {
+        "blocks"
+    } else {
+        "layered"
+    };
+    println!(
             "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
             t.elapsed().as_secs_f64(),
             dec.zero_copy(),
@@ -313,52 +339,51 @@ fn main() -> Res<()> {
             dec.launches_per_token(Readout::Argmax),
             5 * layers + 2
         );
-        let (mut pps, mut tga, mut tgl) = time_path(&mut dec, &tokens, pp, tg, reps)?;
-        let fmt = |v: &[f64]| {
-            v.iter()
-                .map(|s| format!("{:.2}", s * 1e3))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        println!("pp{pp} ms: {}", fmt(&pps));
-        println!("tg{tg} (argmax) ms: {}", fmt(&tga));
-        println!("tg{tg} (logits) ms: {}", fmt(&tgl));
-        let (mp, ma, ml) = (median(&mut pps), median(&mut tga), median(&mut tgl));
-        println!(
+    let (mut pps, mut tga, mut tgl) = time_path(&mut dec, tokens, pp, tg, reps)?;
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|s| format!("{:.2}", s * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("pp{pp} ms: {}", fmt(&pps));
+    println!("tg{tg} (argmax) ms: {}", fmt(&tga));
+    println!("tg{tg} (logits) ms: {}", fmt(&tgl));
+    let (mp, ma, ml) = (median(&mut pps), median(&mut tga), median(&mut tgl));
+    println!(
             "RESULT path={name} flush={flush} pp{pp}={:.1} tok/s tg{tg}={:.1} tok/s tg{tg}_logits={:.1} tok/s ({:.1} us a token)",
             pp as f64 / mp,
             tg as f64 / ma,
             tg as f64 / ml,
             ma * 1e6 / tg as f64
         );
-        drop(dec);
-        if profile && flush == flushes[0] {
-            let pdev = open(true)?;
-            let mut dec = Decoder::new(&pdev, cfg.clone(), &w, opts)?;
-            dec.forward(&tokens[..pp], 0)?;
-            dec.forward_argmax(&tokens[..1], 0)?;
-            dec.set_profiling(true)?;
-            let t = Instant::now();
-            dec.forward(&tokens[..pp], 0)?;
-            let wall = t.elapsed().as_secs_f64();
-            print_ops(
-                &format!("profiled pp{pp} ({name})"),
-                &dec.take_op_times()?,
-                1,
-                wall,
-            );
-            let t = Instant::now();
-            for p in 0..tg {
-                dec.forward_argmax(&tokens[p..p + 1], p)?;
-            }
-            let wall = t.elapsed().as_secs_f64();
-            print_ops(
-                &format!("profiled tg{tg} ({name}, argmax)"),
-                &dec.take_op_times()?,
-                tg,
-                wall,
-            );
+    drop(dec);
+    if profile && first {
+        let pdev = open(true)?;
+        let mut dec = Decoder::new(&pdev, cfg.clone(), w, opts)?;
+        dec.forward(&tokens[..pp], 0)?;
+        dec.forward_argmax(&tokens[..1], 0)?;
+        dec.set_profiling(true)?;
+        let t = Instant::now();
+        dec.forward(&tokens[..pp], 0)?;
+        let wall = t.elapsed().as_secs_f64();
+        print_ops(
+            &format!("profiled pp{pp} ({name})"),
+            &dec.take_op_times()?,
+            1,
+            wall,
+        );
+        let t = Instant::now();
+        for p in 0..tg {
+            dec.forward_argmax(&tokens[p..p + 1], p)?;
         }
+        let wall = t.elapsed().as_secs_f64();
+        print_ops(
+            &format!("profiled tg{tg} ({name}, argmax)"),
+            &dec.take_op_times()?,
+            tg,
+            wall,
+        );
     }
     Ok(())
 }
