@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::pool::Pool;
@@ -34,17 +34,8 @@ fn setup() -> Option<(Engine, Vec<u32>)> {
     let pool = Arc::new(Pool::new(threads));
     let kernel = CpuKernel::best();
     eprintln!("forward bench: {threads} thread(s), kernel {kernel:?}");
-    let be = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
-    let e = Engine::new(
-        model,
-        be,
-        pool,
-        EngineOptions {
-            context: 512,
-            max_batch: 128,
-        },
-    )
-    .expect("engine");
+    let exec = engine_min::compose::cpu_executor(&model, pool, kernel, 128).expect("executor");
+    let e = Engine::new(model, exec, EngineOptions { context: 512 }).expect("engine");
     Some((e, ids))
 }
 

@@ -1,67 +1,104 @@
-//! Where the engine's activation buffers live: on the heap, or in the slots of one
-//! [`hetero_uma::Pool`] (4096-aligned, memfd-backed, made once at start-up) so that a GPU can
-//! read and write them in place (`CL_MEM_USE_HOST_PTR`, see [`crate::split`]).
-//!
-//! [`UmaActs`] maps the pool and holds every slot for its whole life; each slot is handed to at
-//! most one [`ActBuf`] (checked), which derefs to `[f32]`. Nothing here allocates after
-//! [`UmaActs::new`].
-
-use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+//! Where the engine's activations live: the slots of one [`hetero_uma::Pool`] (4096-aligned,
+//! memfd-backed, mapped once at start-up), acquired at the start of every forward step and
+//! released at its end, so the pool's generations turn over and a device or another process
+//! could import the same memory. Nothing here allocates after [`Acts::new`].
 
 use hetero_uma::{Handle, Pool as UmaPool, PoolConfig, UmaError};
 
 use crate::model::Config;
 
-/// Slots the engine's layer step uses: residual, normed rows, q, k, v, attention output,
-/// temporary (o/down output), gate, up.
-pub const ENGINE_SLOTS: usize = 9;
-
-/// A hetero-uma pool whose slots hold the engine's activations.
-pub struct UmaActs {
-    // Field order: the handles are released (in `Drop`) before the pool is dropped.
-    handles: Vec<Handle>,
-    slots: Vec<(usize, usize)>,
-    taken: Vec<AtomicBool>,
-    pool: UmaPool,
+/// The activation buffers of one step, in slot order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf {
+    /// The residual stream.
+    X,
+    /// Normed rows (input of Q/K/V and gate/up).
+    H,
+    /// Queries.
+    Q,
+    /// Keys of the new rows.
+    K,
+    /// Values of the new rows.
+    V,
+    /// Attention output.
+    Att,
+    /// o / down projection output, and the LM head's logits.
+    Tmp,
+    /// Gate (then SwiGLU).
+    G,
+    /// Up.
+    U,
 }
 
-// SAFETY: the raw slot addresses are plain numbers here; the memory they name is only reached
-// through `ActBuf`s, each owning one slot exclusively (`taken`), and the pool itself is Sync.
-unsafe impl Sync for UmaActs {}
-// SAFETY: see Sync; nothing in UmaActs is tied to a thread.
-unsafe impl Send for UmaActs {}
+/// Slots one step holds.
+pub const SLOTS: usize = 9;
 
-impl UmaActs {
-    /// Maps `slots` slots of at least `floats` f32 each and acquires all of them.
-    pub fn new(slots: usize, floats: usize) -> Result<Arc<Self>, UmaError> {
-        let slot_size =
-            hetero_uma::round_slot_size(floats.max(1) * 4).ok_or(UmaError::ZeroSlotSize)?;
-        let pool = UmaPool::new(PoolConfig { slots, slot_size })?;
-        let mut handles = Vec::with_capacity(slots);
-        let mut raw = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            let h = pool.acquire()?;
-            let r = pool.raw(&h)?;
-            raw.push((r.ptr as usize, r.len));
-            handles.push(h);
-        }
-        Ok(Arc::new(Self {
-            handles,
-            slots: raw,
-            taken: (0..slots).map(|_| AtomicBool::new(false)).collect(),
-            pool,
-        }))
+/// The slots of one step, acquired together.
+pub struct StepSlots {
+    handles: [Handle; SLOTS],
+}
+
+impl StepSlots {
+    /// The handle of `b`.
+    pub fn get(&self, b: Buf) -> &Handle {
+        &self.handles[b as usize]
     }
 
-    /// The slots an [`crate::engine::Engine`] for `c` with batches of `max_batch` rows needs
-    /// ([`ENGINE_SLOTS`], each as large as the largest activation buffer).
-    pub fn for_model(c: &Config, max_batch: usize) -> Result<Arc<Self>, UmaError> {
-        let mb = max_batch.max(1);
-        let floats = mb * c.d_model.max(c.d_ff).max(c.vocab).max(c.kv_dim());
-        Self::new(ENGINE_SLOTS, floats)
+    /// The handle of `b`, to write.
+    pub fn get_mut(&mut self, b: Buf) -> &mut Handle {
+        &mut self.handles[b as usize]
+    }
+
+    /// Every handle, in [`Buf`] order (to use several at once).
+    pub fn each_mut(&mut self) -> [&mut Handle; SLOTS] {
+        self.handles.each_mut()
+    }
+
+    /// Two different buffers at once: `a` to read, `b` to write.
+    pub fn pair(&mut self, a: Buf, b: Buf) -> (&Handle, &mut Handle) {
+        let (ai, bi) = (a as usize, b as usize);
+        assert_ne!(ai, bi, "pair of one buffer");
+        if ai < bi {
+            let (lo, hi) = self.handles.split_at_mut(bi);
+            (&lo[ai], &mut hi[0])
+        } else {
+            let (lo, hi) = self.handles.split_at_mut(ai);
+            (&hi[0], &mut lo[bi])
+        }
+    }
+}
+
+/// A uma pool whose slots hold one step's activations.
+pub struct Acts {
+    pool: UmaPool,
+    floats: usize,
+}
+
+impl Acts {
+    /// A pool of [`SLOTS`] slots of at least `floats` f32 each.
+    pub fn new(floats: usize) -> Result<Acts, UmaError> {
+        let bytes = floats.max(1).checked_mul(4).ok_or(UmaError::TooLarge)?;
+        let slot_size = hetero_uma::round_slot_size(bytes).ok_or(UmaError::TooLarge)?;
+        let pool = UmaPool::new(PoolConfig {
+            slots: SLOTS,
+            slot_size,
+        })?;
+        Ok(Acts {
+            pool,
+            floats: slot_size / 4,
+        })
+    }
+
+    /// The slots a step of `max_batch` rows of model `c` needs (each as large as the largest
+    /// buffer: the LM head's `max_batch x vocab` logits).
+    pub fn for_model(c: &Config, max_batch: usize) -> Result<Acts, UmaError> {
+        let widest = c.d_model.max(c.d_ff).max(c.vocab).max(c.kv_dim());
+        Self::new(max_batch.checked_mul(widest).ok_or(UmaError::TooLarge)?)
+    }
+
+    /// Floats in each slot.
+    pub fn floats(&self) -> usize {
+        self.floats
     }
 
     /// The pool.
@@ -69,93 +106,35 @@ impl UmaActs {
         &self.pool
     }
 
-    /// Number of slots.
-    pub fn slots(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Start address and byte length of slot `i` (4096-aligned).
-    pub fn slot_raw(&self, i: usize) -> Option<(*mut u8, usize)> {
-        self.slots.get(i).map(|&(p, l)| (p as *mut u8, l))
-    }
-
-    /// The slot that holds `ptr..ptr + len` bytes, and the offset of `ptr` in it.
-    pub fn locate(&self, ptr: *const u8, len: usize) -> Option<(usize, usize)> {
-        let p = ptr as usize;
-        self.slots.iter().enumerate().find_map(|(i, &(base, l))| {
-            (p >= base && p - base <= l && len <= l - (p - base)).then(|| (i, p - base))
-        })
-    }
-
-    /// A buffer of `len` f32 over slot `i`; `None` if `i` is out of range, was taken already,
-    /// or is too small.
-    pub(crate) fn take(self: &Arc<Self>, i: usize, len: usize) -> Option<ActBuf> {
-        let &(base, l) = self.slots.get(i)?;
-        if len * 4 > l || self.taken[i].swap(true, Ordering::AcqRel) {
-            return None;
+    /// Acquires one step's slots (lock-free, no allocation).
+    pub fn acquire(&self) -> Result<StepSlots, UmaError> {
+        let mut got: [Option<Handle>; SLOTS] = Default::default();
+        for g in got.iter_mut() {
+            match self.pool.acquire() {
+                Ok(h) => *g = Some(h),
+                Err(e) => {
+                    for h in got.iter_mut().filter_map(Option::take) {
+                        let _ = self.pool.release(h);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        Some(ActBuf {
-            ptr: NonNull::new(base as *mut f32)?,
-            len,
-            _heap: Vec::new(),
-            _uma: Some(Arc::clone(self)),
-        })
+        // Every entry was filled above (the loop returns on the first failure).
+        let handles = got.map(|h| h.expect("acquired"));
+        Ok(StepSlots { handles })
     }
-}
 
-impl Drop for UmaActs {
-    fn drop(&mut self) {
-        for h in self.handles.drain(..) {
-            // A handle of this pool is never foreign; ignore the impossible error.
-            let _ = self.pool.release(h);
+    /// Gives one step's slots back (their generations move on).
+    pub fn release(&self, s: StepSlots) -> Result<(), UmaError> {
+        let mut first = Ok(());
+        for h in s.handles {
+            if let Err(e) = self.pool.release(h) {
+                if first.is_ok() {
+                    first = Err(e.error);
+                }
+            }
         }
-    }
-}
-
-/// An activation buffer: `len` f32 on the heap or in one uma slot (owned exclusively).
-pub(crate) struct ActBuf {
-    ptr: NonNull<f32>,
-    len: usize,
-    _heap: Vec<f32>,
-    _uma: Option<Arc<UmaActs>>,
-}
-
-// SAFETY: an ActBuf owns its memory exclusively (a Vec, or a uma slot taken once), like a Vec.
-unsafe impl Send for ActBuf {}
-// SAFETY: shared access only reads (`Deref`); writes need `&mut`.
-unsafe impl Sync for ActBuf {}
-
-impl ActBuf {
-    /// `len` zeros on the heap.
-    pub(crate) fn heap(len: usize) -> Self {
-        let mut v = vec![0f32; len];
-        Self {
-            ptr: NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling()),
-            len,
-            _heap: v,
-            _uma: None,
-        }
-    }
-}
-
-impl Default for ActBuf {
-    fn default() -> Self {
-        Self::heap(0)
-    }
-}
-
-impl Deref for ActBuf {
-    type Target = [f32];
-    fn deref(&self) -> &[f32] {
-        // SAFETY: `ptr` is valid for `len` f32 (the Vec's buffer, or a slot of at least
-        // `len * 4` bytes kept mapped by the Arc) and initialized (zeroed at creation).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl DerefMut for ActBuf {
-    fn deref_mut(&mut self) -> &mut [f32] {
-        // SAFETY: as in Deref; `&mut self` is exclusive and no other ActBuf names this memory.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        first
     }
 }

@@ -1,7 +1,7 @@
 //! A multi-sequence batched forward pass: several sequences' new tokens in one pass (one
 //! matmul per weight over all rows), each sequence with its own KV cache, each row attending
-//! only to its own sequence. Built on [`crate::model`],
-//! [`crate::backend`] and [`crate::pool`]; the layer math (RMSNorm, adjacent-pair RoPE,
+//! only to its own sequence. Built on [`crate::model`] and
+//! [`crate::exec`] (matmuls by the plan table); the layer math (RMSNorm, adjacent-pair RoPE,
 //! grouped-query attention, SwiGLU) is the same code as [`crate::engine::Engine`]'s (the
 //! crate's private `layer` module), told which sequence and position each row has.
 //!
@@ -17,13 +17,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError};
-use crate::layer::{rmsnorm, Clock, KvCache, Rows, Work};
+use crate::act::{Buf, StepSlots};
+use crate::backend::BackendError;
+use crate::exec::Executor;
+use crate::layer::{output_weight, rmsnorm, Clock, KvCache, Rows, Work};
 use crate::model::Model;
-use crate::pool::Pool;
 
 /// Why a batched forward failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BatchError {
     /// A sequence index >= the number of sequences.
     NoSuchSeq(usize),
@@ -63,8 +64,8 @@ pub enum BatchError {
         /// Held.
         held: usize,
     },
-    /// The backend failed.
-    Backend(String, BackendError),
+    /// The executor (a backend, the plan, a slot) failed.
+    Backend(BackendError),
 }
 
 impl fmt::Display for BatchError {
@@ -87,20 +88,30 @@ impl fmt::Display for BatchError {
                 f,
                 "cannot truncate sequence {seq} to {len} positions: it holds {held}"
             ),
-            Self::Backend(b, e) => write!(f, "backend `{b}` failed: {e}"),
+            Self::Backend(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for BatchError {}
 
+impl From<BackendError> for BatchError {
+    fn from(e: BackendError) -> Self {
+        Self::Backend(e)
+    }
+}
+
+impl From<hetero_uma::UmaError> for BatchError {
+    fn from(e: hetero_uma::UmaError) -> Self {
+        Self::Backend(BackendError::Uma(e))
+    }
+}
+
 /// Settings.
 #[derive(Clone, Copy, Debug)]
 pub struct BatchOptions {
     /// KV positions per sequence (clamped to the model's context).
     pub context: usize,
-    /// Most tokens (all sequences together) in one `forward`.
-    pub max_batch: usize,
     /// Number of sequences (each gets its own cache).
     pub sequences: usize,
 }
@@ -142,8 +153,7 @@ impl Rows for BatchRows<'_> {
 /// The batched engine.
 pub struct BatchEngine {
     model: Arc<Model>,
-    backend: Box<dyn Backend>,
-    pool: Arc<Pool>,
+    exec: Executor,
     ctx: usize,
     max_batch: usize,
     /// Each sequence's keys and values.
@@ -157,39 +167,24 @@ pub struct BatchEngine {
 }
 
 impl BatchEngine {
-    /// An engine for `opts.sequences` sequences; every weight goes through `backend.prepare`.
-    pub fn new(
-        model: Arc<Model>,
-        mut backend: Box<dyn Backend>,
-        pool: Arc<Pool>,
-        opts: BatchOptions,
-    ) -> Result<Self, BatchError> {
+    /// An engine for `opts.sequences` sequences whose matmuls run on `exec` (built for this
+    /// model's [`crate::engine::matmul_weights`]); one `forward` takes at most the executor's
+    /// largest row count of tokens.
+    pub fn new(model: Arc<Model>, exec: Executor, opts: BatchOptions) -> Result<Self, BatchError> {
         let c = &model.config;
-        let name = backend.name().to_owned();
-        for l in &model.layers {
-            for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
-                backend
-                    .prepare(&model.view(w))
-                    .map_err(|e| BatchError::Backend(name.clone(), e))?;
-            }
-        }
-        backend
-            .prepare(&model.view(&model.output))
-            .map_err(|e| BatchError::Backend(name.clone(), e))?;
         let ctx = opts.context.clamp(1, c.context.max(1));
-        let mb = opts.max_batch.max(1);
-        backend.reserve(mb, c.d_model.max(c.d_ff));
+        let mb = exec.max_m();
         let caches = (0..opts.sequences).map(|_| KvCache::new(c, ctx)).collect();
+        let threads = exec.cpu().pool().threads();
         Ok(Self {
             caches,
             lens: vec![0; opts.sequences],
             row_seq: vec![0; mb],
             row_pos: vec![0; mb],
-            work: Work::new(c, ctx, mb, pool.threads()),
+            work: Work::new(c, ctx, mb, threads)?,
             seen: vec![false; opts.sequences],
             model,
-            backend,
-            pool,
+            exec,
             ctx,
             max_batch: mb,
         })
@@ -291,45 +286,80 @@ impl BatchEngine {
         if m == 0 {
             return Ok(());
         }
-        self.layers(batch, m)?;
+        let mut slots = self.work.acts().acquire()?;
+        let r = self.forward_in(&mut slots, batch, which, m, logits);
+        let released = self.work.acts().release(slots);
+        r?;
+        Ok(released?)
+    }
+
+    fn forward_in(
+        &mut self,
+        s: &mut StepSlots,
+        batch: &[SeqTokens<'_>],
+        which: Logits,
+        m: usize,
+        logits: &mut [f32],
+    ) -> Result<(), BatchError> {
+        self.layers(s, batch, m)?;
         for b in batch {
             self.lens[b.seq] += b.tokens.len();
         }
         // Final norm and output head on the wanted rows, gathered into `h`.
-        let c = &self.model.config;
+        let model = Arc::clone(&self.model);
+        let c = &model.config;
         let d = c.d_model;
         let mut out_rows = 0;
         let mut r0 = 0;
-        for b in batch {
-            let n = b.tokens.len();
-            let (from, cnt) = match which {
-                Logits::All => (r0, n),
-                Logits::Last if n > 0 => (r0 + n - 1, 1),
-                Logits::Last => (r0, 0),
-            };
-            for t in from..from + cnt {
-                rmsnorm(
-                    &self.work.x[t * d..(t + 1) * d],
-                    &self.model.output_norm,
-                    c.eps,
-                    &mut self.work.h[out_rows * d..(out_rows + 1) * d],
-                );
-                out_rows += 1;
+        {
+            let up = self.work.acts().pool();
+            let (xh, hh) = s.pair(Buf::X, Buf::H);
+            let (x, h) = (up.f32s(xh)?, up.f32s_mut(hh)?);
+            for b in batch {
+                let n = b.tokens.len();
+                let (from, cnt) = match which {
+                    Logits::All => (r0, n),
+                    Logits::Last if n > 0 => (r0 + n - 1, 1),
+                    Logits::Last => (r0, 0),
+                };
+                for t in from..from + cnt {
+                    rmsnorm(
+                        &x[t * d..(t + 1) * d],
+                        &model.output_norm,
+                        c.eps,
+                        &mut h[out_rows * d..(out_rows + 1) * d],
+                    );
+                    out_rows += 1;
+                }
+                r0 += n;
             }
-            r0 += n;
         }
-        let view = self.model.view(&self.model.output);
-        self.backend
-            .matmul(&view, &self.work.h[..out_rows * d], out_rows, logits)
-            .map_err(|e| BatchError::Backend(self.backend.name().to_owned(), e))
+        let w = output_weight(c.n_layer);
+        self.work.matmul(
+            &self.exec,
+            &mut Clock::default(),
+            s,
+            w,
+            Buf::H,
+            out_rows,
+            Buf::Tmp,
+        )?;
+        let up = self.work.acts().pool();
+        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..out_rows * c.vocab]);
+        Ok(())
     }
 
-    fn layers(&mut self, batch: &[SeqTokens<'_>], m: usize) -> Result<(), BatchError> {
+    fn layers(
+        &mut self,
+        s: &mut StepSlots,
+        batch: &[SeqTokens<'_>],
+        m: usize,
+    ) -> Result<(), BatchError> {
         let model = Arc::clone(&self.model);
         let mut t = 0;
         for b in batch {
             for &tok in b.tokens {
-                self.work.embed(&model, t, tok);
+                self.work.embed(&model, s, t, tok)?;
                 t += 1;
             }
         }
@@ -337,16 +367,15 @@ impl BatchEngine {
             seq: &self.row_seq,
             pos: &self.row_pos,
         };
-        self.work
-            .layers(
-                &model,
-                &*self.backend,
-                &self.pool,
-                &mut self.caches,
-                &rows,
-                m,
-                &mut Clock::default(),
-            )
-            .map_err(|e| BatchError::Backend(self.backend.name().to_owned(), e))
+        self.work.layers(
+            &model,
+            &self.exec,
+            s,
+            &mut self.caches,
+            &rows,
+            m,
+            &mut Clock::default(),
+        )?;
+        Ok(())
     }
 }

@@ -1,21 +1,21 @@
-//! The inference engine: KV cache, RoPE, grouped-query attention, SwiGLU and RMSNorm on the
-//! CPU pool; the matmuls through a [`Backend`]. All buffers are allocated in [`Engine::new`];
-//! `forward` does not allocate.
+//! The inference engine for one sequence: KV cache, RoPE, grouped-query attention, SwiGLU and
+//! RMSNorm on the CPU pool; every matmul through the [`Executor`] (which runs the plan table).
+//! All buffers are allocated in [`Engine::new`]; `forward` does not allocate.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::act::UmaActs;
-use crate::backend::{Backend, BackendError};
-use crate::layer::{Clock, KvCache, Rows, Work};
-use crate::model::{Model, WeightRef};
-use crate::pool::Pool;
+use crate::act::{Buf, StepSlots};
+use crate::backend::BackendError;
+use crate::exec::Executor;
+use crate::layer::{output_weight, Clock, KvCache, Rows, Work};
+use crate::model::Model;
 
-pub use crate::layer::rmsnorm;
+pub use crate::layer::{matmul_weights, rmsnorm};
 
 /// Why a forward pass failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum EngineError {
     /// The tokens do not fit in the remaining context.
     ContextFull {
@@ -33,8 +33,10 @@ pub enum EngineError {
         /// Given.
         got: usize,
     },
-    /// A backend failed.
-    Backend(String, BackendError),
+    /// The executor (a backend, the plan, a slot) failed.
+    Backend(BackendError),
+    /// The activation slots could not be made or taken.
+    Uma(hetero_uma::UmaError),
 }
 
 impl fmt::Display for EngineError {
@@ -47,18 +49,39 @@ impl fmt::Display for EngineError {
             Self::LogitsLen { expected, got } => {
                 write!(f, "logits buffer holds {got} floats, expected {expected}")
             }
-            Self::Backend(b, e) => write!(f, "backend `{b}` failed: {e}"),
+            Self::Backend(e) => write!(f, "{e}"),
+            Self::Uma(e) => write!(f, "activation slots: {e}"),
         }
     }
 }
 
-impl std::error::Error for EngineError {}
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Backend(e) => Some(e),
+            Self::Uma(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<BackendError> for EngineError {
+    fn from(e: BackendError) -> Self {
+        Self::Backend(e)
+    }
+}
+
+impl From<hetero_uma::UmaError> for EngineError {
+    fn from(e: hetero_uma::UmaError) -> Self {
+        Self::Uma(e)
+    }
+}
 
 /// Time spent, by where it was spent.
 #[derive(Clone, Debug, Default)]
 pub struct Timings {
-    /// Matmuls, per backend name.
-    pub matmul: Vec<(String, Duration)>,
+    /// Matmuls (all processors; [`Executor::times`] splits them by kind).
+    pub matmul: Duration,
     /// Host ops on the CPU pool (norms, RoPE, attention, SwiGLU, embedding).
     pub host: Duration,
 }
@@ -68,26 +91,19 @@ pub struct Timings {
 pub struct EngineOptions {
     /// KV-cache positions (clamped to the model's context length).
     pub context: usize,
-    /// Most tokens processed in one batch (longer prompts are chunked).
-    pub max_batch: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self {
-            context: 2048,
-            max_batch: 128,
-        }
+        Self { context: 2048 }
     }
 }
 
 /// The inference engine for one sequence.
 pub struct Engine {
     model: Arc<Model>,
-    backend: Box<dyn Backend>,
-    pool: Arc<Pool>,
+    exec: Executor,
     ctx: usize,
-    max_batch: usize,
     /// Filled positions of the KV cache.
     pos: usize,
     cache: KvCache,
@@ -111,54 +127,24 @@ impl Rows for Contiguous {
 }
 
 impl Engine {
-    /// An engine for `model` running matmuls on `backend` and host ops on `pool`; every weight
-    /// goes through `backend.prepare` here.
+    /// An engine for `model` whose matmuls run on `exec` (built for this model's
+    /// [`matmul_weights`]); prompts are processed in chunks of the executor's largest row
+    /// count.
     pub fn new(
         model: Arc<Model>,
-        backend: Box<dyn Backend>,
-        pool: Arc<Pool>,
+        exec: Executor,
         opts: EngineOptions,
-    ) -> Result<Self, EngineError> {
-        Self::with_acts(model, backend, pool, opts, None)
-    }
-
-    /// [`Engine::new`] with the activation buffers in the slots of `acts` (made with
-    /// [`UmaActs::for_model`] for the same `max_batch`; a slot too small falls back to the
-    /// heap), so a backend given the same `acts` can reach them in place (zero copy).
-    pub fn with_acts(
-        model: Arc<Model>,
-        mut backend: Box<dyn Backend>,
-        pool: Arc<Pool>,
-        opts: EngineOptions,
-        acts: Option<Arc<UmaActs>>,
     ) -> Result<Self, EngineError> {
         let c = &model.config;
-        let name = backend.name().to_owned();
-        let prep = |b: &mut Box<dyn Backend>, w: &WeightRef| {
-            b.prepare(&model.view(w))
-                .map_err(|e| EngineError::Backend(name.clone(), e))
-        };
-        for l in &model.layers {
-            for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
-                prep(&mut backend, w)?;
-            }
-        }
-        prep(&mut backend, &model.output)?;
         let ctx = opts.context.clamp(1, c.context.max(1));
-        let mb = opts.max_batch.max(1);
-        backend.reserve(mb, c.d_model.max(c.d_ff));
+        let threads = exec.cpu().pool().threads();
         Ok(Self {
             cache: KvCache::new(c, ctx),
-            work: Work::new_in(c, ctx, mb, pool.threads(), acts.as_ref()),
-            timings: Timings {
-                matmul: vec![(name, Duration::ZERO)],
-                host: Duration::ZERO,
-            },
+            work: Work::new(c, ctx, exec.max_m(), threads)?,
+            timings: Timings::default(),
             model,
-            backend,
-            pool,
+            exec,
             ctx,
-            max_batch: mb,
             pos: 0,
         })
     }
@@ -166,6 +152,11 @@ impl Engine {
     /// The model.
     pub fn model(&self) -> &Arc<Model> {
         &self.model
+    }
+
+    /// The executor (its plan table, processors and matmul times).
+    pub fn executor(&self) -> &Executor {
+        &self.exec
     }
 
     /// Positions already in the KV cache.
@@ -188,12 +179,10 @@ impl Engine {
         &self.timings
     }
 
-    /// Clears the timings.
+    /// Clears the timings (and the executor's).
     pub fn reset_timings(&mut self) {
-        for m in &mut self.timings.matmul {
-            m.1 = Duration::ZERO;
-        }
-        self.timings.host = Duration::ZERO;
+        self.timings = Timings::default();
+        self.exec.times().reset();
     }
 
     /// Appends `tokens` to the sequence and writes logits: for the last token when
@@ -216,9 +205,10 @@ impl Engine {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::BadToken(t));
         }
+        let max_batch = self.exec.max_m();
         let mut done = 0;
         while done < tokens.len() {
-            let m = (tokens.len() - done).min(self.max_batch);
+            let m = (tokens.len() - done).min(max_batch);
             let chunk = &tokens[done..done + m];
             let last = done + m == tokens.len();
             if all {
@@ -234,52 +224,71 @@ impl Engine {
         Ok(())
     }
 
+    /// One chunk: takes the step's activation slots, runs it, and gives them back whatever
+    /// happened.
     fn step(&mut self, tokens: &[u32], logits: Option<&mut [f32]>) -> Result<(), EngineError> {
+        let mut s = self.work.acts().acquire()?;
+        let r = self.step_in(&mut s, tokens, logits);
+        let released = self.work.acts().release(s);
+        r?;
+        Ok(released?)
+    }
+
+    fn step_in(
+        &mut self,
+        s: &mut StepSlots,
+        tokens: &[u32],
+        logits: Option<&mut [f32]>,
+    ) -> Result<(), EngineError> {
         let model = Arc::clone(&self.model);
         let c = &model.config;
         let (d, m) = (c.d_model, tokens.len());
         let t0 = Instant::now();
         for (t, &tok) in tokens.iter().enumerate() {
-            self.work.embed(&model, t, tok);
+            self.work.embed(&model, s, t, tok)?;
         }
         self.timings.host += t0.elapsed();
         let Timings { matmul, host } = &mut self.timings;
         let mut clock = Clock {
             host: Some(host),
-            matmul: Some(&mut matmul[0].1),
+            matmul: Some(matmul),
         };
-        self.work
-            .layers(
-                &model,
-                &*self.backend,
-                &self.pool,
-                std::slice::from_mut(&mut self.cache),
-                &Contiguous { pos0: self.pos },
-                m,
-                &mut clock,
-            )
-            .map_err(|e| EngineError::Backend(self.backend.name().to_owned(), e))?;
+        self.work.layers(
+            &model,
+            &self.exec,
+            s,
+            std::slice::from_mut(&mut self.cache),
+            &Contiguous { pos0: self.pos },
+            m,
+            &mut clock,
+        )?;
         self.pos += m;
         let Some(logits) = logits else { return Ok(()) };
         let vocab = c.vocab;
         let t0 = Instant::now();
-        // Normalize only the rows whose logits are wanted.
+        // Normalize only the rows whose logits are wanted, into the first rows of H.
         let first = if logits.len() == vocab { m - 1 } else { 0 };
         let rows = m - first;
-        rmsnorm(
-            &self.work.x[first * d..m * d],
-            &model.output_norm,
-            c.eps,
-            &mut self.work.h[..rows * d],
-        );
+        {
+            let up = self.work.acts().pool();
+            let (xh, hh) = s.pair(Buf::X, Buf::H);
+            rmsnorm(
+                &up.f32s(xh)?[first * d..m * d],
+                &model.output_norm,
+                c.eps,
+                &mut up.f32s_mut(hh)?[..rows * d],
+            );
+        }
         self.timings.host += t0.elapsed();
-        let t0 = Instant::now();
-        let view = model.view(&model.output);
-        let r = self
-            .backend
-            .matmul(&view, &self.work.h[..rows * d], rows, logits)
-            .map_err(|e| EngineError::Backend(self.backend.name().to_owned(), e));
-        self.timings.matmul[0].1 += t0.elapsed();
-        r
+        let mut clock = Clock {
+            host: None,
+            matmul: Some(&mut self.timings.matmul),
+        };
+        let w = output_weight(c.n_layer);
+        self.work
+            .matmul(&self.exec, &mut clock, s, w, Buf::H, rows, Buf::Tmp)?;
+        let up = self.work.acts().pool();
+        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..rows * vocab]);
+        Ok(())
     }
 }

@@ -1,405 +1,567 @@
-//! Executing the planner's per-op plan (`run --plan auto`): for every matmul shape of the model
-//! and every row count `m` up to the batch size, `hetero_partition::plan_op` picks a plan at
-//! start-up; its pieces (`OpPlan::pieces()`) are mapped onto the backends this engine has, and
-//! each matmul call runs the mapped plan for its `(k, n, m)`.
+//! The one executor: runs every matmul of the model as a partition [`PlanTable`] says —
+//! whichever `--plan` the user chose (a forced plan is a table built under a forced
+//! [`hetero_partition::Policy`], `auto` a table built by the solver on a measured profile).
 //!
-//! Mapping ([`Exec`]):
-//! - one piece on the CPU or the GPU → that backend alone;
-//! - a CPU–GPU column split (weight-centric) → [`crate::split::SplitBackend`] with the planned
-//!   number of CPU columns (one output, no concat copy, released by the barrier; if the plan
-//!   puts the GPU on the left, the CPU still takes the left columns — the same amounts);
-//! - NPU row plans (single, NPU pipe, activation-centric, multi-tensor) →
-//!   [`crate::npu::NpuBackend`]: chunks of its standard lengths on the NPU (largest first),
-//!   the remaining rows on its CPU partner, concurrently; padding and online preparation run
-//!   the same way and are marked *approximated*;
-//! - NPU column blocks (an NPU weight-centric split, a hybrid L-shape) → the plan's partner
-//!   (CPU or GPU) runs the whole op, marked *approximated*: the NPU backend builds graphs of
-//!   whole weights only.
+//! At start-up, for every weight of the model, the executor looks at the table's plans for that
+//! weight's shape at every row count and prepares, once per backend, each piece of the weight a
+//! plan gives that backend (all columns, or a column range: a sub-weight of its own). Each
+//! matmul then looks up its plan for `(k, n, m)` and runs its pieces:
 //!
-//! Non-matmul ops (norms, RoPE, attention, SwiGLU) stay on the CPU pool: the planner's layer
-//! placement of them (GPU when there is one) is printed, not executed.
+//! - one piece on the CPU: straight into the output slot;
+//! - pieces on two processors: the output slot is split into disjoint blocks
+//!   ([`hetero_uma::Pool::split_blocks_flag`]: a column split, a row split or an L-shape), the
+//!   offloaded processor's blocks run on its persistent host thread ([`crate::helper`]) while
+//!   the other's run here, both writing their blocks of the ONE output (no scratch, no concat);
+//!   the helper publishes the slot's `CompletionFlag` when done, and the consumer waits on it.
+//!
+//! Where the plan asks for something this machine cannot do exactly, the executor runs the
+//! nearest thing and marks the plan *approximated* in [`Executor::describe`]: an NPU row count
+//! that is not a whole number of the NPU's standard graphs (padding, online preparation) gives
+//! the uncovered rows to the plan's other processor (or the CPU); a weight the NPU refuses (the
+//! LM head) or a processor that is not open runs on the CPU.
 
-use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
-use hetero_partition::{plan_op, Backend as Pb, CheckedProfile, OpPlan, Strategy};
+use hetero_partition::{Backend as Pb, OpPlan, PlanTable};
+use hetero_uma::{Block, ColumnsMut, Handle, MatrixLayout, Pool as UmaPool};
 
-use crate::act::UmaActs;
-use crate::backend::{Backend, BackendError, CpuBackend, WeightView};
-use crate::gpu::GpuBackend;
-use crate::npu::NpuBackend;
-use crate::pool::Pool;
-use crate::split::SplitBackend;
+use crate::backend::gpu::GpuBackend;
+use crate::backend::npu::NpuBackend;
+use crate::backend::{Backend, BackendError, CpuBackend, WeightId, WeightView};
+use crate::helper::Helper;
 
-/// How one planned matmul is executed here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exec {
-    /// All on the CPU.
-    Cpu,
-    /// All on the GPU.
-    Gpu,
-    /// CPU columns `0..cpu_cols`, GPU the rest.
-    CpuGpu {
-        /// Columns the CPU computes.
-        cpu_cols: usize,
-    },
-    /// NPU chunks of standard rows, the rest on the NPU backend's CPU partner.
-    Npu,
+/// Most blocks one matmul's output is split into (an L-shape plus an NPU remainder).
+const MAX_PARTS: usize = 4;
+
+/// The backends an executor runs on: always the CPU, the GPU and NPU when open.
+pub struct Backends {
+    /// The CPU (also runs every host op of the engine on its pool).
+    pub cpu: CpuBackend,
+    /// The GPU, if open.
+    pub gpu: Option<GpuBackend>,
+    /// The NPU, if open.
+    pub npu: Option<NpuBackend>,
 }
 
-impl Exec {
-    fn index(self) -> usize {
-        match self {
-            Exec::Cpu => 0,
-            Exec::Gpu => 1,
-            Exec::CpuGpu { .. } => 2,
-            Exec::Npu => 3,
-        }
-    }
+/// One block of a matmul's output and the processor that computes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The processor.
+    pub who: Pb,
+    /// Output rows.
+    pub rows: Range<usize>,
+    /// Output columns.
+    pub cols: Range<usize>,
 }
 
-/// Names of the [`Exec`] kinds, in [`PlanBackend::time_ns`] order.
-pub const EXEC_NAMES: [&str; 4] = ["cpu", "gpu", "cpu+gpu", "npu+cpu"];
-
-/// The plan of one `(k, n, m)` and how it runs here.
-#[derive(Clone, Copy, Debug)]
-pub struct Entry {
-    /// The planner's plan.
-    pub plan: OpPlan,
-    /// What runs.
-    pub exec: Exec,
-    /// The execution differs from the plan (see the module docs).
+/// How one `(k, n, m)` runs here.
+#[derive(Clone, Debug)]
+pub struct Exec {
+    /// The blocks, each processor's together (the first processor's run on the caller).
+    pub parts: Vec<Part>,
+    /// What runs differs from the plan (see the module docs).
     pub approximated: bool,
+    /// The processors used.
+    pub kind: Kind,
 }
 
-/// Maps one plan onto the available backends.
-pub fn map_plan(p: &OpPlan, have_gpu: bool, have_npu: bool) -> (Exec, bool) {
-    let s = &p.split;
-    let pieces = p.pieces();
-    let uses = |b: Pb| pieces.as_slice().iter().any(|x| x.backend == b);
-    let n = p.n as usize;
-    if uses(Pb::Npu) {
-        // An NPU column block (weight-centric or hybrid L-shape) needs graphs of part of a
-        // weight, which the NPU backend does not build: the partner runs the whole op.
-        if matches!(p.strategy, Strategy::WeightCentric | Strategy::Hybrid) {
-            return match s.b {
-                Some(Pb::Gpu) if have_gpu => (Exec::Gpu, true),
-                _ => (Exec::Cpu, true),
-            };
+/// The processors a matmul used, for the time report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// CPU alone.
+    Cpu,
+    /// GPU alone.
+    Gpu,
+    /// NPU alone.
+    Npu,
+    /// CPU and GPU.
+    CpuGpu,
+    /// NPU and CPU.
+    NpuCpu,
+    /// NPU and GPU.
+    NpuGpu,
+}
+
+impl Kind {
+    /// All kinds, in [`ExecTimes`] order.
+    pub const ALL: [Kind; 6] = [
+        Kind::Cpu,
+        Kind::Gpu,
+        Kind::Npu,
+        Kind::CpuGpu,
+        Kind::NpuCpu,
+        Kind::NpuGpu,
+    ];
+
+    /// Short name (`cpu`, `cpu+gpu`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Cpu => "cpu",
+            Kind::Gpu => "gpu",
+            Kind::Npu => "npu",
+            Kind::CpuGpu => "cpu+gpu",
+            Kind::NpuCpu => "npu+cpu",
+            Kind::NpuGpu => "npu+gpu",
         }
-        if have_npu {
-            // Exact when the backend runs what the plan says: whole standard chunks (a pipe
-            // whose last chunk is not padded), the remainder rows on the CPU.
-            let whole_chunks = s
-                .npu
-                .is_some_and(|e| e.graph_m > 0 && p.m.is_multiple_of(e.graph_m) && !e.online);
-            let exact = match p.strategy {
-                Strategy::Single
-                | Strategy::ActivationCentric
-                | Strategy::MultiTensorActivation => true,
-                Strategy::NpuPipe => whole_chunks,
-                _ => false,
-            } && s.b.is_none_or(|b| b == Pb::Cpu);
-            return (Exec::Npu, !exact);
+    }
+
+    fn of(parts: &[Part]) -> Kind {
+        let has = |b: Pb| {
+            parts
+                .iter()
+                .any(|p| p.who == b && !p.rows.is_empty() && !p.cols.is_empty())
+        };
+        match (has(Pb::Cpu), has(Pb::Gpu), has(Pb::Npu)) {
+            (_, false, true) if has(Pb::Cpu) => Kind::NpuCpu,
+            (false, false, true) => Kind::Npu,
+            (_, true, true) => Kind::NpuGpu,
+            (true, true, false) => Kind::CpuGpu,
+            (false, true, false) => Kind::Gpu,
+            _ => Kind::Cpu,
         }
-        return (Exec::Cpu, true);
     }
-    match (s.a, s.b) {
-        (Pb::Gpu, None) if have_gpu => (Exec::Gpu, false),
-        (Pb::Cpu, None) => (Exec::Cpu, false),
-        (Pb::Cpu, Some(Pb::Gpu)) | (Pb::Gpu, Some(Pb::Cpu)) if have_gpu => {
-            let a_cols = s.cols as usize;
-            let by_cols = s.rows == p.m;
-            let cpu_cols = if s.a == Pb::Cpu {
-                a_cols
-            } else {
-                n - a_cols.min(n)
-            };
-            (Exec::CpuGpu { cpu_cols }, !by_cols)
-        }
-        _ => (Exec::Cpu, true),
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
-/// The plans of every planned shape at rows `1..=max_m`.
-#[derive(Clone, Debug, Default)]
-pub struct PlanTable {
-    map: HashMap<(usize, usize), Vec<Entry>>,
-    max_m: usize,
-}
-
-impl PlanTable {
-    /// The plan entry for a `(k, n)` shape at `m` rows.
-    pub fn entry(&self, k: usize, n: usize, m: usize) -> Option<&Entry> {
-        self.map.get(&(k, n))?.get(m.checked_sub(1)?)
-    }
-
-    /// One line per shape at `m` rows: the planner's strategy and split, and what runs.
-    pub fn describe(&self, shapes: &[(&str, usize, usize)], m: usize) -> Vec<String> {
-        shapes
-            .iter()
-            .map(|&(name, k, n)| match self.entry(k, n, m.min(self.max_m)) {
-                Some(e) => format!(
-                    "{name:<22} {:?} -> runs {}{}; predicted {:.1} us",
-                    e.plan.strategy,
-                    match e.exec {
-                        Exec::CpuGpu { cpu_cols } => {
-                            format!("cpu cols 0..{cpu_cols} + gpu cols {cpu_cols}..{n}")
-                        }
-                        Exec::Npu => "npu chunks + cpu remainder rows".into(),
-                        other => format!("{other:?}").to_lowercase(),
-                    },
-                    if e.approximated {
-                        " (approximated)"
-                    } else {
-                        ""
-                    },
-                    e.plan.cost.total_us
-                ),
-                None => format!("{name:<22} not planned"),
-            })
-            .collect()
-    }
-}
-
-/// Matmul time per executed kind ([`EXEC_NAMES`] order), in ns.
+/// Matmul time and count per [`Kind`] (ns), readable while the executor runs.
 #[derive(Debug, Default)]
-pub struct ExecTimes(pub [AtomicU64; 4]);
+pub struct ExecTimes {
+    ns: [AtomicU64; 6],
+    calls: [AtomicU64; 6],
+}
 
 impl ExecTimes {
-    /// A snapshot, in ns.
-    pub fn get(&self) -> [u64; 4] {
-        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    /// `(kind, total time, calls)` for every kind that ran.
+    pub fn snapshot(&self) -> Vec<(Kind, std::time::Duration, u64)> {
+        Kind::ALL
+            .iter()
+            .map(|&k| {
+                (
+                    k,
+                    std::time::Duration::from_nanos(self.ns[k.index()].load(Ordering::Relaxed)),
+                    self.calls[k.index()].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|x| x.2 > 0)
+            .collect()
     }
-}
 
-/// The planner's whole-model plan (`hetero_partition::plan_model`, `Policy::Auto`) for `c`
-/// at `m` rows, summarized: where it places the non-matmul ops (this engine runs them on
-/// the CPU pool regardless) and its predicted matmul time for the model.
-pub fn model_plan_summary(
-    profile: &CheckedProfile,
-    c: &crate::model::Config,
-    m: usize,
-    decode: bool,
-) -> String {
-    use hetero_partition::{plan_model, ModelDesc, Phase, Placement, Policy};
-    let desc = ModelDesc::llama(
-        c.d_model as u32,
-        c.d_ff as u32,
-        c.n_head as u32,
-        c.n_kv_head as u32,
-        c.head_dim as u32,
-        c.n_layer as u32,
-        c.vocab as u32,
-    );
-    let phase = if decode {
-        Phase::Decode
-    } else {
-        Phase::Prefill
-    };
-    let plan = match desc {
-        Ok(d) => plan_model(profile, &d, m.max(1) as u32, phase, Policy::Auto),
-        Err(e) => return format!("no model plan: {e:?}"),
-    };
-    match plan {
-        Ok(p) => {
-            let mut others: Vec<String> = Vec::new();
-            for (op, pl) in desc.iter().flat_map(|d| d.ops()).zip(p.placements()) {
-                let what = match pl {
-                    Placement::MatMul(_) => continue,
-                    Placement::On(b) => format!("{b:?}").to_lowercase(),
-                    Placement::HeadSplit {
-                        cpu_heads,
-                        gpu_heads,
-                    } => format!("heads cpu {cpu_heads} / gpu {gpu_heads}"),
-                };
-                let name = format!("{op:?}");
-                let name = name.split([' ', '{']).next().unwrap_or("op").to_owned();
-                others.push(format!("{name} {what}"));
-            }
-            format!(
-                "planner's layer placement of non-matmul ops: {} (run on the CPU pool here); \
-                 predicted model matmul time {:.2} ms",
-                others.join(", "),
-                p.predicted_us / 1e3
-            )
+    /// Sets every counter to zero.
+    pub fn reset(&self) {
+        for i in 0..6 {
+            self.ns[i].store(0, Ordering::Relaxed);
+            self.calls[i].store(0, Ordering::Relaxed);
         }
-        Err(e) => format!("no model plan: {e:?}"),
     }
 }
 
-/// A backend that runs the planner's plan for each matmul.
-pub struct PlanBackend {
-    split: Option<SplitBackend>,
-    cpu: Option<CpuBackend>,
-    npu: Option<NpuBackend>,
+/// One weight of the model and the ids of its prepared pieces.
+struct Prepared {
+    k: usize,
+    n: usize,
+    /// `(processor, columns) -> id` of every piece some plan gives a processor.
+    pieces: Vec<(Pb, Range<usize>, WeightId)>,
+}
+
+impl Prepared {
+    fn id(&self, who: Pb, cols: &Range<usize>) -> Result<WeightId, BackendError> {
+        self.pieces
+            .iter()
+            .find(|(b, c, _)| *b == who && c == cols)
+            .map(|p| p.2)
+            .ok_or(BackendError::MissingBackend(who))
+    }
+}
+
+/// Runs a model's matmuls by a [`PlanTable`].
+pub struct Executor {
     table: PlanTable,
-    profile: CheckedProfile,
-    times: Arc<ExecTimes>,
-    name: String,
+    /// Per planned shape (the table's order), the execution at `m = 1..=max_m`.
+    execs: Vec<((usize, usize), Vec<Exec>)>,
+    weights: Vec<Prepared>,
+    cpu: CpuBackend,
+    gpu: Option<GpuBackend>,
+    npu: Option<NpuBackend>,
+    gpu_helper: Option<Helper>,
+    npu_helper: Option<Helper>,
+    times: ExecTimes,
 }
 
-impl PlanBackend {
-    /// Plans on `profile` for rows `1..=max_m`; `gpu` and `npu` are used when given (and the
-    /// plan wants them), the CPU always (`cpu` runs CPU-only matmuls; with a GPU the split
-    /// backend's CPU side does). `shapes` (`(k, n)`) are planned now; others at `prepare`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        profile: CheckedProfile,
-        max_m: usize,
-        pool: Arc<Pool>,
-        cpu: CpuBackend,
-        gpu: Option<GpuBackend>,
-        npu: Option<NpuBackend>,
-        acts: Option<Arc<UmaActs>>,
-        shapes: &[(usize, usize)],
-    ) -> Result<Self, BackendError> {
-        let (split, cpu) = match gpu {
-            Some(g) => (
-                Some(SplitBackend::with_acts(cpu, g, 1.0, acts, Some(pool))?),
-                None,
-            ),
-            None => (None, Some(cpu)),
-        };
-        let mut me = Self {
-            split,
-            cpu,
-            npu,
-            table: PlanTable {
-                map: HashMap::new(),
-                max_m: max_m.max(1),
+/// Maps one plan onto the processors at hand.
+fn map_plan(p: &OpPlan, k: usize, have_gpu: bool, npu: Option<&NpuBackend>) -> Exec {
+    let (m, n) = (p.m as usize, p.n as usize);
+    let partner = match p.split.b {
+        Some(b) if b != Pb::Npu => b,
+        _ => Pb::Cpu,
+    };
+    let mut approximated = false;
+    let mut parts: Vec<Part> = Vec::with_capacity(MAX_PARTS);
+    let push = |parts: &mut Vec<Part>, who: Pb, rows: Range<usize>, cols: Range<usize>| {
+        if rows.is_empty() || cols.is_empty() {
+            return;
+        }
+        // Merge with a block of the same processor that continues it downwards.
+        if let Some(q) = parts
+            .iter_mut()
+            .find(|q| q.who == who && q.cols == cols && q.rows.end == rows.start)
+        {
+            q.rows.end = rows.end;
+            return;
+        }
+        parts.push(Part { who, rows, cols });
+    };
+    for piece in p.pieces().as_slice() {
+        let rows = piece.rows.start as usize..piece.rows.end as usize;
+        let cols = piece.cols.start as usize..piece.cols.end as usize;
+        match piece.backend {
+            Pb::Npu => match npu {
+                Some(npu) if npu.accepts(cols.len(), k) => {
+                    let covered = npu.options().cover(rows.len()).1;
+                    if covered < rows.len() {
+                        approximated = true;
+                    }
+                    push(
+                        &mut parts,
+                        Pb::Npu,
+                        rows.start..rows.start + covered,
+                        cols.clone(),
+                    );
+                    push(&mut parts, partner, rows.start + covered..rows.end, cols);
+                }
+                _ => {
+                    approximated = true;
+                    push(&mut parts, partner, rows, cols);
+                }
             },
-            profile,
-            times: Arc::default(),
-            name: "auto".into(),
-        };
-        for &(k, n) in shapes {
-            me.plan_shape(k, n)?;
-        }
-        Ok(me)
-    }
-
-    fn cpu(&self) -> Result<&CpuBackend, BackendError> {
-        match (&self.split, &self.cpu) {
-            (Some(s), _) => Ok(s.cpu()),
-            (None, Some(c)) => Ok(c),
-            _ => Err(BackendError::Kernel("no CPU backend".into())),
+            Pb::Gpu if !have_gpu => {
+                approximated = true;
+                push(&mut parts, Pb::Cpu, rows, cols);
+            }
+            b => push(&mut parts, b, rows, cols),
         }
     }
+    // A processor the plan names twice for one block shape stays as separate calls; order the
+    // blocks so each processor's come together, rows ascending.
+    parts.sort_by_key(|q| (q.who, q.rows.start, q.cols.start));
+    if parts.is_empty() {
+        parts.push(Part {
+            who: Pb::Cpu,
+            rows: 0..m,
+            cols: 0..n,
+        });
+    }
+    let kind = Kind::of(&parts);
+    Exec {
+        parts,
+        approximated,
+        kind,
+    }
+}
 
-    /// Plans every row count for `(k, n)` (once per shape).
-    fn plan_shape(&mut self, k: usize, n: usize) -> Result<(), BackendError> {
-        if self.table.map.contains_key(&(k, n)) {
-            return Ok(());
-        }
-        let (have_gpu, have_npu) = (self.split.is_some(), self.npu.is_some());
-        let mut v = Vec::with_capacity(self.table.max_m);
-        for m in 1..=self.table.max_m {
-            let plan = plan_op(&self.profile, k as u32, n as u32, m as u32).map_err(|e| {
-                BackendError::Kernel(format!("planner: no plan for k={k} n={n} m={m}: {e:?}"))
+impl Executor {
+    /// Prepares `weights` (the model's matmul weights, indexed as [`Executor::matmul`] names
+    /// them) for the plans of `table`, on the processors in `backends`, and sizes every
+    /// processor for `table.max_m()` rows. Each piece of each weight is prepared once per
+    /// processor that some plan gives it to.
+    pub fn new(
+        table: PlanTable,
+        backends: Backends,
+        weights: &[WeightView<'_>],
+    ) -> Result<Executor, BackendError> {
+        let Backends {
+            mut cpu,
+            mut gpu,
+            mut npu,
+        } = backends;
+        let max_m = table.max_m() as usize;
+        let mut execs = Vec::new();
+        for &(k, n) in table.shapes() {
+            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
+                k: k as usize,
+                n: n as usize,
+                m: 1,
             })?;
-            let (exec, approximated) = map_plan(&plan, have_gpu, have_npu);
-            v.push(Entry {
-                plan,
-                exec,
-                approximated,
+            let v: Vec<Exec> = plans
+                .iter()
+                .map(|p| map_plan(p, k as usize, gpu.is_some(), npu.as_ref()))
+                .collect();
+            execs.push(((k as usize, n as usize), v));
+        }
+        let mut prepared = Vec::with_capacity(weights.len());
+        let mut max_k = 1;
+        for w in weights {
+            max_k = max_k.max(w.k);
+            let ex = &execs
+                .iter()
+                .find(|e| e.0 == (w.k, w.n))
+                .ok_or(BackendError::NoPlan {
+                    k: w.k,
+                    n: w.n,
+                    m: 1,
+                })?
+                .1;
+            let mut pieces: Vec<(Pb, Range<usize>, WeightId)> = Vec::new();
+            for part in ex.iter().flat_map(|e| e.parts.iter()) {
+                if pieces
+                    .iter()
+                    .any(|(b, c, _)| *b == part.who && *c == part.cols)
+                {
+                    continue;
+                }
+                let view = w.rows(part.cols.clone())?;
+                let id = match part.who {
+                    Pb::Cpu => cpu.prepare(&view)?,
+                    Pb::Gpu => gpu
+                        .as_mut()
+                        .ok_or(BackendError::MissingBackend(Pb::Gpu))?
+                        .prepare(&view)?,
+                    Pb::Npu => npu
+                        .as_mut()
+                        .ok_or(BackendError::MissingBackend(Pb::Npu))?
+                        .prepare(&view)?,
+                };
+                pieces.push((part.who, part.cols.clone(), id));
+            }
+            prepared.push(Prepared {
+                k: w.k,
+                n: w.n,
+                pieces,
             });
         }
-        self.table.map.insert((k, n), v);
-        Ok(())
-    }
-
-    /// The checked profile the plans come from.
-    pub fn profile(&self) -> &CheckedProfile {
-        &self.profile
-    }
-
-    /// The plans (a copy, e.g. to print after the backend moved into an engine).
-    pub fn table(&self) -> PlanTable {
-        self.table.clone()
-    }
-
-    /// Matmul time per executed kind, shared (readable after the backend moved).
-    pub fn times(&self) -> Arc<ExecTimes> {
-        Arc::clone(&self.times)
-    }
-}
-
-impl Backend for PlanBackend {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
-        self.plan_shape(w.k, w.n)?;
-        let mut execs: Vec<Exec> = self.table.map[&(w.k, w.n)].iter().map(|e| e.exec).collect();
-        execs.sort_by_key(|e| match e {
-            Exec::CpuGpu { cpu_cols } => (2, *cpu_cols),
-            o => (o.index(), 0),
-        });
-        execs.dedup();
-        for e in execs {
-            match e {
-                Exec::Cpu => match (&mut self.split, &mut self.cpu) {
-                    (Some(s), _) => s.prepare_cols(w, w.n)?,
-                    (None, Some(c)) => c.prepare(w)?,
-                    _ => {}
-                },
-                Exec::Gpu => {
-                    if let Some(s) = &mut self.split {
-                        s.prepare_cols(w, 0)?;
-                    }
-                }
-                Exec::CpuGpu { cpu_cols } => {
-                    if let Some(s) = &mut self.split {
-                        s.prepare_cols(w, cpu_cols)?;
-                    }
-                }
-                Exec::Npu => {
-                    if let Some(npu) = &mut self.npu {
-                        npu.prepare(w)?;
-                    }
-                }
-            }
+        cpu.reserve(max_m, max_k)?;
+        if let Some(g) = &mut gpu {
+            g.reserve(max_m, max_k)?;
         }
-        Ok(())
+        if let Some(n) = &mut npu {
+            n.reserve(max_m, max_k)?;
+        }
+        let spawn = |name: &str| Helper::spawn(name).map_err(|e| BackendError::Spawn(e.kind()));
+        let gpu_helper = gpu.as_ref().map(|_| spawn("engine-min-gpu")).transpose()?;
+        let npu_helper = npu.as_ref().map(|_| spawn("engine-min-npu")).transpose()?;
+        Ok(Executor {
+            table,
+            execs,
+            weights: prepared,
+            cpu,
+            gpu,
+            npu,
+            gpu_helper,
+            npu_helper,
+            times: ExecTimes::default(),
+        })
     }
 
-    fn reserve(&mut self, max_tokens: usize, max_k: usize) {
-        if let Some(s) = &mut self.split {
-            s.reserve(max_tokens, max_k);
-        }
-        if let Some(c) = &mut self.cpu {
-            c.reserve(max_tokens, max_k);
-        }
-        if let Some(n) = &mut self.npu {
-            n.reserve(max_tokens, max_k);
-        }
+    /// The plan table.
+    pub fn table(&self) -> &PlanTable {
+        &self.table
     }
 
-    fn matmul(
+    /// Largest row count of one matmul.
+    pub fn max_m(&self) -> usize {
+        self.table.max_m() as usize
+    }
+
+    /// The CPU backend (its pool runs the engine's host ops).
+    pub fn cpu(&self) -> &CpuBackend {
+        &self.cpu
+    }
+
+    /// The reduction length of the model's weight `w`.
+    pub fn weight_k(&self, w: usize) -> Result<usize, BackendError> {
+        self.weights
+            .get(w)
+            .map(|p| p.k)
+            .ok_or(BackendError::Shape("weight index"))
+    }
+
+    /// The NPU backend, if open.
+    pub fn npu(&self) -> Option<&NpuBackend> {
+        self.npu.as_ref()
+    }
+
+    /// Matmul time per kind of execution.
+    pub fn times(&self) -> &ExecTimes {
+        &self.times
+    }
+
+    /// Names of the processors open, e.g. `cpu, gpu (NVIDIA H200)`.
+    pub fn backend_names(&self) -> String {
+        let mut v = vec![self.cpu.name().to_owned()];
+        v.extend(self.gpu.as_ref().map(|g| g.name().to_owned()));
+        v.extend(self.npu.as_ref().map(|n| n.name().to_owned()));
+        v.join(", ")
+    }
+
+    /// How a matmul of weight shape `(k, n)` on `m` rows runs.
+    pub fn exec(&self, k: usize, n: usize, m: usize) -> Result<&Exec, BackendError> {
+        self.execs
+            .iter()
+            .find(|e| e.0 == (k, n))
+            .and_then(|e| e.1.get(m.checked_sub(1)?))
+            .ok_or(BackendError::NoPlan { k, n, m })
+    }
+
+    fn backend(&self, who: Pb) -> Result<&dyn Backend, BackendError> {
+        Ok(match who {
+            Pb::Cpu => &self.cpu,
+            Pb::Gpu => self.gpu.as_ref().ok_or(BackendError::MissingBackend(who))?,
+            Pb::Npu => self.npu.as_ref().ok_or(BackendError::MissingBackend(who))?,
+        })
+    }
+
+    /// `out[m x n] = x[m x k] · W_wᵀ` for the model's weight `w`, into the output slot `out`
+    /// of `uma` (row-major, `n` floats a row) as the plan for `(k, n, m)` says.
+    pub fn matmul(
         &self,
-        w: &WeightView<'_>,
+        w: usize,
         x: &[f32],
         m: usize,
-        out: &mut [f32],
+        uma: &UmaPool,
+        out: &mut Handle,
     ) -> Result<(), BackendError> {
-        let exec = self
-            .table
-            .entry(w.k, w.n, m)
-            .map(|e| e.exec)
-            // Beyond the planned rows (not reached: the engine chunks by max_batch): CPU.
-            .unwrap_or(Exec::Cpu);
+        let p = self
+            .weights
+            .get(w)
+            .ok_or(BackendError::Shape("weight index"))?;
+        let (k, n) = (p.k, p.n);
+        if x.len() != m * k {
+            return Err(BackendError::Shape("x"));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let ex = self.exec(k, n, m)?;
         let t0 = Instant::now();
-        let r = match (exec, &self.split, &self.npu) {
-            (Exec::Gpu, Some(s), _) => s.matmul_cols(w, x, m, out, 0),
-            (Exec::CpuGpu { cpu_cols }, Some(s), _) => s.matmul_cols(w, x, m, out, cpu_cols),
-            (Exec::Npu, _, Some(npu)) => npu.matmul(w, x, m, out),
-            _ => self.cpu()?.matmul(w, x, m, out),
-        };
-        self.times.0[exec.index()].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let r = self.run(p, ex, x, m, uma, out);
+        let i = ex.kind.index();
+        self.times.ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.times.calls[i].fetch_add(1, Ordering::Relaxed);
         r
+    }
+
+    fn run(
+        &self,
+        p: &Prepared,
+        ex: &Exec,
+        x: &[f32],
+        m: usize,
+        uma: &UmaPool,
+        out: &mut Handle,
+    ) -> Result<(), BackendError> {
+        let (k, n) = (p.k, p.n);
+        if let [only] = ex.parts.as_slice() {
+            // One processor for the whole output: no views, no helper.
+            let id = p.id(only.who, &only.cols)?;
+            let o = uma
+                .f32s_mut(out)?
+                .get_mut(..m * n)
+                .ok_or(BackendError::Shape("output slot too small"))?;
+            return self.backend(only.who)?.matmul(id, x, m, o, n);
+        }
+        let blocks: [Block; MAX_PARTS] = std::array::from_fn(|i| match ex.parts.get(i) {
+            Some(q) => Block {
+                rows: q.rows.clone(),
+                cols: q.cols.clone(),
+            },
+            None => Block::default(),
+        });
+        let (views, flag) = uma.split_blocks_flag(out, MatrixLayout::dense(m, n, 4), blocks)?;
+        // The first processor's blocks run here, the other's on its helper thread.
+        let here = ex.parts[0].who;
+        let there = ex.parts.iter().map(|q| q.who).find(|&b| b != here);
+        let mut mine: [Option<(Part, ColumnsMut<'_>)>; MAX_PARTS] = Default::default();
+        let mut theirs: [Option<(Part, ColumnsMut<'_>)>; MAX_PARTS] = Default::default();
+        for (i, v) in views.into_iter().enumerate() {
+            if let Some(q) = ex.parts.get(i) {
+                let dst = if q.who == here {
+                    &mut mine
+                } else {
+                    &mut theirs
+                };
+                dst[i] = Some((q.clone(), v));
+            }
+        }
+        let run_parts = |parts: &mut [Option<(Part, ColumnsMut<'_>)>]| -> Result<(), BackendError> {
+            for (q, v) in parts.iter_mut().flatten() {
+                let be = self.backend(q.who)?;
+                let id = p.id(q.who, &q.cols)?;
+                be.matmul_view(id, &x[q.rows.start * k..q.rows.end * k], q.rows.len(), v)?;
+            }
+            Ok(())
+        };
+        let Some(there) = there else {
+            // One processor in several blocks (an NPU with its own remainder never happens,
+            // but a plan may): all here.
+            run_parts(&mut mine)?;
+            return run_parts(&mut theirs);
+        };
+        let helper = match there {
+            Pb::Gpu => self.gpu_helper.as_ref(),
+            Pb::Npu => self.npu_helper.as_ref(),
+            Pb::Cpu => None,
+        };
+        let epoch = hetero_sync::next_epoch(flag.epoch());
+        match helper {
+            Some(h) => {
+                let (r_there, r_here) = h.join(
+                    flag,
+                    epoch,
+                    || run_parts(&mut theirs),
+                    || run_parts(&mut mine),
+                );
+                r_here?;
+                r_there??;
+                Ok(())
+            }
+            None => {
+                // The CPU is the offloaded side: run it here too, after the other's blocks
+                // (the other processor is then driven from this thread).
+                run_parts(&mut mine)?;
+                run_parts(&mut theirs)
+            }
+        }
+    }
+
+    /// One line per `(name, k, n)` shape at `m` rows: the planner's strategy and split, what
+    /// runs where, and the predicted time.
+    pub fn describe(&self, shapes: &[(&str, usize, usize)], m: usize) -> Vec<String> {
+        let m = m.clamp(1, self.max_m());
+        shapes
+            .iter()
+            .map(|&(name, k, n)| {
+                let plan = self.table.get(k as u32, n as u32, m as u32);
+                match (plan, self.exec(k, n, m)) {
+                    (Some(plan), Ok(ex)) => {
+                        let parts: Vec<String> = ex
+                            .parts
+                            .iter()
+                            .map(|q| {
+                                format!(
+                                    "{} rows {}..{} cols {}..{}",
+                                    q.who, q.rows.start, q.rows.end, q.cols.start, q.cols.end
+                                )
+                            })
+                            .collect();
+                        format!(
+                            "{name:<22} {:?} -> {}{}; predicted {:.1} us",
+                            plan.strategy,
+                            parts.join(" | "),
+                            if ex.approximated {
+                                " (approximated)"
+                            } else {
+                                ""
+                            },
+                            plan.cost.total_us
+                        )
+                    }
+                    _ => format!("{name:<22} not planned"),
+                }
+            })
+            .collect()
     }
 }

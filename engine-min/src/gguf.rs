@@ -2,10 +2,21 @@
 //! included), tensor infos, alignment and the data offset.
 //!
 //! The parser never panics and never allocates more than the input can justify: every count
-//! and length is checked against the bytes that remain before anything is reserved.
+//! and length is checked against the bytes that remain before anything is reserved, and the
+//! memory the parsed header takes is charged against a limit as it is read
+//! ([`Gguf::parse_with`]; [`DEFAULT_HEADER_LIMIT`] for [`Gguf::parse`]). The tensor table is
+//! checked against the data section: every tensor inside the file and aligned, no two
+//! overlapping, and each tensor's type and shape accounting for all the bytes up to the next
+//! tensor (or the end of the file), as llama.cpp's loader demands of the layout.
+//!
+//! [`GgufFile`] holds the file either memory-mapped ([`GgufFile::open`]) or read into memory
+//! ([`GgufFile::read`]); both refuse anything but a regular file before a read can block.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::limits::{BudgetError, MemoryBudget};
 
 /// The four magic bytes at the start of every GGUF file ("GGUF").
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -13,6 +24,13 @@ pub const MAGIC: [u8; 4] = *b"GGUF";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// The largest tensor rank GGUF allows (ggml's `GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
+/// The memory [`Gguf::parse`] lets the parsed header (metadata values, tensor table) take:
+/// 1 GiB, a hundred times what a 256k-token vocabulary needs. A file of tiny array elements
+/// would otherwise make the parser allocate up to 32 bytes per byte of input.
+pub const DEFAULT_HEADER_LIMIT: u64 = 1 << 30;
+/// Alignment of the buffer [`GgufFile::read`] reads a file into (a cache line; GGUF's own
+/// alignment is 32).
+pub const READ_ALIGNMENT: usize = 64;
 
 /// Why a GGUF file could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,9 +85,49 @@ pub enum GgufError {
     TensorOutOfBounds {
         /// Tensor name.
         name: String,
+        /// Its offset from the start of the data section.
+        offset: u64,
+        /// Its size in bytes (from its type and shape).
+        size: u64,
+        /// Bytes in the data section (file length minus data offset; 0 if the header ends
+        /// past the file).
+        data_len: u64,
     },
     /// Two tensors with one name.
     DuplicateTensor(String),
+    /// A tensor's bytes (from its type and shape) run into the next tensor's: the tensors
+    /// overlap, or the first one's type or shape is wrong (e.g. retyped to a wider type).
+    TensorOverlap {
+        /// The tensor that runs over.
+        name: String,
+        /// Its type.
+        ty: GgmlType,
+        /// Its offset in the data section.
+        offset: u64,
+        /// Its size in bytes.
+        size: u64,
+        /// The tensor it runs into.
+        next: String,
+        /// That tensor's offset.
+        next_offset: u64,
+    },
+    /// A tensor's type and shape account for fewer bytes than lie between it and the next
+    /// tensor (or the end of the file), beyond alignment padding: its type or shape does not
+    /// describe its data (e.g. retyped to a narrower type).
+    TensorSizeMismatch {
+        /// Tensor name.
+        name: String,
+        /// Its type.
+        ty: GgmlType,
+        /// Its dimensions.
+        dims: Vec<u64>,
+        /// Its size in bytes from type and shape.
+        size: u64,
+        /// Bytes from its offset to the next tensor's offset (or the end of the file).
+        space: u64,
+    },
+    /// The parsed header would take more memory than the limit.
+    Memory(BudgetError),
 }
 
 impl fmt::Display for GgufError {
@@ -100,13 +158,43 @@ impl fmt::Display for GgufError {
                 )
             }
             Self::BadAlignment(a) => write!(f, "general.alignment {a} is not a power of two"),
-            Self::TensorOutOfBounds { name } => {
-                write!(
-                    f,
-                    "tensor `{name}` data lies outside the file or is misaligned"
-                )
-            }
+            Self::TensorOutOfBounds {
+                name,
+                offset,
+                size,
+                data_len,
+            } => write!(
+                f,
+                "tensor `{name}` ({size} bytes at data offset {offset}) lies outside the \
+                 {data_len}-byte data section or is misaligned"
+            ),
             Self::DuplicateTensor(n) => write!(f, "tensor `{n}` appears twice"),
+            Self::TensorOverlap {
+                name,
+                ty,
+                offset,
+                size,
+                next,
+                next_offset,
+            } => write!(
+                f,
+                "tensor `{name}` ({ty:?}, {size} bytes at data offset {offset}) runs into \
+                 tensor `{next}` at data offset {next_offset}: overlapping tensors or a wrong \
+                 type or shape"
+            ),
+            Self::TensorSizeMismatch {
+                name,
+                ty,
+                dims,
+                size,
+                space,
+            } => write!(
+                f,
+                "tensor `{name}` ({ty:?} {dims:?}) takes {size} bytes but {space} bytes lie \
+                 before the next tensor or the end of the file: its type or shape does not \
+                 describe its data"
+            ),
+            Self::Memory(e) => write!(f, "GGUF header: {e}"),
         }
     }
 }
@@ -183,6 +271,32 @@ impl Value {
     }
 }
 
+impl fmt::Display for Value {
+    /// The value as a person would write it: numbers plainly (`NaN`, `-1`, `4294967295`),
+    /// strings quoted (long ones cut), arrays by element count.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::U8(v) => write!(f, "{v}"),
+            Self::I8(v) => write!(f, "{v}"),
+            Self::U16(v) => write!(f, "{v}"),
+            Self::I16(v) => write!(f, "{v}"),
+            Self::U32(v) => write!(f, "{v}"),
+            Self::I32(v) => write!(f, "{v}"),
+            Self::F32(v) => write!(f, "{v}"),
+            Self::Bool(v) => write!(f, "{v}"),
+            Self::String(v) => {
+                let cut: String = v.chars().take(40).collect();
+                let more = if cut.len() < v.len() { "…" } else { "" };
+                write!(f, "{cut:?}{more}")
+            }
+            Self::Array(_, v) => write!(f, "an array of {} elements", v.len()),
+            Self::U64(v) => write!(f, "{v}"),
+            Self::I64(v) => write!(f, "{v}"),
+            Self::F64(v) => write!(f, "{v}"),
+        }
+    }
+}
+
 /// ggml tensor element types: hetero-sme's vocabulary, shared by the whole family.
 pub use hetero_sme::GgmlType;
 
@@ -226,14 +340,31 @@ pub struct Gguf {
 
 const MAX_NESTING: u32 = 4;
 
+/// What the memory charge of the parsed header is called in errors.
+const HEADER: &str = "GGUF metadata and tensor table";
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Bytes of memory the parsed header takes so far (charged before each allocation).
+    charged: u64,
+    limit: MemoryBudget,
 }
 
 impl<'a> Reader<'a> {
     fn remaining(&self) -> usize {
         self.buf.len() - self.pos
+    }
+    /// Charges `items × bytes_each` bytes of memory against the limit before they are
+    /// allocated.
+    fn charge(&mut self, items: u64, bytes_each: usize) -> Result<(), GgufError> {
+        let over = || GgufError::Memory(BudgetError::Overflow { what: HEADER });
+        let add = items.checked_mul(bytes_each as u64).ok_or_else(over)?;
+        self.charged = self.charged.checked_add(add).ok_or_else(over)?;
+        self.limit
+            .check(HEADER, self.charged)
+            .map(drop)
+            .map_err(GgufError::Memory)
     }
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], GgufError> {
         if self.remaining() < n {
@@ -269,6 +400,7 @@ impl<'a> Reader<'a> {
     }
     fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
         let len = self.count(what, 1)?;
+        self.charge(len as u64, 1)?;
         let at = self.pos;
         let bytes = self.take(len, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::BadUtf8 { offset: at })
@@ -292,6 +424,7 @@ impl<'a> Reader<'a> {
                 let ety = self.u32("array element type")?;
                 let min = min_value_size(ety).ok_or(GgufError::BadValueType(ety))?;
                 let n = self.count("array element", min)?;
+                self.charge(n as u64, std::mem::size_of::<Value>())?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(self.value(ety, depth + 1)?);
@@ -319,11 +452,31 @@ fn min_value_size(ty: u32) -> Option<u64> {
     })
 }
 
+/// Memory one tensor-table entry takes besides its name: the `TensorInfo`, its index entry
+/// (name, position, hash-table overhead) and up to [`MAX_DIMS`] dimensions.
+const TENSOR_ENTRY_BYTES: usize = std::mem::size_of::<TensorInfo>()
+    + std::mem::size_of::<(String, usize)>()
+    + 16
+    + MAX_DIMS as usize * 8;
+
 impl Gguf {
     /// Parses the header of a GGUF file held in `buf` (the whole file, so tensor extents can be
-    /// checked against its length).
+    /// checked against its length), letting the parsed header take at most
+    /// [`DEFAULT_HEADER_LIMIT`] bytes of memory.
     pub fn parse(buf: &[u8]) -> Result<Self, GgufError> {
-        let mut r = Reader { buf, pos: 0 };
+        Self::parse_with(buf, &MemoryBudget::with_limit(DEFAULT_HEADER_LIMIT))
+    }
+
+    /// [`Gguf::parse`] under the memory limit `budget`: the memory every string, array and
+    /// table entry takes is charged against it before it is allocated
+    /// ([`GgufError::Memory`] when over).
+    pub fn parse_with(buf: &[u8], budget: &MemoryBudget) -> Result<Self, GgufError> {
+        let mut r = Reader {
+            buf,
+            pos: 0,
+            charged: 0,
+            limit: *budget,
+        };
         let magic: [u8; 4] = r.arr("magic")?;
         if magic != MAGIC {
             return Err(GgufError::BadMagic(magic));
@@ -345,6 +498,7 @@ impl Gguf {
                 count: n_tensors,
             });
         }
+        r.charge(n_kv as u64, std::mem::size_of::<(String, Value)>())?;
         let mut metadata = Vec::with_capacity(n_kv);
         for _ in 0..n_kv {
             let key = r.string("metadata key")?;
@@ -359,10 +513,13 @@ impl Gguf {
         if alignment == 0 || !alignment.is_power_of_two() {
             return Err(GgufError::BadAlignment(alignment));
         }
+        r.charge(n_tensors, TENSOR_ENTRY_BYTES)?;
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         let mut index = HashMap::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
             let name = r.string("tensor name")?;
+            // The index keeps a second copy of the name.
+            r.charge(name.len() as u64, 1)?;
             let n_dims = r.u32("tensor rank")?;
             if n_dims == 0 || n_dims > MAX_DIMS {
                 return Err(GgufError::BadShape { name });
@@ -409,19 +566,23 @@ impl Gguf {
         }
         let pos = r.pos as u64;
         let data_offset = pos.div_ceil(alignment) * alignment;
-        let file_len = buf.len() as u64;
+        let data_len = (buf.len() as u64).saturating_sub(data_offset);
         for t in &tensors {
             let ok = t.offset % alignment == 0
-                && data_offset
-                    .checked_add(t.offset)
-                    .and_then(|s| s.checked_add(t.size))
-                    .is_some_and(|end| end <= file_len);
+                && t.offset
+                    .checked_add(t.size)
+                    .is_some_and(|end| end <= data_len);
             if !ok {
                 return Err(GgufError::TensorOutOfBounds {
                     name: t.name.clone(),
+                    offset: t.offset,
+                    size: t.size,
+                    data_len,
                 });
             }
         }
+        r.charge(n_tensors, std::mem::size_of::<usize>())?;
+        check_layout(&tensors, alignment, data_len)?;
         Ok(Self {
             version,
             metadata,
@@ -448,6 +609,57 @@ impl Gguf {
         let end = start.checked_add(usize::try_from(t.size).ok()?)?;
         file.get(start..end)
     }
+}
+
+/// Checks the tensors' extents (each already inside the `data_len`-byte data section and
+/// aligned) against each other, in offset order: first that none runs into the next
+/// ([`GgufError::TensorOverlap`]), then that each one's type and shape account for every byte
+/// up to the next tensor or the end of the data, less than `alignment` of padding left over
+/// ([`GgufError::TensorSizeMismatch`]). llama.cpp's loader demands the same contiguous layout.
+/// A retype to a wider type is always caught (the tensor runs into the next one or out of the
+/// file); one to a narrower type when it frees at least `alignment` bytes (32 by default: any
+/// tensor of more than a few dozen elements, every matrix and norm of a real model).
+/// Tensors of untabulated types (size 0: extent unknown) are not checked themselves, but their
+/// offsets still end the tensor before them.
+fn check_layout(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<(), GgufError> {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_unstable_by_key(|&i| (tensors[i].offset, i));
+    // Overlaps first: a tensor moved onto another leaves a gap behind, which would otherwise be
+    // reported against an innocent neighbour.
+    for w in order.windows(2) {
+        let (t, next) = (&tensors[w[0]], &tensors[w[1]]);
+        // In bounds (checked by the caller), so offset + size does not overflow.
+        if t.size > 0 && t.offset + t.size > next.offset {
+            return Err(GgufError::TensorOverlap {
+                name: t.name.clone(),
+                ty: t.ty,
+                offset: t.offset,
+                size: t.size,
+                next: next.name.clone(),
+                next_offset: next.offset,
+            });
+        }
+    }
+    let ends = order
+        .iter()
+        .skip(1)
+        .map(|&i| tensors[i].offset)
+        .chain([data_len]);
+    for (&i, end) in order.iter().zip(ends) {
+        let t = &tensors[i];
+        // No overlaps and every tensor in bounds, so space >= size.
+        let space = end - t.offset;
+        if t.size > 0 && space - t.size >= alignment {
+            return Err(GgufError::TensorSizeMismatch {
+                name: t.name.clone(),
+                ty: t.ty,
+                dims: t.dims.clone(),
+                size: t.size,
+                space,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Writes a GGUF file (v3) from metadata and tensors; used by tests to build synthetic files.
@@ -533,10 +745,20 @@ pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])])
 /// Why a GGUF file could not be opened.
 #[derive(Debug)]
 pub enum OpenError {
-    /// The file could not be opened or mapped.
-    Io(std::path::PathBuf, std::io::Error),
+    /// The file could not be opened, mapped or read.
+    Io(PathBuf, std::io::Error),
     /// The file is not a valid GGUF file.
-    Parse(std::path::PathBuf, GgufError),
+    Parse(PathBuf, GgufError),
+    /// The path names something other than a regular file (a FIFO, a device, a directory, a
+    /// socket): refused before anything could block on it.
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a directory", ...).
+        kind: &'static str,
+    },
+    /// Reading the file into memory ([`GgufFile::read`]) would exceed the memory budget.
+    Memory(PathBuf, BudgetError),
 }
 
 impl fmt::Display for OpenError {
@@ -544,6 +766,14 @@ impl fmt::Display for OpenError {
         match self {
             Self::Io(p, e) => write!(f, "cannot read model file {}: {e}", p.display()),
             Self::Parse(p, e) => write!(f, "corrupt model file {}: {e}", p.display()),
+            Self::NotRegular { path, kind } => write!(
+                f,
+                "cannot read model file {}: it is {kind}, not a regular file",
+                path.display()
+            ),
+            Self::Memory(p, e) => {
+                write!(f, "cannot read model file {} into memory: {e}", p.display())
+            }
         }
     }
 }
@@ -553,40 +783,207 @@ impl std::error::Error for OpenError {
         match self {
             Self::Io(_, e) => Some(e),
             Self::Parse(_, e) => Some(e),
+            Self::NotRegular { .. } => None,
+            Self::Memory(_, e) => Some(e),
         }
     }
 }
 
-/// A memory-mapped GGUF file and its parsed header.
+/// What a non-regular file is, for messages; `None` for a regular file.
+fn non_regular_kind(ft: std::fs::FileType) -> Option<&'static str> {
+    if ft.is_file() {
+        return None;
+    }
+    if ft.is_dir() {
+        return Some("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return Some("a FIFO (named pipe)");
+        }
+        if ft.is_char_device() {
+            return Some("a character device");
+        }
+        if ft.is_block_device() {
+            return Some("a block device");
+        }
+        if ft.is_socket() {
+            return Some("a socket");
+        }
+    }
+    Some("not a regular file")
+}
+
+/// Opens `path` for reading if it is a regular file, without ever blocking on it.
+///
+/// Two checks, for two reasons: `metadata` (stat, which follows symlinks and opens nothing)
+/// refuses a FIFO, device or directory before it is opened at all, so no device sees an open;
+/// the open itself is `O_NONBLOCK` (opening a FIFO without a writer then returns at once
+/// instead of waiting for one) and the opened descriptor is checked again with `fstat`, which
+/// closes the window in which the path could be swapped for a FIFO between the two steps.
+/// `O_NONBLOCK` has no effect on reading a regular file.
+fn open_regular(path: &Path) -> Result<std::fs::File, OpenError> {
+    let io = |e| OpenError::Io(path.into(), e);
+    let not_regular = |kind| OpenError::NotRegular {
+        path: path.into(),
+        kind,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if let Some(kind) = non_regular_kind(meta.file_type()) {
+        return Err(not_regular(kind));
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if let Some(kind) = non_regular_kind(meta.file_type()) {
+        return Err(not_regular(kind));
+    }
+    Ok(file)
+}
+
+/// The file's bytes: mapped, or read into a buffer at [`READ_ALIGNMENT`].
+enum Storage {
+    Mapped(memmap2::Mmap),
+    Owned(AlignedBytes),
+}
+
+/// `len` bytes at a [`READ_ALIGNMENT`]-aligned start inside an over-allocated `Vec` (the
+/// `Vec`'s heap block never moves, so the start stays aligned).
+struct AlignedBytes {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// `len` zero bytes, aligned; the allocation is `len + READ_ALIGNMENT - 1` bytes.
+    fn zeroed(len: usize) -> Option<Self> {
+        let buf = vec![0u8; len.checked_add(READ_ALIGNMENT - 1)?];
+        let misalign = buf.as_ptr() as usize % READ_ALIGNMENT;
+        let start = (READ_ALIGNMENT - misalign) % READ_ALIGNMENT;
+        Some(Self { buf, start, len })
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// A GGUF file, memory-mapped or read into memory, and its parsed header.
+///
+/// **The mapped form and truncation.** A mapped file is read lazily, page by page, as the
+/// weights are used. If the file shrinks while the process runs (rewritten in place, a
+/// network share or removable medium going away), touching a page past the new end raises
+/// `SIGBUS` and the process dies: no error can be returned, because the fault happens on an
+/// ordinary memory read inside a kernel. Use [`GgufFile::read`] (the CLI's `--no-mmap`) for
+/// files on network or removable storage, or that something may rewrite: it costs the file's
+/// size in memory and the time to read it once, and the file can then change freely.
 pub struct GgufFile {
-    map: memmap2::Mmap,
+    storage: Storage,
     /// The parsed header.
     pub header: Gguf,
 }
 
 impl GgufFile {
-    /// Maps and parses the file at `path`.
-    pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self, OpenError> {
+    /// Maps and parses the file at `path` (a regular file; anything else is refused without
+    /// blocking). See the type's documentation for the truncation hazard.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, OpenError> {
         let path = path.as_ref();
-        let file = std::fs::File::open(path).map_err(|e| OpenError::Io(path.into(), e))?;
+        let file = open_regular(path)?;
         // SAFETY: `Mmap::map` requires that the file is not modified or truncated while mapped
-        // (that would be undefined behaviour for the `&[u8]` we hand out). Model files are
-        // read-only inputs; like every mmap-based loader (llama.cpp included) we document that
-        // the file must not be rewritten while the engine runs.
+        // (that would be undefined behaviour for the `&[u8]` we hand out; in practice a read
+        // past a truncated end raises SIGBUS). Model files are read-only inputs; like every
+        // mmap-based loader (llama.cpp included) we document that the file must not be
+        // rewritten while the engine runs, and offer `GgufFile::read` where that cannot be
+        // promised.
         let map =
             unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OpenError::Io(path.into(), e))?;
         let header = Gguf::parse(&map).map_err(|e| OpenError::Parse(path.into(), e))?;
-        Ok(Self { map, header })
+        Ok(Self {
+            storage: Storage::Mapped(map),
+            header,
+        })
+    }
+
+    /// Reads the file at `path` into memory ([`READ_ALIGNMENT`]-aligned) and parses it, if
+    /// its size fits in the machine's available memory ([`MemoryBudget::available`]). Immune
+    /// to the file changing afterwards (see the type's documentation).
+    pub fn read(path: impl AsRef<Path>) -> Result<Self, OpenError> {
+        Self::read_with(path, &MemoryBudget::available())
+    }
+
+    /// [`GgufFile::read`] with the file's size checked against `budget` before the buffer is
+    /// allocated.
+    pub fn read_with(path: impl AsRef<Path>, budget: &MemoryBudget) -> Result<Self, OpenError> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let mut file = open_regular(path)?;
+        let len = file
+            .metadata()
+            .map_err(|e| OpenError::Io(path.into(), e))?
+            .len();
+        len.checked_add(READ_ALIGNMENT as u64 - 1)
+            .ok_or(BudgetError::Overflow { what: "model file" })
+            .and_then(|n| budget.check("model file", n))
+            .map_err(|e| OpenError::Memory(path.into(), e))?;
+        let mut bytes = usize::try_from(len)
+            .ok()
+            .and_then(AlignedBytes::zeroed)
+            .ok_or_else(|| {
+                OpenError::Memory(path.into(), BudgetError::Overflow { what: "model file" })
+            })?;
+        // A file that shrank since `metadata` fails here (UnexpectedEof) instead of parsing as
+        // truncated zeros.
+        file.read_exact(bytes.as_mut_slice())
+            .map_err(|e| OpenError::Io(path.into(), e))?;
+        let header = Gguf::parse(bytes.as_slice()).map_err(|e| OpenError::Parse(path.into(), e))?;
+        Ok(Self {
+            storage: Storage::Owned(bytes),
+            header,
+        })
+    }
+
+    /// Copies `data` (a whole GGUF file) into an aligned buffer and parses it: the loader's
+    /// entry for files that are not on disk (fuzzing, tests, embedded models).
+    pub fn from_bytes(data: &[u8]) -> Result<Self, GgufError> {
+        let mut bytes =
+            AlignedBytes::zeroed(data.len()).ok_or(GgufError::Memory(BudgetError::Overflow {
+                what: "GGUF bytes",
+            }))?;
+        bytes.as_mut_slice().copy_from_slice(data);
+        let header = Gguf::parse(bytes.as_slice())?;
+        Ok(Self {
+            storage: Storage::Owned(bytes),
+            header,
+        })
+    }
+
+    /// Whether the file is memory-mapped ([`GgufFile::open`]) rather than held in memory.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped(_))
     }
 
     /// The whole file.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        match &self.storage {
+            Storage::Mapped(m) => m,
+            Storage::Owned(b) => b.as_slice(),
+        }
     }
 
     /// The data of tensor `name`, with its info.
     pub fn tensor(&self, name: &str) -> Option<(&TensorInfo, &[u8])> {
         let t = self.header.tensor(name)?;
-        Some((t, self.header.tensor_data(&self.map, t)?))
+        Some((t, self.header.tensor_data(self.bytes(), t)?))
     }
 }

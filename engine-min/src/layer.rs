@@ -7,17 +7,16 @@
 //! sits; a [`Rows`] says that. Every row is computed by the same code in the same order
 //! whatever the other rows are (norms, RoPE and attention are per row), which the batched
 //! engine's bit-for-bit batch invariance relies on. Nothing here allocates: [`Work`] and the
-//! [`KvCache`]s are sized once by their constructors.
+//! [`KvCache`]s are sized once by their constructors; a step's activations live in uma slots
+//! acquired for the step ([`crate::act`]), and every matmul goes through the [`Executor`].
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::act::{ActBuf, UmaActs};
-
-use crate::backend::{Backend, BackendError};
-use crate::model::{Config, Model, WeightRef};
+use crate::act::{Acts, Buf, StepSlots};
+use crate::backend::{BackendError, WeightView};
+use crate::exec::Executor;
+use crate::model::{Config, Model};
 use crate::pool::{Pool, SharedMut};
-use crate::quant;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -72,61 +71,61 @@ impl Clock<'_> {
     }
 }
 
-/// Activation buffers (for up to `max_batch` rows), RoPE tables and attention scratch.
+/// The model's matmul weights in the order the executor indexes them: per layer Q, K, V, O,
+/// gate, up, down, then the output head.
+pub fn matmul_weights(model: &Model) -> Vec<WeightView<'_>> {
+    let mut v = Vec::with_capacity(model.layers.len() * LAYER_MATMULS + 1);
+    for l in &model.layers {
+        for w in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
+            v.push(model.view(w));
+        }
+    }
+    v.push(model.view(&model.output));
+    v
+}
+
+/// Matmuls per layer.
+pub const LAYER_MATMULS: usize = 7;
+
+/// A layer's matmuls, in [`matmul_weights`] order.
+#[derive(Clone, Copy)]
+enum Op {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+fn weight(l: usize, op: Op) -> usize {
+    l * LAYER_MATMULS + op as usize
+}
+
+/// Index of the output head among [`matmul_weights`].
+pub fn output_weight(n_layer: usize) -> usize {
+    n_layer * LAYER_MATMULS
+}
+
+/// RoPE tables, attention scratch and the activation slots (for up to `max_batch` rows).
 pub(crate) struct Work {
     ctx: usize,
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    /// Residual stream, `max_batch * d_model`.
-    pub(crate) x: ActBuf,
-    /// Normed rows, `max_batch * d_model`.
-    pub(crate) h: ActBuf,
-    q: ActBuf,
-    k: ActBuf,
-    v: ActBuf,
-    att: ActBuf,
-    tmp: ActBuf,
-    g: ActBuf,
-    u: ActBuf,
     scores: Vec<f32>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Buf {
-    H,
-    Q,
-    K,
-    V,
-    Att,
-    Tmp,
-    G,
-    U,
+    acts: Acts,
 }
 
 impl Work {
-    /// Buffers for `max_batch` rows of model `c`, RoPE tables for `ctx` positions and
-    /// attention scratch for `threads` pool threads.
-    pub(crate) fn new(c: &Config, ctx: usize, max_batch: usize, threads: usize) -> Self {
-        Self::new_in(c, ctx, max_batch, threads, None)
-    }
-
-    /// [`Work::new`] with the activation buffers in the slots of `acts` when given (see
-    /// [`crate::act`]); a slot that cannot be taken falls back to the heap.
-    pub(crate) fn new_in(
+    /// RoPE tables for `ctx` positions, attention scratch for `threads` pool threads, and
+    /// activation slots for `max_batch` rows of model `c`.
+    pub(crate) fn new(
         c: &Config,
         ctx: usize,
         max_batch: usize,
         threads: usize,
-        acts: Option<&Arc<UmaActs>>,
-    ) -> Self {
-        let mut slot = 0;
-        let mut buf = |len: usize| {
-            let b = acts.and_then(|a| a.take(slot, len));
-            slot += 1;
-            b.unwrap_or_else(|| ActBuf::heap(len))
-        };
-        let mb = max_batch;
-        let kv = c.kv_dim();
+    ) -> Result<Self, hetero_uma::UmaError> {
         let half = c.rope_dims / 2;
         let mut rope_cos = vec![0f32; ctx * half];
         let mut rope_sin = vec![0f32; ctx * half];
@@ -138,41 +137,79 @@ impl Work {
                 rope_sin[p * half + i] = a.sin() as f32;
             }
         }
-        Self {
+        Ok(Self {
             ctx,
             rope_cos,
             rope_sin,
-            x: buf(mb * c.d_model),
-            h: buf(mb * c.d_model),
-            q: buf(mb * c.d_model),
-            k: buf(mb * kv),
-            v: buf(mb * kv),
-            att: buf(mb * c.d_model),
-            tmp: buf(mb * c.d_model.max(c.vocab)),
-            g: buf(mb * c.d_ff),
-            u: buf(mb * c.d_ff),
             scores: vec![0.0; threads * ctx],
-        }
+            acts: Acts::for_model(c, max_batch.max(1))?,
+        })
+    }
+
+    /// The activation slots' pool.
+    pub(crate) fn acts(&self) -> &Acts {
+        &self.acts
     }
 
     /// Writes token `tok`'s embedding into row `t` of the residual stream.
-    pub(crate) fn embed(&mut self, model: &Model, t: usize, tok: u32) {
+    pub(crate) fn embed(
+        &self,
+        model: &Model,
+        s: &mut StepSlots,
+        t: usize,
+        tok: u32,
+    ) -> Result<(), BackendError> {
         let d = model.config.d_model;
         let emb = model.view(&model.embed);
-        let rb = emb.data.len() / emb.n.max(1);
+        let rb = emb.row_bytes()?;
         let src = &emb.data[tok as usize * rb..(tok as usize + 1) * rb];
-        quant::dequantize_row(emb.ty, src, &mut self.x[t * d..(t + 1) * d]);
+        let x = self.acts.pool().f32s_mut(s.get_mut(Buf::X))?;
+        hetero_sme::dequantize_row(emb.ty, src, &mut x[t * d..(t + 1) * d])?;
+        Ok(())
     }
 
-    /// Runs every layer over the `m` rows of the residual stream: each row's key and value
-    /// go to `caches[rows.seq(t)]` at `rows.pos(t)`, and each row attends to its own
+    /// `out = rmsnorm(in) * w` over `m` rows of `n`.
+    fn norm(
+        &self,
+        s: &mut StepSlots,
+        from: Buf,
+        to: Buf,
+        w: &[f32],
+        eps: f32,
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let n = w.len();
+        let (a, b) = s.pair(from, to);
+        let pool = self.acts.pool();
+        rmsnorm(
+            &pool.f32s(a)?[..m * n],
+            w,
+            eps,
+            &mut pool.f32s_mut(b)?[..m * n],
+        );
+        Ok(())
+    }
+
+    /// `x += tmp` over `m` rows of `d`.
+    fn residual(&self, s: &mut StepSlots, m: usize, d: usize) -> Result<(), BackendError> {
+        let (t, x) = s.pair(Buf::Tmp, Buf::X);
+        let pool = self.acts.pool();
+        let add = &pool.f32s(t)?[..m * d];
+        for (x, o) in pool.f32s_mut(x)?[..m * d].iter_mut().zip(add) {
+            *x += o;
+        }
+        Ok(())
+    }
+
+    /// Runs every layer over the `m` rows of the residual stream in `s`: each row's key and
+    /// value go to `caches[rows.seq(t)]` at `rows.pos(t)`, and each row attends to its own
     /// sequence's positions `0..=pos`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn layers<R: Rows>(
         &mut self,
         model: &Model,
-        backend: &dyn Backend,
-        pool: &Pool,
+        exec: &Executor,
+        s: &mut StepSlots,
         caches: &mut [KvCache],
         rows: &R,
         m: usize,
@@ -181,124 +218,107 @@ impl Work {
         let c = &model.config;
         let (d, kv, hd) = (c.d_model, c.kv_dim(), c.head_dim);
         let half = c.rope_dims / 2;
+        let pool = exec.cpu().pool();
         for (l, layer) in model.layers.iter().enumerate() {
             let t0 = clock.start();
-            rmsnorm(
-                &self.x[..m * d],
-                &layer.attn_norm,
-                c.eps,
-                &mut self.h[..m * d],
-            );
+            self.norm(s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
             clock.host(t0);
-            self.matmul(model, backend, clock, layer.wq, Buf::H, m, Buf::Q)?;
-            self.matmul(model, backend, clock, layer.wk, Buf::H, m, Buf::K)?;
-            self.matmul(model, backend, clock, layer.wv, Buf::H, m, Buf::V)?;
+            self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
+            self.matmul(exec, clock, s, weight(l, Op::K), Buf::H, m, Buf::K)?;
+            self.matmul(exec, clock, s, weight(l, Op::V), Buf::H, m, Buf::V)?;
             let t0 = clock.start();
-            for t in 0..m {
-                let p = rows.pos(t);
-                let (cs, sn) = (
-                    &self.rope_cos[p * half..(p + 1) * half],
-                    &self.rope_sin[p * half..(p + 1) * half],
-                );
-                for hq in self.q[t * d..(t + 1) * d].chunks_exact_mut(hd) {
-                    rope(hq, cs, sn);
+            {
+                let up = self.acts.pool();
+                let [_, _, qh, kh, vh, ..] = s.each_mut();
+                let (q, k, v) = (up.f32s_mut(qh)?, up.f32s_mut(kh)?, up.f32s(vh)?);
+                for t in 0..m {
+                    let p = rows.pos(t);
+                    let (cs, sn) = (
+                        &self.rope_cos[p * half..(p + 1) * half],
+                        &self.rope_sin[p * half..(p + 1) * half],
+                    );
+                    for hq in q[t * d..(t + 1) * d].chunks_exact_mut(hd) {
+                        rope(hq, cs, sn);
+                    }
+                    for hk in k[t * kv..(t + 1) * kv].chunks_exact_mut(hd) {
+                        rope(hk, cs, sn);
+                    }
+                    let cache = &mut caches[rows.seq(t)];
+                    let at = (l * self.ctx + p) * kv;
+                    cache.k[at..at + kv].copy_from_slice(&k[t * kv..(t + 1) * kv]);
+                    cache.v[at..at + kv].copy_from_slice(&v[t * kv..(t + 1) * kv]);
                 }
-                for hk in self.k[t * kv..(t + 1) * kv].chunks_exact_mut(hd) {
-                    rope(hk, cs, sn);
+            }
+            self.attention(c, pool, s, caches, rows, l, m)?;
+            clock.host(t0);
+            self.matmul(exec, clock, s, weight(l, Op::O), Buf::Att, m, Buf::Tmp)?;
+            let t0 = clock.start();
+            self.residual(s, m, d)?;
+            self.norm(s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
+            clock.host(t0);
+            self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
+            self.matmul(exec, clock, s, weight(l, Op::Up), Buf::H, m, Buf::U)?;
+            let t0 = clock.start();
+            {
+                let up = self.acts.pool();
+                let (uh, gh) = s.pair(Buf::U, Buf::G);
+                let u = &up.f32s(uh)?[..m * c.d_ff];
+                for (g, u) in up.f32s_mut(gh)?[..m * c.d_ff].iter_mut().zip(u) {
+                    *g = *g / (1.0 + (-*g).exp()) * u;
                 }
-                let cache = &mut caches[rows.seq(t)];
-                let at = (l * self.ctx + p) * kv;
-                cache.k[at..at + kv].copy_from_slice(&self.k[t * kv..(t + 1) * kv]);
-                cache.v[at..at + kv].copy_from_slice(&self.v[t * kv..(t + 1) * kv]);
-            }
-            self.attention(c, pool, caches, rows, l, m);
-            clock.host(t0);
-            self.matmul(model, backend, clock, layer.wo, Buf::Att, m, Buf::Tmp)?;
-            let t0 = clock.start();
-            for (x, o) in self.x[..m * d].iter_mut().zip(&self.tmp[..m * d]) {
-                *x += o;
-            }
-            rmsnorm(
-                &self.x[..m * d],
-                &layer.ffn_norm,
-                c.eps,
-                &mut self.h[..m * d],
-            );
-            clock.host(t0);
-            self.matmul(model, backend, clock, layer.gate, Buf::H, m, Buf::G)?;
-            self.matmul(model, backend, clock, layer.up, Buf::H, m, Buf::U)?;
-            let t0 = clock.start();
-            for (g, u) in self.g[..m * c.d_ff].iter_mut().zip(&self.u[..m * c.d_ff]) {
-                *g = *g / (1.0 + (-*g).exp()) * u;
             }
             clock.host(t0);
-            self.matmul(model, backend, clock, layer.down, Buf::G, m, Buf::Tmp)?;
+            self.matmul(exec, clock, s, weight(l, Op::Down), Buf::G, m, Buf::Tmp)?;
             let t0 = clock.start();
-            for (x, o) in self.x[..m * d].iter_mut().zip(&self.tmp[..m * d]) {
-                *x += o;
-            }
+            self.residual(s, m, d)?;
             clock.host(t0);
         }
         Ok(())
     }
 
+    /// The model's weight `w` times buffer `input` (`m` rows) into buffer `out`.
     #[allow(clippy::too_many_arguments)]
-    fn matmul(
-        &mut self,
-        model: &Model,
-        backend: &dyn Backend,
+    pub(crate) fn matmul(
+        &self,
+        exec: &Executor,
         clock: &mut Clock<'_>,
-        w: WeightRef,
+        s: &mut StepSlots,
+        w: usize,
         input: Buf,
         m: usize,
         out: Buf,
     ) -> Result<(), BackendError> {
         let t0 = clock.start();
-        // Taking the output buffer out of `self` (no allocation) lets the input be borrowed.
-        let mut o = std::mem::take(self.buf(out));
-        let view = model.view(&w);
-        let x = match input {
-            Buf::H => &self.h,
-            Buf::Att => &self.att,
-            Buf::G => &self.g,
-            _ => &self.tmp,
-        };
-        let r = backend.matmul(&view, &x[..m * w.k], m, &mut o[..m * w.n]);
-        *self.buf(out) = o;
+        let up = self.acts.pool();
+        let (xh, oh) = s.pair(input, out);
+        let x = up.f32s(xh)?;
+        let k = exec.weight_k(w)?;
+        let r = exec.matmul(w, &x[..m * k], m, up, oh);
         clock.matmul(t0);
         r
     }
 
-    fn buf(&mut self, b: Buf) -> &mut ActBuf {
-        match b {
-            Buf::H => &mut self.h,
-            Buf::Q => &mut self.q,
-            Buf::K => &mut self.k,
-            Buf::V => &mut self.v,
-            Buf::Att => &mut self.att,
-            Buf::Tmp => &mut self.tmp,
-            Buf::G => &mut self.g,
-            Buf::U => &mut self.u,
-        }
-    }
-
     /// Causal grouped-query attention of each of the `m` rows over its own sequence's cache
     /// of layer `l`, positions `0..=pos` (the row's own key/value were written before).
+    #[allow(clippy::too_many_arguments)]
     fn attention<R: Rows>(
         &mut self,
         c: &Config,
         pool: &Pool,
+        s: &mut StepSlots,
         caches: &[KvCache],
         rows: &R,
         l: usize,
         m: usize,
-    ) {
+    ) -> Result<(), BackendError> {
         let (d, kv, hd, nh) = (c.d_model, c.kv_dim(), c.head_dim, c.n_head);
         let group = c.n_head / c.n_kv_head.max(1);
         let ctx = self.ctx;
         let scale = 1.0 / (hd as f32).sqrt();
-        let q = &self.q;
-        let att = SharedMut::new(&mut self.att[..m * d]);
+        let up = self.acts.pool();
+        let (qh, ah) = s.pair(Buf::Q, Buf::Att);
+        let q = up.f32s(qh)?;
+        let att = SharedMut::new(&mut up.f32s_mut(ah)?[..m * d]);
         let scores = SharedMut::new(&mut self.scores[..]);
         let task = |task: usize, thread: usize| {
             let (t, h) = (task / nh, task % nh);
@@ -336,6 +356,7 @@ impl Work {
             }
         };
         pool.run(m * nh, &task);
+        Ok(())
     }
 }
 

@@ -51,6 +51,7 @@ pub fn measure_cpu(
         bandwidth_gbps: Some(measure_bandwidth_gbps()),
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -62,7 +63,7 @@ pub const GPU_M: [u32; 4] = [1, 4, 16, 32];
 /// a tiny matmul (64 x 64, one row): the fixed cost of a round trip to the device.
 pub fn measure_gpu(
     model: &Model,
-    gpu: &mut crate::gpu::GpuBackend,
+    gpu: &mut crate::backend::gpu::GpuBackend,
     reps: usize,
     progress: impl FnMut(usize, usize, &str),
 ) -> Result<BackendProfile, String> {
@@ -75,12 +76,14 @@ pub fn measure_gpu(
         k: 64,
         data: &zeros,
     };
-    gpu.prepare(&w).map_err(|e| e.to_string())?;
+    let id = gpu.prepare(&w).map_err(|e| e.to_string())?;
+    gpu.reserve(1, 64).map_err(|e| e.to_string())?;
     let (x, mut y) = (vec![0f32; 64], vec![0f32; 64]);
     let mut best = Duration::MAX;
     for _ in 0..reps.max(1) * 3 {
         let t0 = Instant::now();
-        gpu.matmul(&w, &x, 1, &mut y).map_err(|e| e.to_string())?;
+        gpu.matmul(id, &x, 1, &mut y, 64)
+            .map_err(|e| e.to_string())?;
         best = best.min(t0.elapsed());
     }
     Ok(BackendProfile {
@@ -91,6 +94,7 @@ pub fn measure_gpu(
         bandwidth_gbps: None,
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -111,13 +115,13 @@ pub fn measure_npu(
     progress: impl FnMut(usize, usize, &str),
 ) -> Result<BackendProfile, String> {
     let pool = Arc::new(Pool::new(threads));
-    let partner = Box::new(CpuBackend::new(pool, CpuKernel::best()));
-    let opts = crate::npu::NpuOptions {
+    drop(pool);
+    let opts = crate::backend::npu::NpuOptions {
         seq: NPU_M[0] as usize,
         extra_seqs: [NPU_M[1] as usize, 0, 0],
         ..Default::default()
     };
-    let mut npu = crate::npu::NpuBackend::open(partner, opts).map_err(|e| e.to_string())?;
+    let mut npu = crate::backend::npu::NpuBackend::open(opts).map_err(|e| e.to_string())?;
     let stats = npu.stats();
     let l0 = model.layers.first().ok_or("the model has no layers")?;
     let weights = [
@@ -136,6 +140,7 @@ pub fn measure_npu(
         bandwidth_gbps: None,
         standard_m: NPU_M.to_vec(),
         graph_prepare_us: Some(stats.prepare_time().as_secs_f64() * 1e6 / graphs as f64),
+        ..BackendProfile::default()
     })
 }
 
@@ -170,10 +175,12 @@ fn measure_weights(
 ) -> Result<Vec<LatencyPoint>, String> {
     let c = &model.config;
     let max_m = ms.iter().copied().max().unwrap_or(1) as usize;
+    let mut ids = Vec::with_capacity(weights.len());
     for (w, _) in weights {
-        be.prepare(&model.view(w)).map_err(|e| e.to_string())?;
+        ids.push(be.prepare(&model.view(w)).map_err(|e| e.to_string())?);
     }
-    be.reserve(max_m, c.d_model.max(c.d_ff));
+    be.reserve(max_m, c.d_model.max(c.d_ff))
+        .map_err(|e| e.to_string())?;
     let total = weights.len() * ms.len();
     let mut points = Vec::with_capacity(total);
     let mut x = vec![0f32; max_m * c.d_model.max(c.d_ff)];
@@ -181,14 +188,13 @@ fn measure_weights(
         *v = ((i * 7919) % 1000) as f32 / 500.0 - 1.0;
     }
     let mut out = vec![0f32; max_m * c.vocab.max(c.d_ff)];
-    for (w, name) in weights {
-        let view = model.view(w);
+    for ((w, name), &id) in weights.iter().zip(&ids) {
         for &m in ms {
             let mu = m as usize;
             let mut best = Duration::MAX;
             for _ in 0..reps.max(1) {
                 let t0 = Instant::now();
-                be.matmul(&view, &x[..mu * w.k], mu, &mut out[..mu * w.n])
+                be.matmul(id, &x[..mu * w.k], mu, &mut out[..mu * w.n], w.n)
                     .map_err(|e| e.to_string())?;
                 best = best.min(t0.elapsed());
             }
@@ -229,6 +235,7 @@ pub fn profile(device: &str, backends: Vec<BackendProfile>) -> Profile {
     Profile {
         device: device.into(),
         backends,
+        ..Profile::default()
     }
 }
 

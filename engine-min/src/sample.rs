@@ -1,4 +1,41 @@
 //! Token sampling: greedy, or temperature with nucleus (top-p) truncation, seeded.
+//!
+//! [`Sampler::try_sample`] refuses logits that hold a NaN or an infinity ([`SampleError`]): the
+//! forward pass went wrong, and a token picked from them would be noise (an all-NaN vector
+//! used to yield token 0, end of text: silent empty output). A temperature so small that
+//! `1 / T` overflows f32 samples greedily, as its limit does.
+
+use std::fmt;
+
+/// Why no token could be sampled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SampleError {
+    /// The logits are empty.
+    Empty,
+    /// A logit is NaN or infinite.
+    NonFinite {
+        /// Index (token id) of the first such logit.
+        index: usize,
+        /// Its value.
+        value: f32,
+    },
+}
+
+impl fmt::Display for SampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => write!(f, "no logits to sample from"),
+            Self::NonFinite { index, value } => {
+                write!(
+                    f,
+                    "logit of token {index} is {value}: the forward pass is broken"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for SampleError {}
 
 /// Sampling settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,12 +87,34 @@ impl Sampler {
         (z >> 40) as f32 / (1u64 << 24) as f32
     }
 
-    /// Picks the next token from `logits` (NaN logits are never picked).
+    /// Picks the next token from `logits`, which must all be finite ([`SampleError`]
+    /// otherwise). One pass over the logits checks them: cheap beside the forward pass that
+    /// made them.
+    pub fn try_sample(&mut self, logits: &[f32]) -> Result<u32, SampleError> {
+        if logits.is_empty() {
+            return Err(SampleError::Empty);
+        }
+        if let Some(index) = logits.iter().position(|v| !v.is_finite()) {
+            return Err(SampleError::NonFinite {
+                index,
+                value: logits[index],
+            });
+        }
+        Ok(self.sample(logits))
+    }
+
+    /// Picks the next token from `logits` without checking them (NaN logits are never
+    /// picked; when no probability is left, the argmax). Prefer [`Sampler::try_sample`].
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.opts.temperature <= 0.0 || !self.opts.temperature.is_finite() {
+        let inv_t = 1.0 / self.opts.temperature;
+        // A temperature <= 0 (or NaN, or infinite) is greedy, as it always was; one so small
+        // that 1/T overflows (e.g. 1e-39, subnormal) would make the best logit's
+        // (l - max) / T = 0 · ∞ = NaN and every probability 0, so it is greedy too, as T → 0
+        // is.
+        let t = self.opts.temperature;
+        if t <= 0.0 || !t.is_finite() || !inv_t.is_finite() {
             return argmax(logits);
         }
-        let inv_t = 1.0 / self.opts.temperature;
         let max = logits
             .iter()
             .copied()
@@ -71,6 +130,10 @@ impl Sampler {
             }
         }));
         let total: f32 = self.probs.iter().sum();
+        if !(total > 0.0 && total.is_finite()) {
+            // Only non-finite logits get here (the best finite logit has probability 1).
+            return argmax(logits);
+        }
         let probs = &self.probs;
         let top_p = self.opts.top_p.clamp(0.0, 1.0);
         self.idx.clear();

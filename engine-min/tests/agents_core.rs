@@ -428,7 +428,16 @@ fn admission_cap_queues_agents_and_stays_lossless() {
 
 #[test]
 fn cli_generates_replayable_traces_and_refuses_bad_files_before_loading_a_model() {
-    use engine_min::agents::cli;
+    let cli = |args: Vec<String>| {
+        let mut sink = Vec::new();
+        engine_min::cli::run_with(
+            ["engine-min".to_string(), "agents".to_string()]
+                .into_iter()
+                .chain(args),
+            &mut sink,
+        )
+        .map_err(|e| e.to_string())
+    };
     let dir = std::env::temp_dir().join(format!("agents-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("t.json");

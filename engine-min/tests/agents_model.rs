@@ -7,8 +7,9 @@ use engine_min::agents::model::ModelVerifier;
 use engine_min::agents::sched::{self, Config, SchedOptions, Verifier};
 use engine_min::agents::trace::{self, TraceOptions};
 use engine_min::agents::workload::{TaskKind, ToolSpec};
-use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::backend::CpuKernel;
 use engine_min::batch::{BatchEngine, BatchOptions, Logits, SeqTokens};
+use engine_min::compose::cpu_executor;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::pool::Pool;
@@ -31,13 +32,12 @@ fn batched_rows_are_batch_invariant() {
     let b = tok.encode_prompt("def add(a, b):\n    return a + b\n\ndef mul(a, b):");
     let pool = Arc::new(Pool::new(2));
     for kernel in CpuKernel::available() {
-        let backend = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
+        let exec = cpu_executor(&m, Arc::clone(&pool), kernel, 64).unwrap();
         let opts = BatchOptions {
             context: 128,
-            max_batch: 64,
             sequences: 3,
         };
-        let mut e = BatchEngine::new(Arc::clone(&m), backend, Arc::clone(&pool), opts).unwrap();
+        let mut e = BatchEngine::new(Arc::clone(&m), exec, opts).unwrap();
         let mut last = vec![f32::NAN; 2 * vocab];
         // Prefill a in seq 0 alone, a in seq 1 batched with b in seq 2.
         e.forward(
@@ -113,17 +113,8 @@ fn batched_rows_are_batch_invariant() {
         // Against the one-sequence engine (same kernels, same math): 1e-3 absolute is the
         // engine's own tolerance against the f64 reference; the two paths differ only in
         // loop structure, so they agree far closer in practice.
-        let backend = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
-        let mut eng = Engine::new(
-            Arc::clone(&m),
-            backend,
-            Arc::clone(&pool),
-            EngineOptions {
-                context: 128,
-                max_batch: 64,
-            },
-        )
-        .unwrap();
+        let exec = cpu_executor(&m, Arc::clone(&pool), kernel, 64).unwrap();
+        let mut eng = Engine::new(Arc::clone(&m), exec, EngineOptions { context: 128 }).unwrap();
         let mut want = vec![f32::NAN; vocab];
         eng.forward(&a, &mut want).unwrap();
         let mut got = vec![f32::NAN; vocab];
@@ -141,13 +132,12 @@ fn batched_rows_are_batch_invariant() {
         );
     }
     // Bad input is an error, not a panic.
-    let backend = Box::new(CpuBackend::new(Arc::clone(&pool), CpuKernel::best()));
+    let exec = cpu_executor(&m, Arc::clone(&pool), CpuKernel::best(), 8).unwrap();
     let opts = BatchOptions {
         context: 16,
-        max_batch: 8,
         sequences: 1,
     };
-    let mut e = BatchEngine::new(Arc::clone(&m), backend, pool, opts).unwrap();
+    let mut e = BatchEngine::new(Arc::clone(&m), exec, opts).unwrap();
     let mut l = vec![0f32; vocab];
     assert!(e
         .forward(

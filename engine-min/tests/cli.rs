@@ -38,7 +38,7 @@ fn bad_input_gives_clear_errors() {
     assert!(err.contains("corrupt model file"), "{err}");
     let (code, _, err) = run(&["frobnicate"]);
     assert_eq!(code, 2);
-    assert!(err.contains("unknown command"), "{err}");
+    assert!(err.contains("unrecognized subcommand"), "{err}");
     let (code, _, err) = run(&["plan"]);
     assert_eq!(code, 2);
     assert!(err.contains("--profile"), "{err}");
@@ -97,6 +97,59 @@ fn bad_input_gives_clear_errors() {
         "0",
     ]);
     assert_eq!(code, 2, "{err}");
+    // Values outside their ranges are usage errors, not silent clamps.
+    for (flag, v) in [
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--top-p", "NaN"),
+        ("--temperature", "NaN"),
+        ("--temperature", "-1"),
+        ("--temperature", "inf"),
+        ("--ctx", "0"),
+        ("--threads", "0"),
+        ("--npu-seq", "0"),
+        ("--kernel", "quantum"),
+    ] {
+        let (code, _, err) = run(&[
+            "run",
+            "--model",
+            "/nonexistent/model.gguf",
+            "--prompt",
+            "x",
+            flag,
+            v,
+        ]);
+        assert_eq!(code, 2, "{flag} {v}: {err}");
+        assert!(err.contains(flag), "{flag} {v}: {err}");
+    }
+    // Every subcommand has its own --help (exit 0, on stdout).
+    for sub in [
+        &["run"][..],
+        &["profile"],
+        &["plan"],
+        &["bench"],
+        &["agents"],
+        &["agents", "gen-trace"],
+        &["agents", "run"],
+    ] {
+        let mut args = sub.to_vec();
+        args.push("--help");
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{sub:?}: {err}");
+        assert!(out.contains("Usage: engine-min"), "{sub:?}: {out}");
+    }
+    // A non-UTF-8 argument value where text is needed is a usage error, not a panic.
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let o = bin()
+            .args(["run", "--model", "/nonexistent/model.gguf", "--prompt"])
+            .arg(std::ffi::OsStr::from_bytes(b"caf\xe9"))
+            .output()
+            .expect("spawn");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -125,6 +178,64 @@ fn demo_and_profile_plan_on_the_model() {
     let (code, _, err) = run(&["run", "--model", model, "--prompt", &long, "--ctx", "64"]);
     assert_eq!(code, 1);
     assert!(err.contains("context"), "{err}");
+    // A context above the model's is refused, not clamped.
+    let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--ctx", "1000000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("context length"), "{err}");
+    // --max-tokens 0 processes the prompt and generates nothing.
+    let (code, out, err) = run(&[
+        "run",
+        "--model",
+        model,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("generated: 0 tokens"), "{out}");
+    // A closed stdout (`| head -1`) ends the program quietly with status 0.
+    let mut child = bin()
+        .args([
+            "run",
+            "--model",
+            model,
+            "--prompt",
+            "Once upon a time",
+            "--max-tokens",
+            "40",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // A model path that is not UTF-8 works.
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(format!("engine-min-nonutf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let odd = dir.join(std::ffi::OsStr::from_bytes(b"mod\xffel.gguf"));
+        std::fs::copy(&path, &odd).expect("copy model");
+        let o = bin()
+            .arg("run")
+            .arg("--model")
+            .arg(&odd)
+            .args(["--prompt", "The capital of France is", "--max-tokens", "2"])
+            .output()
+            .expect("spawn");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
     // Plans that do not exist are refused, not silently run on the CPU.
     let (code, _, err) = run(&[
         "run", "--model", model, "--prompt", "x", "--plan", "npu-dsp",
@@ -155,13 +266,8 @@ fn demo_and_profile_plan_on_the_model() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("plan auto from"), "{out}");
-    assert_eq!(out.matches("-> runs").count(), 10, "{out}");
-    assert_eq!(
-        out.matches("layer placement of non-matmul ops").count(),
-        2,
-        "{out}"
-    );
-    assert!(out.contains("auto: matmul time by executed plan"), "{out}");
+    assert_eq!(out.matches(" -> ").count(), 10, "{out}");
+    assert!(out.contains("prefill time share"), "{out}");
     assert!(out.contains(" Paris"), "{out}");
     // auto without a profile is a usage error.
     let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "auto"]);

@@ -54,7 +54,7 @@ fn every_kernel_matches_reference() {
         GgmlType::Q8_0,
     ];
     for kernel in CpuKernel::all() {
-        let be = CpuBackend::new(Arc::clone(&pool), kernel);
+        let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
         assert_eq!(be.kernel(), kernel);
         for ty in types {
             for &(n, k) in &[
@@ -74,10 +74,12 @@ fn every_kernel_matches_reference() {
                     k,
                     data: &data,
                 };
+                let id = be.prepare(&w).expect("prepare");
+                be.reserve(9, k).expect("reserve");
                 for m in [1, 2, 3, 4, 5, 9] {
                     let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
                     let mut out = vec![f32::NAN; m * n];
-                    be.matmul(&w, &x, m, &mut out).expect("matmul");
+                    be.matmul(id, &x, m, &mut out, n).expect("matmul");
                     for t in 0..m {
                         for r in 0..n {
                             let (mut s, mut mag) = (0f64, 0f64);
@@ -117,9 +119,10 @@ fn every_kernel_matches_reference() {
 }
 
 #[test]
-fn matmul_rejects_bad_shapes() {
+fn bad_weights_and_shapes_are_typed_errors() {
+    use engine_min::backend::BackendError;
     let pool = Arc::new(Pool::new(1));
-    let be = CpuBackend::new(pool, CpuKernel::Portable);
+    let mut be = CpuBackend::new(pool, CpuKernel::Portable);
     let data = vec![0u8; 20];
     let w = WeightView {
         ty: GgmlType::Q4_1,
@@ -127,23 +130,47 @@ fn matmul_rejects_bad_shapes() {
         k: 32,
         data: &data,
     };
+    let id = be.prepare(&w).expect("prepare");
     let mut out = vec![0f32; 1];
-    assert!(be.matmul(&w, &[0.0; 31], 1, &mut out).is_err());
-    assert!(be.matmul(&w, &[0.0; 32], 1, &mut [0.0; 2]).is_err());
+    assert!(matches!(
+        be.matmul(id, &[0.0; 31], 1, &mut out, 1),
+        Err(BackendError::Shape(_))
+    ));
+    assert!(be.matmul(id, &[0.0; 64], 2, &mut [0.0; 1], 1).is_err());
+    assert!(
+        be.matmul(id, &[0.0; 64], 2, &mut [0.0; 2], 0).is_err(),
+        "ldo below n"
+    );
+    assert!(be.matmul(id, &[0.0; 32], 1, &mut out, 1).is_ok());
+    // A type no kernel computes, and bytes that are not `n` rows of the type.
     let w2 = WeightView {
-        ty: GgmlType::Q4K,
+        ty: GgmlType::I32,
         n: 1,
-        k: 256,
-        data: &[0u8; 144],
+        k: 32,
+        data: &[0u8; 128],
     };
-    assert!(be.matmul(&w2, &[0.0; 256], 1, &mut out).is_err());
+    assert!(matches!(
+        be.prepare(&w2),
+        Err(BackendError::Unsupported(GgmlType::I32))
+    ));
     let w3 = WeightView {
         ty: GgmlType::Q4_1,
         n: 2,
         k: 32,
         data: &data,
     };
-    assert!(be.matmul(&w3, &[0.0; 32], 1, &mut [0.0; 2]).is_err());
+    assert!(matches!(be.prepare(&w3), Err(BackendError::Shape(_))));
+    assert_eq!(be.prepared_count(), 1, "refused weights are not kept");
+    // An id another backend handed out.
+    let mut be2 = CpuBackend::new(Arc::new(Pool::new(1)), CpuKernel::Portable);
+    for _ in 0..3 {
+        be2.prepare(&w).expect("prepare");
+    }
+    let foreign = be2.prepare(&w).expect("prepare");
+    assert_eq!(
+        be.matmul(foreign, &[0.0; 32], 1, &mut out, 1),
+        Err(BackendError::UnknownWeight(foreign))
+    );
 }
 
 #[test]
@@ -260,12 +287,13 @@ fn sme_paths_equal_single_threaded_sme() {
             let pw = hetero_sme::QPackedRef::new(&packed, qty, k, n).unwrap();
             for kernel in [CpuKernel::SmeGemv, CpuKernel::Int8, CpuKernel::Sme] {
                 let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
-                be.prepare(&w).expect("prepare");
-                assert_eq!(be.packed_count(), 1);
+                let id = be.prepare(&w).expect("prepare");
+                be.reserve(40, k).expect("reserve");
+                assert_eq!(be.prepared_count(), 1);
                 for m in [1, 2, 3, 4, 5, 16, 17, 40] {
                     let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
                     let mut got = vec![f32::NAN; m * n];
-                    be.matmul(&w, &x, m, &mut got).expect("matmul");
+                    be.matmul(id, &x, m, &mut got, n).expect("matmul");
                     let mut want = vec![f32::NAN; m * n];
                     if uses_int8(kernel, m) {
                         let mut acts = hetero_sme::QActs::with_capacity(m, k);
@@ -295,13 +323,20 @@ fn sme_paths_equal_single_threaded_sme() {
     }
 }
 
-/// `matmul_ld` (rows `ldo` apart: one side of a column split writing its columns of a shared
-/// output in place) gives every kernel's contiguous result bit for bit and leaves the floats
-/// between rows untouched; a too-short output or `ldo < n` is a typed error.
+/// Rows `ldo` apart (one side of a column split writing its columns of a shared output in
+/// place), as a plain strided slice and as a uma view of some columns of a wider matrix, give
+/// every kernel's contiguous result bit for bit and leave the floats between rows untouched; a
+/// too-short output or `ldo < n` is a typed error.
 #[test]
 fn strided_output_equals_contiguous() {
+    use hetero_uma::{Block, MatrixLayout};
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
     let pool = Arc::new(Pool::new(2));
+    let uma = hetero_uma::Pool::new(hetero_uma::PoolConfig {
+        slots: 1,
+        slot_size: hetero_uma::round_slot_size(17 * 80 * 4).unwrap(),
+    })
+    .unwrap();
     for kernel in CpuKernel::all() {
         for ty in [GgmlType::F32, GgmlType::Q4_1, GgmlType::Q8_0] {
             let (n, k) = (70, 576);
@@ -313,14 +348,15 @@ fn strided_output_equals_contiguous() {
                 data: &data,
             };
             let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
-            be.prepare(&w).expect("prepare");
+            let id = be.prepare(&w).expect("prepare");
+            be.reserve(17, k).expect("reserve");
             for m in [1, 3, 17] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
                 let mut want = vec![f32::NAN; m * n];
-                be.matmul(&w, &x, m, &mut want).expect("matmul");
+                be.matmul(id, &x, m, &mut want, n).expect("matmul");
                 let ldo = n + 5;
                 let mut got = vec![f32::NAN; (m - 1) * ldo + n];
-                be.matmul_ld(&w, &x, m, &mut got, ldo).expect("matmul_ld");
+                be.matmul(id, &x, m, &mut got, ldo).expect("strided matmul");
                 for t in 0..m {
                     for j in 0..ldo {
                         let g = got.get(t * ldo + j).copied();
@@ -336,8 +372,40 @@ fn strided_output_equals_contiguous() {
                     }
                 }
                 let short = (m - 1) * ldo + n - 1;
-                assert!(be.matmul_ld(&w, &x, m, &mut got[..short], ldo).is_err());
-                assert!(be.matmul_ld(&w, &x, m, &mut got, n - 1).is_err());
+                assert!(be.matmul(id, &x, m, &mut got[..short], ldo).is_err());
+                assert!(be.matmul(id, &x, m, &mut got, n - 1).is_err());
+                // Columns 5..75 of an m x 80 matrix in a uma slot, through the view path.
+                let mut h = uma.acquire().unwrap();
+                uma.f32s_mut(&mut h).unwrap().fill(f32::NAN);
+                {
+                    let [mut v] = uma
+                        .split_blocks(
+                            &mut h,
+                            MatrixLayout::dense(m, 80, 4),
+                            [Block {
+                                rows: 0..m,
+                                cols: 5..75,
+                            }],
+                        )
+                        .unwrap();
+                    be.matmul_view(id, &x, m, &mut v).expect("view matmul");
+                }
+                let f = uma.f32s(&h).unwrap();
+                for t in 0..m {
+                    for j in 0..80 {
+                        let g = f[t * 80 + j];
+                        if (5..75).contains(&j) {
+                            assert_eq!(
+                                g.to_bits(),
+                                want[t * n + j - 5].to_bits(),
+                                "view t={t} j={j}"
+                            );
+                        } else {
+                            assert!(g.is_nan(), "view wrote outside its columns: t={t} j={j}");
+                        }
+                    }
+                }
+                uma.release(h).unwrap();
             }
         }
     }

@@ -3,12 +3,15 @@
 
 use std::sync::Arc;
 
-use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::backend::CpuKernel;
+use engine_min::compose::{ComposeOptions, PlanChoice};
 use engine_min::engine::{Engine, EngineError, EngineOptions};
+use engine_min::exec::Kind;
 use engine_min::model::Model;
 use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
+use hetero_partition::Backend as Pb;
 
 mod common;
 
@@ -19,17 +22,36 @@ fn load() -> Option<Arc<Model>> {
 
 fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usize) -> Engine {
     let pool = Arc::new(Pool::new(threads));
-    let be = Box::new(CpuBackend::new(Arc::clone(&pool), kernel));
-    Engine::new(
-        Arc::clone(model),
-        be,
-        pool,
-        EngineOptions {
-            context: 256,
-            max_batch,
-        },
-    )
-    .expect("engine")
+    let exec = engine_min::compose::cpu_executor(model, pool, kernel, max_batch).expect("exec");
+    Engine::new(Arc::clone(model), exec, EngineOptions { context: 256 }).expect("engine")
+}
+
+/// An engine running `plan` (16-row chunks, context 64) with `kernel` on 2 CPU threads.
+fn plan_engine(
+    model: &Arc<Model>,
+    plan: PlanChoice,
+    kernel: CpuKernel,
+    profile: Option<hetero_partition::Profile>,
+) -> Result<Engine, String> {
+    let opts = ComposeOptions {
+        plan,
+        profile,
+        threads: 2,
+        kernel,
+        max_batch: 16,
+        npu: Default::default(),
+        npu_session: None,
+    };
+    let c = engine_min::compose::executor(model, &opts).map_err(|e| e.to_string())?;
+    Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 64 }).map_err(|e| e.to_string())
+}
+
+/// The most exact CPU kernel this machine has with f32 activations.
+fn f32_kernel() -> CpuKernel {
+    CpuKernel::available()
+        .into_iter()
+        .rfind(|&k| tol(k) == TOL_F32)
+        .unwrap_or(CpuKernel::Portable)
 }
 
 /// Total-variation distance between the softmax distributions of two logit rows.
@@ -43,13 +65,11 @@ fn tv(a: &[f32], b: &[f32]) -> f64 {
     sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
 }
 
-/// Opens the OpenCL device, one test thread at a time: PoCL's first device enumeration is
-/// not safe to run from several threads at once (seen here: `clGetDeviceIDs` returning -1 or a
-/// crash when three tests opened devices together).
-fn open_gpu() -> Result<engine_min::gpu::GpuBackend, String> {
-    static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    engine_min::gpu::GpuBackend::open()
+/// Whether OpenCL is usable (`GpuBackend::open` serializes device enumeration itself).
+fn gpu_usable() -> Result<(), String> {
+    engine_min::backend::gpu::GpuBackend::open()
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Largest |a - b| over two logit rows.
@@ -145,96 +165,66 @@ fn check_f32_prefill_then_decode(
 #[test]
 fn gpu_plan_matches_reference_forward() {
     let Some(model) = load() else { return };
-    let Some(gpu) = hetero_tests::require("opencl", open_gpu()) else {
-        return;
-    };
-    let (ids, want) = reference_logits(&model);
-    let pool = Arc::new(Pool::new(2));
-    let mut e = Engine::new(
-        Arc::clone(&model),
-        Box::new(gpu),
-        pool,
-        EngineOptions {
-            context: 64,
-            max_batch: 16,
-        },
-    )
-    .expect("engine on the GPU");
-    // Prefill 17 (chunked by 16), then 4 decode steps, each checked. f32 GEMVs over exactly
-    // dequantized weights: the f32 kernels' tolerances.
-    check_f32_prefill_then_decode(&mut e, ids, want, 20, "gpu");
-    let share = &e.timings().matmul;
-    assert!(share[0].0.starts_with("gpu"), "{share:?}");
-}
-
-/// Forced CPU–GPU column splits (CPU share 0.25 and 0.5 of every matmul's columns, the two
-/// halves computed concurrently and written into one output) against the reference, with the
-/// activations in uma slots (decode steps take the zero-copy path: the GPU writes its columns
-/// of the slot in place and signals a completion flag) and without (every matmul staged). The
-/// CPU side uses an f32 kernel (or hetero-sme's f32-activation GEMV for prefill rows), so the
-/// f32 tolerances apply.
-#[test]
-fn cpu_gpu_split_plan_matches_reference_forward() {
-    let Some(model) = load() else { return };
-    if hetero_tests::require("opencl", open_gpu().map(|_| ())).is_none() {
+    if hetero_tests::require("opencl", gpu_usable()).is_none() {
         return;
     }
     let (ids, want) = reference_logits(&model);
-    let f32_kernel = CpuKernel::available()
-        .into_iter()
-        .rfind(|&k| tol(k) == TOL_F32)
-        .unwrap_or(CpuKernel::Portable);
-    for (share, uma) in [(0.25, true), (0.5, true), (0.5, false)] {
-        let pool = Arc::new(Pool::new(2));
-        let gpu = open_gpu().expect("opencl");
-        let cpu = CpuBackend::new(Arc::clone(&pool), f32_kernel);
-        let acts =
-            uma.then(|| engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool"));
-        let split = engine_min::split::SplitBackend::with_acts(
-            cpu,
-            gpu,
-            share,
-            acts.clone(),
-            Some(Arc::clone(&pool)),
-        )
-        .expect("split");
-        assert_eq!(split.cpu_cols(192), if share == 0.25 { 64 } else { 128 });
-        let stats = split.stats();
-        let mut e = Engine::with_acts(
-            Arc::clone(&model),
-            Box::new(split),
-            pool,
-            EngineOptions {
-                context: 64,
-                max_batch: 16,
-            },
-            acts,
-        )
-        .expect("engine");
-        check_f32_prefill_then_decode(&mut e, ids, want, 18, &format!("split {share} uma {uma}"));
-        let (zc, st) = (
-            stats.zero_copy.load(std::sync::atomic::Ordering::Relaxed),
-            stats.staged.load(std::sync::atomic::Ordering::Relaxed),
-        );
-        eprintln!("split {share} uma {uma}: {zc} zero-copy matmuls, {st} staged");
-        // One-row steps (the 17th prompt token, a chunk of its own, and 2 decode steps) x 30
-        // layers x 7 matmuls in place; the 16-row chunk and the LM heads are staged.
-        if uma {
-            assert_eq!(
-                zc,
-                3 * 30 * 7,
-                "decode matmuls must take the zero-copy path"
+    let mut e = plan_engine(&model, PlanChoice::Gpu, f32_kernel(), None).expect("gpu engine");
+    // Prefill 17 (chunked by 16), then 4 decode steps, each checked. f32 GEMVs over exactly
+    // dequantized weights: the f32 kernels' tolerances.
+    check_f32_prefill_then_decode(&mut e, ids, want, 20, "gpu");
+    let kinds = e.executor().times().snapshot();
+    assert!(
+        kinds.iter().all(|k| k.0 == Kind::Gpu),
+        "every matmul on the GPU: {kinds:?}"
+    );
+}
+
+/// Forced CPU–GPU column splits (CPU share 0.25 and 0.5 of every matmul's columns, the two
+/// parts computed concurrently into disjoint blocks of one uma output slot, the GPU's on its
+/// helper thread, released by the slot's completion flag) against the reference. The CPU side
+/// uses an f32 kernel, so the f32 tolerances apply.
+#[test]
+fn cpu_gpu_split_plan_matches_reference_forward() {
+    let Some(model) = load() else { return };
+    if hetero_tests::require("opencl", gpu_usable()).is_none() {
+        return;
+    }
+    let (ids, want) = reference_logits(&model);
+    for share in [0.25, 0.5] {
+        let mut e =
+            plan_engine(&model, PlanChoice::CpuGpu(share), f32_kernel(), None).expect("split");
+        for m in [1, 16] {
+            let x = e.executor().exec(576, 192, m).expect("planned");
+            let cpu_cols = if share == 0.25 { 64 } else { 128 };
+            assert_eq!(x.kind, Kind::CpuGpu, "{x:?}");
+            assert!(
+                x.parts
+                    .iter()
+                    .any(|p| p.who == Pb::Cpu && p.cols == (0..cpu_cols)),
+                "{x:?}"
             );
-        } else {
-            assert_eq!(zc, 0);
+            assert!(
+                x.parts
+                    .iter()
+                    .any(|p| p.who == Pb::Gpu && p.cols == (cpu_cols..192)),
+                "{x:?}"
+            );
         }
+        check_f32_prefill_then_decode(&mut e, ids, want, 18, &format!("split {share}"));
+        let kinds = e.executor().times().snapshot();
+        eprintln!("split {share}: {kinds:?}");
+        assert!(
+            kinds.iter().any(|k| k.0 == Kind::CpuGpu && k.2 > 0),
+            "{kinds:?}"
+        );
     }
 }
 
 /// A hand-written CPU+GPU profile for SmolLM2's shapes that makes the planner choose each
 /// kind of execution: q/o and down (CPU and GPU equally fast) → CPU–GPU column splits, k/v
 /// (GPU far faster) → all-GPU, gate/up and the LM head (CPU far faster) → all-CPU.
-fn auto_profile() -> hetero_partition::CheckedProfile {
+fn auto_profile() -> hetero_partition::Profile {
     // CPU points at 16 rows (the planner rounds CPU rows up to 16-row tiles), GPU at 1; both
     // at 128 rows with 8x the time.
     let pts = |m0: u32, k: u32, n: u32, t: f64| {
@@ -258,75 +248,36 @@ fn auto_profile() -> hetero_partition::CheckedProfile {
         pts(1, 1536, 576, 100.0),
         pts(1, 576, 49152, 100000.0),
     );
-    let p: hetero_partition::Profile = serde_json::from_str(&json).expect("profile json");
-    p.check().expect("valid profile")
+    serde_json::from_str(&json).expect("profile json")
 }
 
-/// `run --plan auto`'s backend: the planner's per-op plan (all-CPU, all-GPU and CPU–GPU column
-/// splits at the planned column, mapped from `OpPlan::pieces()`), activations in uma slots,
-/// against the reference with the f32 tolerances (the CPU side uses an f32 kernel).
+/// `run --plan auto`: the planner's per-op plan (all-CPU, all-GPU and CPU–GPU column splits
+/// at the planned column) through the same executor as every forced plan, against the
+/// reference with the f32 tolerances (the CPU side uses an f32 kernel).
 #[test]
 fn auto_plan_matches_reference_forward() {
-    use engine_min::exec::{Exec, PlanBackend};
     let Some(model) = load() else { return };
-    let Some(gpu) = hetero_tests::require("opencl", open_gpu()) else {
+    if hetero_tests::require("opencl", gpu_usable()).is_none() {
         return;
-    };
+    }
     let (ids, want) = reference_logits(&model);
-    let f32_kernel = CpuKernel::available()
-        .into_iter()
-        .rfind(|&k| tol(k) == TOL_F32)
-        .unwrap_or(CpuKernel::Portable);
-    let pool = Arc::new(Pool::new(2));
-    let acts = engine_min::act::UmaActs::for_model(&model.config, 16).expect("uma pool");
-    let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
-        .into_iter()
-        .map(|(_, k, n)| (k as usize, n as usize))
-        .collect();
-    let pb = PlanBackend::new(
-        auto_profile(),
-        16,
-        Arc::clone(&pool),
-        CpuBackend::new(Arc::clone(&pool), f32_kernel),
-        Some(gpu),
-        None,
-        Some(Arc::clone(&acts)),
-        &shapes,
-    )
-    .expect("plan backend");
-    let table = pb.table();
+    let mut e = plan_engine(&model, PlanChoice::Auto, f32_kernel(), Some(auto_profile()))
+        .expect("auto engine");
     // The plan really mixes the executions this test is about, for decode and prefill rows.
     for m in [1, 16] {
-        let e = |k, n| table.entry(k, n, m).expect("planned").exec;
-        assert!(
-            matches!(e(576, 576), Exec::CpuGpu { cpu_cols } if cpu_cols > 0 && cpu_cols < 576),
-            "{:?}",
-            e(576, 576)
-        );
-        assert_eq!(e(576, 192), Exec::Gpu);
-        assert_eq!(e(576, 1536), Exec::Cpu);
-        assert!(matches!(e(1536, 576), Exec::CpuGpu { .. }));
-        assert_eq!(e(576, 49152), Exec::Cpu);
+        let kind = |k, n| e.executor().exec(k, n, m).expect("planned").kind;
+        assert_eq!(kind(576, 576), Kind::CpuGpu);
+        assert_eq!(kind(576, 192), Kind::Gpu);
+        assert_eq!(kind(576, 1536), Kind::Cpu);
+        assert_eq!(kind(1536, 576), Kind::CpuGpu);
+        assert_eq!(kind(576, 49152), Kind::Cpu);
     }
-    let times = pb.times();
-    let mut e = Engine::with_acts(
-        Arc::clone(&model),
-        Box::new(pb),
-        pool,
-        EngineOptions {
-            context: 64,
-            max_batch: 16,
-        },
-        Some(acts),
-    )
-    .expect("engine");
     check_f32_prefill_then_decode(&mut e, ids, want, 18, "auto");
-    let t = times.get();
-    eprintln!("auto time by exec (ns): {t:?}");
-    assert!(
-        t[0] > 0 && t[1] > 0 && t[2] > 0,
-        "every planned kind ran: {t:?}"
-    );
+    let kinds = e.executor().times().snapshot();
+    eprintln!("auto time by kind: {kinds:?}");
+    for k in [Kind::Cpu, Kind::Gpu, Kind::CpuGpu] {
+        assert!(kinds.iter().any(|x| x.0 == k), "{k:?} ran: {kinds:?}");
+    }
 }
 
 #[test]

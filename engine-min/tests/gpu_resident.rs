@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use engine_min::backend::{CpuBackend, CpuKernel};
+use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::pool::Pool;
@@ -204,16 +204,10 @@ fn greedy_text_matches_cpu_plan() {
     let (mut compared, mut total) = (0, 0);
     for prompt in prompts {
         let pool = Arc::new(Pool::new(2));
-        let mut cpu = Engine::new(
-            Arc::clone(&model),
-            Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel())),
-            pool,
-            EngineOptions {
-                context: 128,
-                max_batch: 64,
-            },
-        )
-        .expect("cpu engine");
+        let exec = engine_min::compose::cpu_executor(&model, pool, f32_kernel(), 64)
+            .expect("cpu executor");
+        let mut cpu = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 128 })
+            .expect("cpu engine");
         let ids = model.tokenizer.encode(prompt, false);
         let mut logits = vec![0f32; vocab];
         cpu.forward(&ids, &mut logits).expect("cpu prefill");

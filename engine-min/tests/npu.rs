@@ -7,14 +7,17 @@
 
 use std::sync::Arc;
 
-use engine_min::backend::{Backend, CpuBackend, CpuKernel, WeightView};
+use engine_min::backend::npu::{NpuBackend, NpuOptions};
+use engine_min::backend::{CpuBackend, CpuKernel, WeightView};
+use engine_min::compose::{ComposeOptions, PlanChoice};
 use engine_min::engine::{Engine, EngineOptions};
+use engine_min::exec::{Backends, Executor, Kind};
 use engine_min::gguf::GgmlType;
 use engine_min::model::Model;
-use engine_min::npu::{NpuBackend, NpuOptions};
 use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
+use hetero_partition::{Backend as Pb, PlanTable, Policy, Profile};
 use rand::{Rng, SeedableRng};
 
 mod common;
@@ -31,21 +34,68 @@ fn f32_kernel() -> CpuKernel {
     CpuKernel::Portable
 }
 
+/// An engine on `plan` (profile `profile` for auto) sharing the test's QNN `session`.
 fn engine(
     model: &Arc<Model>,
-    be: Box<dyn engine_min::backend::Backend>,
-    pool: Arc<Pool>,
+    plan: PlanChoice,
+    profile: Option<Profile>,
+    session: &Arc<qnn_sys::Session>,
 ) -> Engine {
-    Engine::new(
-        Arc::clone(model),
-        be,
-        pool,
-        EngineOptions {
-            context: 256,
-            max_batch: 128,
+    let opts = ComposeOptions {
+        plan,
+        profile,
+        threads: 2,
+        kernel: f32_kernel(),
+        max_batch: 128,
+        npu: NpuOptions {
+            seq: S,
+            ..NpuOptions::default()
         },
+        npu_session: Some(Arc::clone(session)),
+    };
+    let c = engine_min::compose::executor(model, &opts).expect("executor");
+    Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 256 }).expect("engine")
+}
+
+/// Runs weight 0 of `exec` on `m` rows of `x` into a NaN-poisoned uma slot; returns the
+/// output (`m x n`).
+fn run(exec: &Executor, x: &[f32], m: usize, n: usize) -> Vec<f32> {
+    let uma = hetero_uma::Pool::new(hetero_uma::PoolConfig {
+        slots: 1,
+        slot_size: hetero_uma::round_slot_size(m * n * 4).expect("size"),
+    })
+    .expect("uma");
+    let mut h = uma.acquire().expect("slot");
+    uma.f32s_mut(&mut h).expect("f32s").fill(f32::NAN);
+    exec.matmul(0, x, m, &uma, &mut h).expect("matmul");
+    let out = uma.f32s(&h).expect("f32s")[..m * n].to_vec();
+    uma.release(h).expect("release");
+    out
+}
+
+/// An executor of one weight under `policy` on a nominal profile with the NPU's `lengths`.
+fn one_weight(
+    w: &WeightView<'_>,
+    policy: Policy,
+    npu: NpuBackend,
+    pool: &Arc<Pool>,
+    max_m: u32,
+) -> Executor {
+    let lens: Vec<u32> = npu.options().lengths().map(|s| s as u32).collect();
+    let p = Profile::nominal(&[Pb::Cpu, Pb::Npu], &lens)
+        .check()
+        .expect("profile");
+    let table = PlanTable::build(&p, policy, &[(w.k as u32, w.n as u32)], max_m).expect("table");
+    Executor::new(
+        table,
+        Backends {
+            cpu: CpuBackend::new(Arc::clone(pool), f32_kernel()),
+            gpu: None,
+            npu: Some(npu),
+        },
+        std::slice::from_ref(w),
     )
-    .expect("engine")
+    .expect("executor")
 }
 
 /// max |a - b| / max |b| over one logit row.
@@ -74,21 +124,21 @@ fn npu_plan_matches_reference_forward() {
         return;
     };
     let pool = Arc::new(Pool::new(2));
-    let partner = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
     let opts = NpuOptions {
         seq: S,
         ..NpuOptions::default()
     };
-    let Some(npu) = hetero_tests::require("qnn", NpuBackend::open(partner, opts)) else {
+    let Some(npu) = hetero_tests::require("qnn", NpuBackend::open(opts)) else {
         return;
     };
     let session = Arc::clone(npu.session());
+    drop(npu);
     random_matmuls(&session, &pool);
     weight_split_matmuls(&session, &pool);
     let model = Arc::new(Model::load(&path).expect("model loads"));
     let vocab = model.config.vocab;
     let t0 = std::time::Instant::now();
-    let mut e = engine(&model, Box::new(npu), Arc::clone(&pool));
+    let mut e = engine(&model, PlanChoice::Npu, None, &session);
     eprintln!(
         "engine with NPU graphs ready in {:.2} s",
         t0.elapsed().as_secs_f64()
@@ -155,25 +205,22 @@ fn npu_plan_matches_reference_forward() {
         got
     };
     let from_npu = greedy(&mut e);
-    let cpu = Box::new(CpuBackend::new(Arc::clone(&pool), f32_kernel()));
-    let from_cpu = greedy(&mut engine(&model, cpu, Arc::clone(&pool)));
+    let from_cpu = greedy(&mut engine(&model, PlanChoice::Cpu, None, &session));
     assert_eq!(from_npu, from_cpu);
     drop(e);
 
     // `--plan auto` with an NPU: a hand-written CPU+NPU profile in which the NPU is far faster
     // at its standard length, so the planner puts the layer matmuls' rows on the NPU; the
     // executed plan (NPU chunks + CPU remainder rows) against the reference as above.
-    auto_plan_with_npu(&session, &model, &pool, &ids, &want);
+    auto_plan_with_npu(&session, &model, &ids, &want);
 }
 
 fn auto_plan_with_npu(
     session: &Arc<qnn_sys::Session>,
     model: &Arc<Model>,
-    pool: &Arc<Pool>,
     ids: &[u32],
     want: &[f32],
 ) {
-    use engine_min::exec::{Exec, PlanBackend};
     let pts = |m0: u32, t: f64| {
         [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152)]
             .iter()
@@ -194,38 +241,13 @@ fn auto_plan_with_npu(
         pts(16, 100.0),
         pts(32, 1.0)
     );
-    let prof: hetero_partition::Profile = serde_json::from_str(&json).expect("profile json");
-    let checked = prof.check().expect("valid profile");
+    let prof: Profile = serde_json::from_str(&json).expect("profile json");
     let vocab = model.config.vocab;
-    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
-    let opts = NpuOptions {
-        seq: S,
-        ..NpuOptions::default()
-    };
-    let ctx = session.new_context().expect("context");
-    let npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
-    let shapes: Vec<(usize, usize)> = engine_min::planning::model_shapes(&model.config)
-        .into_iter()
-        .map(|(_, k, n)| (k as usize, n as usize))
-        .collect();
-    let pb = PlanBackend::new(
-        checked,
-        128,
-        Arc::clone(pool),
-        CpuBackend::new(Arc::clone(pool), f32_kernel()),
-        None,
-        Some(npu),
-        None,
-        &shapes,
-    )
-    .expect("plan backend");
-    let table = pb.table();
-    for &(k, n) in &shapes[..4] {
-        let e = table.entry(k, n, ids.len()).expect("planned");
-        assert_eq!(e.exec, Exec::Npu, "k={k} n={n}: {:?}", e.plan);
+    let mut e = engine(model, PlanChoice::Auto, Some(prof), session);
+    for (k, n) in [(576, 576), (576, 192), (576, 1536), (1536, 576)] {
+        let x = e.executor().exec(k, n, ids.len()).expect("planned");
+        assert_eq!(x.kind, Kind::NpuCpu, "k={k} n={n}: {x:?}");
     }
-    let times = pb.times();
-    let mut e = engine(model, Box::new(pb), Arc::clone(pool));
     let len = ids.len();
     let mut logits = vec![f32::NAN; len * vocab];
     e.forward(ids, &mut logits).expect("prefill");
@@ -242,14 +264,18 @@ fn auto_plan_with_npu(
         );
     }
     eprintln!("auto plan with npu, {len} tokens: worst relative logit error {worst:e}");
-    assert!(times.get()[3] > 0, "the NPU plan ran: {:?}", times.get());
+    let kinds = e.executor().times().snapshot();
+    assert!(
+        kinds.iter().any(|k| k.0 == Kind::NpuCpu),
+        "the NPU plan ran: {kinds:?}"
+    );
 }
 
-/// The backend alone on random F32 weights (exactly representable after FP16 rounding is the
-/// only loss) against the CPU backend, for m around multiples of S; outputs NaN-poisoned.
-/// Rows past floor(m/S)*S and every row of a weight over the graph-size threshold must equal
-/// the CPU partner's bit for bit (same batch-invariant kernel); NPU rows are held to the FP16
-/// bound below.
+/// The `npu` plan's execution (NPU chunks of its standard lengths, the remainder rows on the
+/// CPU concurrently, into one uma output) on random F32 weights against the CPU backend alone,
+/// for m around multiples of the lengths; outputs NaN-poisoned. Rows past the covered ones and
+/// every row of a weight over the graph-size threshold must equal the CPU's bit for bit (same
+/// batch-invariant kernel); NPU rows are held to the FP16 bound below.
 fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let (n, k) = (96, 128);
@@ -273,8 +299,6 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
         k: big.1,
         data: &bb,
     };
-    let ctx = session.new_context().expect("second context");
-    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
     let opts = NpuOptions {
         seq: 8,
         // Two standard lengths: m is covered by 24-row graphs first, then 8-row ones, the
@@ -284,25 +308,49 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
         max_graph_elems: 96 * 128,
         ..NpuOptions::default()
     };
-    let mut worst = 0f32;
-    let mut npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
-    let cpu = CpuBackend::new(Arc::clone(pool), f32_kernel());
-    npu.prepare(&wv).expect("prepare");
-    npu.prepare(&bv).expect("prepare big");
-    npu.reserve(40, big.1);
-    assert_eq!(npu.stats().graphs(), 2, "one graph per standard length");
     assert_eq!(opts.cover(40), ([(24, 1), (8, 2), (0, 0), (0, 0)], 40));
     assert_eq!(opts.cover(33), ([(24, 1), (8, 1), (0, 0), (0, 0)], 32));
-    for m in [1, 7, 8, 9, 16, 23, 24, 25, 33, 40] {
-        for (v, graph) in [(&wv, true), (&bv, false)] {
+    let mut worst = 0f32;
+    let cpu_exec = |v: &WeightView<'_>| {
+        let p = Profile::nominal(&[Pb::Cpu], &[]).check().expect("profile");
+        let t = PlanTable::build(&p, Policy::Single(Pb::Cpu), &[(v.k as u32, v.n as u32)], 40)
+            .expect("table");
+        let cpu = CpuBackend::new(Arc::clone(pool), f32_kernel());
+        Executor::new(
+            t,
+            Backends {
+                cpu,
+                gpu: None,
+                npu: None,
+            },
+            std::slice::from_ref(v),
+        )
+        .expect("cpu executor")
+    };
+    for (v, graph) in [(&wv, true), (&bv, false)] {
+        let npu =
+            NpuBackend::with_session(session.new_context().expect("context"), opts).expect("npu");
+        let stats = npu.stats();
+        let exec = one_weight(v, Policy::NpuActivation(Pb::Cpu), npu, pool, 40);
+        assert_eq!(
+            stats.graphs(),
+            usize::from(graph),
+            "a graph iff under the threshold"
+        );
+        let cpu = cpu_exec(v);
+        for m in [1, 7, 8, 9, 16, 23, 24, 25, 33, 40] {
             let x: Vec<f32> = (0..m * v.k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            let mut got = vec![f32::NAN; m * v.n];
-            let mut want = vec![f32::NAN; m * v.n];
-            npu.matmul(v, &x, m, &mut got).expect("npu matmul");
-            cpu.matmul(v, &x, m, &mut want).expect("cpu matmul");
+            let got = run(&exec, &x, m, v.n);
+            let want = run(&cpu, &x, m, v.n);
             // Greedy cover: 24-row chunks, then 8-row chunks (here always m / 8 * 8 rows).
             let on_npu = if graph { m / 8 * 8 } else { 0 };
-            assert_eq!(npu.npu_rows(v, m), on_npu);
+            let x_kind = exec.exec(v.k, v.n, m).expect("planned").kind;
+            let want_kind = match (on_npu, on_npu == m) {
+                (0, _) => Kind::Cpu,
+                (_, true) => Kind::Npu,
+                _ => Kind::NpuCpu,
+            };
+            assert_eq!(x_kind, want_kind, "m {m} graph {graph}");
             for t in 0..m {
                 for j in 0..v.n {
                     let (g, c) = (got[t * v.n + j], want[t * v.n + j]);
@@ -338,12 +386,12 @@ fn random_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
     eprintln!("random matmuls: worst |npu - cpu| / sum |w x| = {worst:e}");
 }
 
-/// HeteroInfer's weight-centric split (`NpuOptions::weight_share_permille`): the graphs hold
-/// the first `ratio_cols(n, R)` columns, the CPU partner computes the other columns of the same
-/// rows concurrently, written in place into the one output (strided, `matmul_ld`), and the rows
-/// no graph covers wholly. Random F32 weights, NaN-poisoned outputs, m around multiples of S:
-/// partner columns and uncovered rows equal the CPU bit for bit; NPU columns obey the FP16
-/// bound of `random_matmuls`.
+/// HeteroInfer's weight-centric split (`--plan npu-w:R`): the NPU's graphs hold the first
+/// `ratio_cols(n, R)` columns, the CPU computes the other columns of the same rows
+/// concurrently, both into one uma output, and rows no graph covers go wholly to the CPU.
+/// Random F32 weights, NaN-poisoned outputs, m around multiples of the length: CPU columns and
+/// uncovered rows equal the CPU alone bit for bit; NPU columns obey the FP16 bound of
+/// `random_matmuls`.
 fn weight_split_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(23);
     let (n, k) = (200, 96);
@@ -355,26 +403,41 @@ fn weight_split_matmuls(session: &Arc<qnn_sys::Session>, pool: &Arc<Pool>) {
         k,
         data: &wb,
     };
-    let ctx = session.new_context().expect("third context");
-    let partner = Box::new(CpuBackend::new(Arc::clone(pool), f32_kernel()));
     let opts = NpuOptions {
         seq: 8,
-        weight_share_permille: 400,
         ..NpuOptions::default()
     };
-    let mut npu = NpuBackend::with_session(ctx, partner, opts).expect("npu");
+    let npu = NpuBackend::with_session(session.new_context().expect("context"), opts).expect("npu");
+    let exec = one_weight(
+        &wv,
+        Policy::WeightCentric(Pb::Npu, Pb::Cpu, 0.4),
+        npu,
+        pool,
+        40,
+    );
     let cpu = CpuBackend::new(Arc::clone(pool), f32_kernel());
-    npu.prepare(&wv).expect("prepare");
-    npu.reserve(40, k);
+    let cpu_only = {
+        let p = Profile::nominal(&[Pb::Cpu], &[]).check().expect("profile");
+        let t = PlanTable::build(&p, Policy::Single(Pb::Cpu), &[(k as u32, n as u32)], 40)
+            .expect("table");
+        Executor::new(
+            t,
+            Backends {
+                cpu,
+                gpu: None,
+                npu: None,
+            },
+            std::slice::from_ref(&wv),
+        )
+        .expect("cpu executor")
+    };
     // 40% of 200 columns on the 64-column grid.
     let c = hetero_partition::ratio_cols(n as u32, 0.4).expect("ratio") as usize;
     assert!(c > 0 && c < n, "c = {c}");
     for m in [1, 7, 8, 9, 17, 24, 33, 40] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        let mut got = vec![f32::NAN; m * n];
-        let mut want = vec![f32::NAN; m * n];
-        npu.matmul(&wv, &x, m, &mut got).expect("npu matmul");
-        cpu.matmul(&wv, &x, m, &mut want).expect("cpu matmul");
+        let got = run(&exec, &x, m, n);
+        let want = run(&cpu_only, &x, m, n);
         let on_npu = m / 8 * 8;
         for t in 0..m {
             for j in 0..n {

@@ -1,15 +1,20 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(target_arch = "x86_64")]
+mod amx_int8;
 pub mod arch;
 mod error;
 mod f16out;
 mod format;
 mod gemm;
 mod int8;
+mod out;
 mod pack;
 mod parallel;
 mod portable;
 mod primitive;
+#[cfg(target_arch = "x86_64")]
+mod qgemv_fp16;
 mod quant;
 #[cfg(target_arch = "aarch64")]
 mod sme_driver;
@@ -21,12 +26,15 @@ pub use int8::{
     int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,
     Int8Weight, QActs, INT8_GROUP, INT8_TILE_ROWS,
 };
+pub use out::OutMut;
 pub use pack::{
     k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
 pub use portable::Portable;
+#[cfg(target_arch = "x86_64")]
+pub use qgemv_fp16::QPackedFp16Plan;
 pub use quant::{
     gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
     QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,

@@ -384,14 +384,14 @@ pub enum QType {
 
 impl QType {
     /// Quant bytes of one 32-value block of 16 rows.
-    const fn data_bytes(self) -> usize {
+    pub(crate) const fn data_bytes(self) -> usize {
         match self {
             QType::Q4_0 | QType::Q4_1 => 256,
             QType::Q8_0 => 512,
         }
     }
     /// Scale (and minimum) bytes of one 32-value block of 16 rows.
-    const fn scale_bytes(self) -> usize {
+    pub(crate) const fn scale_bytes(self) -> usize {
         match self {
             QType::Q4_0 | QType::Q8_0 => 32,
             QType::Q4_1 => 64,
@@ -654,12 +654,12 @@ impl PCtx {
     }
 }
 
-fn validate_packed(
+pub(crate) fn validate_packed(
     x: &[f32],
     m: usize,
     k: usize,
     w: &QPackedRef<'_>,
-    y: &mut [f32],
+    y: crate::OutMut<'_>,
     ldy: usize,
 ) -> Result<PCtx, Error> {
     if m > GEMV_MAX_ROWS {
@@ -707,8 +707,8 @@ fn validate_packed(
         ty: w.ty,
         w: w.data.as_ptr(),
         gb: group_bytes(w.ty, k / QK)?,
-        // Derived from the exclusive borrow: kernels write through it.
-        y: y.as_mut_ptr(),
+        // The output's exclusive claim: kernels write through it.
+        y: y.ptr,
         ldy,
     })
 }
@@ -794,6 +794,20 @@ impl<'a> QPackedPlan<'a> {
         k: usize,
         w: QPackedRef<'a>,
         y: &'a mut [f32],
+        ldy: usize,
+    ) -> Result<Self, Error> {
+        Self::with_out(kernel, x, m, k, w, crate::OutMut::new(y), ldy)
+    }
+
+    /// As [`QPackedPlan::new`], writing through an [`crate::OutMut`] (e.g. some columns of a
+    /// shared output).
+    pub fn with_out(
+        kernel: Kernel,
+        x: &'a [f32],
+        m: usize,
+        k: usize,
+        w: QPackedRef<'a>,
+        y: crate::OutMut<'a>,
         ldy: usize,
     ) -> Result<Self, Error> {
         let ctx = validate_packed(x, m, k, &w, y, ldy)?;

@@ -13,7 +13,7 @@ pub use pool::{
     HEADER_STRIDE, MAX_POOL_BYTES, MAX_SLOTS, SLOT_ALIGN,
 };
 pub use sizing::{llama_layer_buffers, size_pool, BufferUse, LayerShape, Sizing};
-pub use views::{ColumnsMut, MatrixLayout, ViewMut};
+pub use views::{Block, ColumnsMut, MatrixLayout, ViewMut};
 
 /// Re-exported so users name the slot flag's type without a direct dependency.
 pub use hetero_sync::CompletionFlag;

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::NonNull;
 
-use crate::{Handle, Pool, UmaError};
+use crate::{CompletionFlag, Handle, Pool, UmaError};
 
 /// A writable byte range of one slot. `Send`: give it to the producer thread that fills it.
 #[derive(Debug)]
@@ -283,6 +283,87 @@ impl Pool {
                 _slot: PhantomData,
             }
         }))
+    }
+}
+
+/// A rectangle of a row-major matrix: rows `rows` of columns `cols`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Block {
+    /// Row range.
+    pub rows: Range<usize>,
+    /// Column range.
+    pub cols: Range<usize>,
+}
+
+impl Pool {
+    /// Splits a row-major matrix stored at the slot's start into `K` disjoint rectangles (a
+    /// column split, a row split, or an L-shape of both: the pieces of one matmul's output that
+    /// different processors write at once). Each comes back as a [`ColumnsMut`] whose row 0 is
+    /// the block's first row. Empty blocks are allowed and overlap nothing. Errors (nothing
+    /// changes): [`UmaError::ForeignHandle`], [`UmaError::BadLayout`],
+    /// [`UmaError::InvalidRange`], [`UmaError::OutOfBounds`] (past `rows` or `cols`),
+    /// [`UmaError::Overlap`].
+    pub fn split_blocks<'a, const K: usize>(
+        &'a self,
+        handle: &'a mut Handle,
+        layout: MatrixLayout,
+        blocks: [Block; K],
+    ) -> Result<[ColumnsMut<'a>; K], UmaError> {
+        Ok(self.split_blocks_flag(handle, layout, blocks)?.0)
+    }
+
+    /// [`Pool::split_blocks`], also lending the slot's completion flag (it lives in the slot's
+    /// header, apart from the data the views reach), so the producers of the blocks can signal
+    /// the consumer on it while the views exist.
+    pub fn split_blocks_flag<'a, const K: usize>(
+        &'a self,
+        handle: &'a mut Handle,
+        layout: MatrixLayout,
+        blocks: [Block; K],
+    ) -> Result<([ColumnsMut<'a>; K], &'a CompletionFlag), UmaError> {
+        let flag = self.flag(handle)?;
+        let base = self.slot_ptr(handle)?;
+        match layout.span() {
+            Some(span) if span <= self.slot_size() => {}
+            _ => return Err(UmaError::BadLayout),
+        }
+        let rows: [Range<usize>; K] = std::array::from_fn(|i| blocks[i].rows.clone());
+        let cols: [Range<usize>; K] = std::array::from_fn(|i| blocks[i].cols.clone());
+        // Bounds and well-formedness of each range (overlap is checked on rectangles below).
+        for i in 0..K {
+            check_ranges(std::slice::from_ref(&rows[i]), layout.rows)?;
+            check_ranges(std::slice::from_ref(&cols[i]), layout.cols)?;
+        }
+        let empty = |i: usize| rows[i].is_empty() || cols[i].is_empty();
+        let meet = |a: &Range<usize>, b: &Range<usize>| a.start < b.end && b.start < a.end;
+        for i in 0..K {
+            for j in i + 1..K {
+                if !empty(i) && !empty(j) && meet(&rows[i], &rows[j]) && meet(&cols[i], &cols[j]) {
+                    return Err(UmaError::Overlap(i, j));
+                }
+            }
+        }
+        let views = std::array::from_fn(|i| {
+            // An empty block points at the slot's start: it reaches no byte.
+            let offset = if empty(i) {
+                0
+            } else {
+                rows[i].start * layout.row_stride + cols[i].start * layout.elem_size
+            };
+            ColumnsMut {
+                // SAFETY: a non-empty block has rows.start < rows and cols.start < cols
+                // (checked), so the offset lies inside the layout's span, within the slot.
+                base: unsafe { NonNull::new_unchecked(base.add(offset)) },
+                layout: MatrixLayout {
+                    rows: rows[i].len(),
+                    ..layout
+                },
+                cols: cols[i].clone(),
+                offset,
+                _slot: PhantomData,
+            }
+        });
+        Ok((views, flag))
     }
 }
 

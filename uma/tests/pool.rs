@@ -272,3 +272,116 @@ fn barrier_releases_consumer_after_both_column_producers() {
     }
     p.release(h).unwrap();
 }
+
+#[test]
+fn blocks_split_one_output_into_rectangles() {
+    use hetero_uma::Block;
+    let pool = Pool::new(PoolConfig {
+        slots: 1,
+        slot_size: SLOT_ALIGN,
+    })
+    .unwrap();
+    let mut h = pool.acquire().unwrap();
+    let layout = MatrixLayout::dense(4, 8, 4);
+    // An L-shape: rows 0..2 columns 0..3 | rows 0..2 columns 3..8 | rows 2..4 all columns.
+    {
+        let [mut a, mut b, mut c] = pool
+            .split_blocks(
+                &mut h,
+                layout,
+                [
+                    Block {
+                        rows: 0..2,
+                        cols: 0..3,
+                    },
+                    Block {
+                        rows: 0..2,
+                        cols: 3..8,
+                    },
+                    Block {
+                        rows: 2..4,
+                        cols: 0..8,
+                    },
+                ],
+            )
+            .unwrap();
+        assert_eq!((a.rows(), b.rows(), c.rows()), (2, 2, 2));
+        assert_eq!((b.cols(), b.offset(), c.offset()), (3..8, 12, 64));
+        for (v, tag) in [(&mut a, 1.0f32), (&mut b, 2.0), (&mut c, 3.0)] {
+            for r in 0..v.rows() {
+                v.row_f32_mut(r).unwrap().fill(tag);
+            }
+        }
+    }
+    let f = pool.f32s(&h).unwrap();
+    for r in 0..4 {
+        for col in 0..8 {
+            let want = if r >= 2 {
+                3.0
+            } else if col < 3 {
+                1.0
+            } else {
+                2.0
+            };
+            assert_eq!(f[r * 8 + col], want, "({r}, {col})");
+        }
+    }
+    // Overlapping rectangles, ranges out of bounds and reversed ranges are refused.
+    let bad = pool.split_blocks(
+        &mut h,
+        layout,
+        [
+            Block {
+                rows: 0..3,
+                cols: 0..4,
+            },
+            Block {
+                rows: 2..4,
+                cols: 3..8,
+            },
+        ],
+    );
+    assert_eq!(bad.err(), Some(hetero_uma::UmaError::Overlap(0, 1)));
+    let oob = pool.split_blocks(
+        &mut h,
+        layout,
+        [Block {
+            rows: 0..5,
+            cols: 0..1,
+        }],
+    );
+    assert!(matches!(
+        oob.err(),
+        Some(hetero_uma::UmaError::OutOfBounds { .. })
+    ));
+    #[allow(clippy::reversed_empty_ranges)]
+    let rev = pool.split_blocks(
+        &mut h,
+        layout,
+        [Block {
+            rows: 2..1,
+            cols: 0..1,
+        }],
+    );
+    assert!(matches!(
+        rev.err(),
+        Some(hetero_uma::UmaError::InvalidRange { .. })
+    ));
+    // Empty blocks (a processor given nothing) are fine anywhere.
+    let ok = pool.split_blocks(
+        &mut h,
+        layout,
+        [
+            Block {
+                rows: 4..4,
+                cols: 0..8,
+            },
+            Block {
+                rows: 0..4,
+                cols: 0..8,
+            },
+        ],
+    );
+    assert!(ok.is_ok());
+    pool.release(h).unwrap();
+}

@@ -65,239 +65,10 @@ pub mod trace;
 pub mod workload;
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use crate::model::Model;
-use sched::{Config, Report, SchedOptions};
-use trace::TraceOptions;
+use sched::Report;
 use workload::Workload;
-
-/// Usage of `engine-min agents`.
-pub const USAGE: &str = "usage:
-  engine-min agents gen-trace --seed S --agents N --out FILE [--mix R:C:T] [--max-tokens N]
-                              [--interarrival SECONDS] [--tool-ms MIN:MAX] [--tool-calls N]
-  engine-min agents run --workload FILE [--config batch-ar|batch-sd|hal|hal-sy|all]
-                        [--model PATH] [--threads N] [--ctx N] [--tau T] [--l-min N] [--check]
-                        [--clock measured|model]
-The model defaults to $HETERO_MODEL. --check also decodes every agent alone without drafts
-and fails unless every configuration produced exactly that text. --clock model first times a
-verification pass of 1..16 rows (median of 3) and charges every step that calibrated cost (and
-each agent's prefill its first measured time), so configurations compare without load noise.";
-
-struct Args(Vec<String>);
-
-impl Args {
-    fn flag(&mut self, name: &str) -> bool {
-        match self.0.iter().position(|a| a == name) {
-            Some(i) => {
-                self.0.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-    fn value(&mut self, name: &str) -> Result<Option<String>, String> {
-        match self.0.iter().position(|a| a == name) {
-            Some(i) if i + 1 < self.0.len() => {
-                let v = self.0.remove(i + 1);
-                self.0.remove(i);
-                Ok(Some(v))
-            }
-            Some(_) => Err(format!("{name} needs a value\n{USAGE}")),
-            None => Ok(None),
-        }
-    }
-    fn parsed<T: std::str::FromStr>(&mut self, name: &str, default: T) -> Result<T, String> {
-        match self.value(name)? {
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("bad value `{v}` for {name}\n{USAGE}")),
-            None => Ok(default),
-        }
-    }
-    fn finish(self) -> Result<(), String> {
-        match self.0.first() {
-            Some(a) => Err(format!("unexpected argument `{a}`\n{USAGE}")),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Runs `engine-min agents ARGS...` (arguments after `agents`); prints to stdout.
-pub fn cli(args: Vec<String>) -> Result<(), String> {
-    let mut args = args;
-    if args.is_empty() {
-        return Err(USAGE.into());
-    }
-    let cmd = args.remove(0);
-    let args = Args(args);
-    match cmd.as_str() {
-        "gen-trace" => gen_trace(args),
-        "run" => run_cmd(args),
-        "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => Err(format!("unknown agents command `{other}`\n{USAGE}")),
-    }
-}
-
-fn gen_trace(mut a: Args) -> Result<(), String> {
-    let d = TraceOptions::default();
-    let seed: u64 = a
-        .value("--seed")?
-        .ok_or_else(|| format!("--seed is required\n{USAGE}"))?
-        .parse()
-        .map_err(|_| "bad --seed".to_string())?;
-    let agents: usize = a.parsed("--agents", d.agents)?;
-    let out = a
-        .value("--out")?
-        .ok_or_else(|| format!("--out is required\n{USAGE}"))?;
-    let mix = match a.value("--mix")? {
-        Some(m) => trace::parse_mix(&m).map_err(|e| e.to_string())?,
-        None => d.mix,
-    };
-    let max_tokens: usize = a.parsed("--max-tokens", d.max_tokens)?;
-    let inter: f64 = a.parsed("--interarrival", d.mean_interarrival_s)?;
-    let mut tool = d.tool;
-    if let Some(t) = a.value("--tool-ms")? {
-        let (lo, hi) = t
-            .split_once(':')
-            .ok_or_else(|| format!("--tool-ms wants MIN:MAX, got `{t}`"))?;
-        tool.min_ms = lo.parse().map_err(|_| format!("bad --tool-ms `{t}`"))?;
-        tool.max_ms = hi.parse().map_err(|_| format!("bad --tool-ms `{t}`"))?;
-    }
-    tool.max_calls = a.parsed("--tool-calls", tool.max_calls)?;
-    a.finish()?;
-    let w = trace::generate(&TraceOptions {
-        seed,
-        agents,
-        mix,
-        mean_interarrival_s: inter,
-        max_tokens,
-        tool,
-    })
-    .map_err(|e| e.to_string())?;
-    w.write(&out).map_err(|e| e.to_string())?;
-    // Replays exactly: read it back and compare.
-    let back = Workload::read(&out).map_err(|e| e.to_string())?;
-    if back != w {
-        return Err(format!("{out}: the file does not read back identically"));
-    }
-    let kinds: Vec<&str> = w.agents.iter().map(|a| a.kind.name()).collect();
-    println!(
-        "wrote {out}: {} agents ({})",
-        w.agents.len(),
-        kinds.join(", ")
-    );
-    Ok(())
-}
-
-fn run_cmd(mut a: Args) -> Result<(), String> {
-    let path = a
-        .value("--workload")?
-        .ok_or_else(|| format!("--workload is required\n{USAGE}"))?;
-    let configs: Vec<Config> = match a.value("--config")?.as_deref() {
-        None | Some("all") => Config::ALL.to_vec(),
-        Some(c) => vec![Config::parse(c).ok_or_else(|| format!("unknown config `{c}`\n{USAGE}"))?],
-    };
-    let model_path = match a.value("--model")? {
-        Some(p) => p,
-        None => std::env::var("HETERO_MODEL")
-            .map_err(|_| format!("no --model given and HETERO_MODEL is not set\n{USAGE}"))?,
-    };
-    let threads: usize = a.parsed(
-        "--threads",
-        std::thread::available_parallelism().map_or(2, |n| n.get()),
-    )?;
-    let ctx: usize = a.parsed("--ctx", 1024)?;
-    let mut opts = SchedOptions::default();
-    opts.budget.tau = a.parsed("--tau", opts.budget.tau)?;
-    opts.budget.l_min = a.parsed("--l-min", opts.budget.l_min)?;
-    let check = a.flag("--check");
-    let clock = a.value("--clock")?.unwrap_or_else(|| "measured".into());
-    if clock != "measured" && clock != "model" {
-        return Err(format!(
-            "--clock is `measured` or `model`, not `{clock}`\n{USAGE}"
-        ));
-    }
-    a.finish()?;
-    // Everything that can be refused is refused before the model runs.
-    let w = Workload::read(&path).map_err(|e| e.to_string())?;
-    hetero_partition::DraftBudget::new(w.agents.len(), opts.budget).map_err(|e| e.to_string())?;
-    let model = Arc::new(Model::load(&model_path).map_err(|e| e.to_string())?);
-    let prompts = encode(&w, &model, ctx, opts.budget.l_total as usize)?;
-    let mut v = model::ModelVerifier::new(
-        Arc::clone(&model),
-        w.agents.len(),
-        ctx,
-        threads,
-        opts.budget.l_total as usize,
-    )
-    .map_err(|e| e.to_string())?;
-    if clock == "model" {
-        let n = prompts.len().max(1);
-        let mean_prompt = prompts.iter().map(Vec::len).sum::<usize>() / n;
-        let mean_out = w.agents.iter().map(|a| a.max_tokens).sum::<usize>() / n;
-        let l = opts.budget.l_total as usize;
-        let t = v
-            .calibrate(l, mean_prompt + mean_out / 2, 3)
-            .map_err(|e| e.to_string())?;
-        let ms: Vec<String> = t.iter().map(|s| format!("{:.1}", s * 1e3)).collect();
-        println!(
-            "model clock: verification pass of 1..{l} rows at context {} costs (ms): {}",
-            mean_prompt + mean_out / 2,
-            ms.join(" ")
-        );
-    }
-    let reference = if check {
-        Some(sched::greedy_reference(&w, &prompts, &mut v).map_err(|e| e.to_string())?)
-    } else {
-        None
-    };
-    println!(
-        "workload {path}: {} agents; {threads} thread(s); clock {clock}; L_total {}, L_min {}, gamma {}, A(0) {}, tau {}",
-        w.agents.len(),
-        opts.budget.l_total,
-        opts.budget.l_min,
-        opts.budget.gamma,
-        opts.budget.a0,
-        opts.budget.tau
-    );
-    let mut reports = Vec::new();
-    for c in configs {
-        let r = sched::run(&w, &prompts, c, &opts, &mut v).map_err(|e| e.to_string())?;
-        if let Some(reference) = &reference {
-            for (a, want) in r.agents.iter().zip(reference) {
-                if &a.tokens != want {
-                    return Err(format!(
-                        "{}: agent {} differs from its non-speculative greedy text",
-                        c.name(),
-                        a.name
-                    ));
-                }
-            }
-        }
-        print!("{}", format_report(&r));
-        reports.push(r);
-    }
-    if reference.is_some() {
-        println!("check: every configuration reproduced each agent's greedy text exactly");
-    }
-    if let Some(sd) = reports.iter().find(|r| r.config == Config::BatchSd) {
-        let mut line = String::from("makespan speedup over batch-sd:");
-        for r in &reports {
-            let _ = write!(
-                line,
-                " {} {:.2}x",
-                r.config.name(),
-                sd.makespan_s / r.makespan_s
-            );
-        }
-        println!("{line}");
-    }
-    Ok(())
-}
 
 /// Encodes every prompt and checks it fits `context` with its output and one verification
 /// batch of `l_total` slots.
@@ -306,7 +77,7 @@ pub fn encode(
     model: &Model,
     context: usize,
     l_total: usize,
-) -> Result<Vec<Vec<u32>>, String> {
+) -> Result<Vec<Vec<u32>>, workload::WorkloadError> {
     let prompts: Vec<Vec<u32>> = w
         .agents
         .iter()
@@ -314,8 +85,7 @@ pub fn encode(
         .collect();
     let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
     let ctx = context.min(model.config.context);
-    w.check_context(&lens, ctx, l_total)
-        .map_err(|e| e.to_string())?;
+    w.check_context(&lens, ctx, l_total)?;
     Ok(prompts)
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{CpuBackend, CpuKernel};
+use crate::backend::CpuKernel;
 use crate::batch::{BatchEngine, BatchError, BatchOptions, Logits, SeqTokens};
 use crate::model::Model;
 use crate::pool::Pool;
@@ -42,16 +42,15 @@ impl ModelVerifier {
         l_total: usize,
     ) -> Result<Self, AgentError> {
         let pool = Arc::new(Pool::new(threads.max(1)));
-        let backend = Box::new(CpuBackend::new(Arc::clone(&pool), CpuKernel::best()));
         let max_batch = PREFILL_CHUNK.max(l_total);
         let vocab = model.config.vocab;
+        let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)
+            .map_err(|e| AgentError::Engine(e.to_string()))?;
         let engine = BatchEngine::new(
             model,
-            backend,
-            pool,
+            exec,
             BatchOptions {
                 context,
-                max_batch,
                 sequences: agents,
             },
         )

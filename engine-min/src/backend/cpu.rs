@@ -1,122 +1,14 @@
-//! The backend trait the engine runs its matmuls through, and the CPU backend.
-//!
-//! A backend computes `out[m x n] = x[m x k] * W^T` for a quantized weight `W` of `n` rows of
-//! `k` elements (ggml layout: each row contiguous). Everything else in a layer (norms, RoPE,
-//! attention, SwiGLU) is done by the engine on the CPU pool.
+//! The CPU backend: hetero-sme's quantized kernels on weights repacked once at `prepare`,
+//! their tiles spread over the thread pool by work stealing; F32/F16/BF16 weights are
+//! dequantized once to f32 and take a small f32 micro-kernel.
 
-use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::gguf::GgmlType;
-use std::collections::HashMap;
-use std::sync::Mutex;
+use hetero_sme::{GgmlType, OutMut};
+use hetero_uma::ColumnsMut;
 
-use crate::pool::{Pool, SharedMut};
-use crate::quant;
-
-/// A quantized weight matrix: `n` rows of `k` elements of type `ty`, rows contiguous.
-#[derive(Clone, Copy, Debug)]
-pub struct WeightView<'a> {
-    /// Element type.
-    pub ty: GgmlType,
-    /// Rows (output features).
-    pub n: usize,
-    /// Columns (input features).
-    pub k: usize,
-    /// `n * row_bytes(ty, k)` bytes.
-    pub data: &'a [u8],
-}
-
-/// Why a backend could not run an operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendError {
-    /// Buffer lengths do not match the shapes.
-    Shape(&'static str),
-    /// The backend cannot compute with this tensor type.
-    Unsupported(GgmlType),
-    /// `k` exceeds what the backend's scratch allows.
-    TooWide(usize),
-    /// A kernel from another crate refused the call.
-    Kernel(String),
-}
-
-impl fmt::Display for BackendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Shape(w) => write!(f, "shape mismatch: {w}"),
-            Self::Unsupported(t) => write!(f, "tensor type {t:?} unsupported by this backend"),
-            Self::TooWide(k) => write!(f, "row length {k} exceeds the backend's limit {MAX_K}"),
-            Self::Kernel(e) => write!(f, "kernel error: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BackendError {}
-
-/// A device that runs the engine's matmuls.
-pub trait Backend: Send + Sync {
-    /// Short name shown in the time shares (e.g. `cpu`).
-    fn name(&self) -> &str;
-    /// Called once per weight before any `matmul` on it (start-up: repacking, uploads, graph
-    /// preparation). The default does nothing.
-    fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
-        let _ = w;
-        Ok(())
-    }
-    /// Sizes scratch for up to `max_tokens` rows of up to `max_k` columns so `matmul` does not
-    /// allocate. The default does nothing.
-    fn reserve(&mut self, max_tokens: usize, max_k: usize) {
-        let _ = (max_tokens, max_k);
-    }
-    /// `out[m x n] = x[m x k] * W^T` (row-major `x` and `out`).
-    fn matmul(
-        &self,
-        w: &WeightView<'_>,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-    ) -> Result<(), BackendError>;
-
-    /// As [`matmul`](Self::matmul) with output rows `ldo >= n` floats apart: row `t` of the
-    /// result lands in `out[t * ldo..t * ldo + n]` and the floats between rows are untouched
-    /// (one side of a column split writing its columns of a shared output in place). The
-    /// default handles `ldo == n` only.
-    fn matmul_ld(
-        &self,
-        w: &WeightView<'_>,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-        ldo: usize,
-    ) -> Result<(), BackendError> {
-        if ldo != w.n {
-            return Err(BackendError::Shape(
-                "this backend writes contiguous rows only",
-            ));
-        }
-        let len = m * w.n;
-        let out = out.get_mut(..len).ok_or(BackendError::Shape("out"))?;
-        self.matmul(w, x, m, out)
-    }
-}
-
-/// Checks an output of `m` rows of `n` floats, `ldo` apart.
-pub(crate) fn check_ld(out: &[f32], m: usize, n: usize, ldo: usize) -> Result<(), BackendError> {
-    if ldo < n {
-        return Err(BackendError::Shape("ldo below n"));
-    }
-    let need = match m {
-        0 => 0,
-        _ => (m - 1)
-            .checked_mul(ldo)
-            .and_then(|v| v.checked_add(n))
-            .ok_or(BackendError::Shape("out"))?,
-    };
-    if out.len() < need {
-        return Err(BackendError::Shape("out"));
-    }
-    Ok(())
-}
+use super::{check_ld, Backend, BackendError, WeightId, WeightView};
+use crate::pool::Pool;
 
 /// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
 pub const MAX_K: usize = 4096;
@@ -251,73 +143,91 @@ impl Aligned64 {
     }
 }
 
-/// A weight's hetero-sme forms, made once at `prepare`.
+/// A weight's CPU form, made once at `prepare`.
+enum Form {
+    /// hetero-sme's forms of a block-quantized weight: the packed GEMV's and/or the int8
+    /// GEMM's.
+    Quant {
+        gemv: Option<(Aligned64, hetero_sme::QType)>,
+        int8: Option<hetero_sme::Int8Weight>,
+    },
+    /// The rows dequantized to f32 (F32/F16/BF16 weights, and quantized ones under the
+    /// portable/avx512 kernels).
+    F32(Vec<f32>),
+}
+
 struct Prepared {
     n: usize,
     k: usize,
-    /// The packed GEMV form.
-    gemv: Option<(Aligned64, hetero_sme::QType)>,
-    /// The int8 GEMM form.
-    int8: Option<hetero_sme::Int8Weight>,
-}
-
-fn sme_err(e: hetero_sme::Error) -> BackendError {
-    BackendError::Kernel(format!("hetero-sme: {e}"))
+    form: Form,
 }
 
 impl Prepared {
-    fn new(w: &WeightView<'_>, gemv: bool, int8: bool) -> Result<Option<Self>, BackendError> {
+    fn new(w: &WeightView<'_>, kernel: CpuKernel) -> Result<Self, BackendError> {
         use hetero_sme::{
             BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Format, Int8Weight, QType, QuantBlock,
         };
         let (n, k) = (w.n, w.k);
-        let ty = match w.ty {
-            GgmlType::Q4_0 => QType::Q4_0,
-            GgmlType::Q4_1 => QType::Q4_1,
-            GgmlType::Q8_0 => QType::Q8_0,
-            _ => return Ok(None),
+        let rb = w.row_bytes()?;
+        let qty = match w.ty {
+            GgmlType::Q4_0 => Some(QType::Q4_0),
+            GgmlType::Q4_1 => Some(QType::Q4_1),
+            GgmlType::Q8_0 => Some(QType::Q8_0),
+            _ => None,
         };
-        let mut p = Prepared {
-            n,
-            k,
-            gemv: None,
-            int8: None,
-        };
-        if gemv {
-            let len = hetero_sme::qpacked_len(ty, k, n).map_err(sme_err)?;
-            let mut buf = Aligned64::zeroed(len);
-            let dst = buf.bytes_mut();
-            match ty {
-                QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q4_0(b, k, n, 0..n, dst)),
-                QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q4_1(b, k, n, 0..n, dst)),
-                QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q8_0(b, k, n, 0..n, dst)),
+        let (gemv, int8) = (kernel.uses_gemv(), kernel.uses_int8());
+        let form = match qty {
+            Some(ty) if gemv || int8 => {
+                let gemv = if gemv {
+                    let len = hetero_sme::qpacked_len(ty, k, n)?;
+                    let mut buf = Aligned64::zeroed(len);
+                    let dst = buf.bytes_mut();
+                    match ty {
+                        QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
+                            .and_then(|b| hetero_sme::pack_q4_0(b, k, n, 0..n, dst)),
+                        QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
+                            .and_then(|b| hetero_sme::pack_q4_1(b, k, n, 0..n, dst)),
+                        QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
+                            .and_then(|b| hetero_sme::pack_q8_0(b, k, n, 0..n, dst)),
+                    }?;
+                    Some((buf, ty))
+                } else {
+                    None
+                };
+                let int8 = if int8 {
+                    let format = match ty {
+                        QType::Q4_0 => Int8Format::Q4_0,
+                        QType::Q4_1 => Int8Format::Q4_1,
+                        QType::Q8_0 => Int8Format::Q8_0,
+                    };
+                    Some(Int8Weight::pack_gguf(format, w.data, n, k)?)
+                } else {
+                    None
+                };
+                Form::Quant { gemv, int8 }
             }
-            .map_err(sme_err)?;
-            p.gemv = Some((buf, ty));
-        }
-        if int8 {
-            let format = match ty {
-                QType::Q4_0 => Int8Format::Q4_0,
-                QType::Q4_1 => Int8Format::Q4_1,
-                QType::Q8_0 => Int8Format::Q8_0,
-            };
-            p.int8 = Some(Int8Weight::pack_gguf(format, w.data, n, k).map_err(sme_err)?);
-        }
-        Ok(Some(p))
+            _ => {
+                if k > MAX_K {
+                    return Err(BackendError::TooWide { k, max: MAX_K });
+                }
+                let mut f = vec![0f32; n * k];
+                for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
+                    hetero_sme::dequantize_row(w.ty, &w.data[r * rb..(r + 1) * rb], row)?;
+                }
+                Form::F32(f)
+            }
+        };
+        Ok(Prepared { n, k, form })
     }
 }
 
 /// The CPU backend: hetero-sme's quantized kernels on weights repacked at `prepare`, spread over
-/// the pool by work stealing; weights of other types take an f32 path (dequantize a block of
-/// rows into stack scratch, multiply by a block of tokens).
+/// the pool by work stealing; weights of other types take an f32 path (rows dequantized once,
+/// a block of rows times a block of tokens).
 pub struct CpuBackend {
     pool: Arc<Pool>,
     kernel: CpuKernel,
-    /// Repacked weights, keyed by the address and length of their original bytes.
-    prepared: HashMap<(usize, usize), Prepared>,
+    prepared: Vec<Prepared>,
     /// Quantized activations of the int8 GEMM, sized in `reserve`.
     acts: Mutex<hetero_sme::QActs>,
 }
@@ -334,19 +244,71 @@ impl CpuBackend {
         Self {
             pool,
             kernel,
-            prepared: HashMap::new(),
+            prepared: Vec::new(),
             acts: Mutex::new(hetero_sme::QActs::default()),
         }
     }
 
-    /// Number of weights repacked for hetero-sme's kernels.
-    pub fn packed_count(&self) -> usize {
+    /// Number of weights prepared.
+    pub fn prepared_count(&self) -> usize {
         self.prepared.len()
     }
 
     /// The kernel in use.
     pub fn kernel(&self) -> CpuKernel {
         self.kernel
+    }
+
+    /// The thread pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    fn get(&self, id: WeightId) -> Result<&Prepared, BackendError> {
+        self.prepared
+            .get(id.index())
+            .ok_or(BackendError::UnknownWeight(id))
+    }
+
+    /// The matmul into `out` (an exclusive claim on rows `t < m` at `t * ldo`, columns `0..n`).
+    fn run(
+        &self,
+        p: &Prepared,
+        x: &[f32],
+        m: usize,
+        mut out: OutMut<'_>,
+        ldo: usize,
+    ) -> Result<(), BackendError> {
+        let (n, k) = (p.n, p.k);
+        if x.len() != m * k {
+            return Err(BackendError::Shape("x"));
+        }
+        if m > 0 && (ldo < n || out.len() < (m - 1) * ldo + n) {
+            return Err(BackendError::Shape("out"));
+        }
+        match &p.form {
+            Form::Quant { gemv, int8 } => {
+                let use_int8 = match self.kernel {
+                    CpuKernel::Int8 => true,
+                    CpuKernel::Sme => m >= SME_GEMM_MIN_ROWS,
+                    _ => false,
+                };
+                match (use_int8, int8, gemv) {
+                    (true, Some(iw), _) | (false, Some(iw), None) => {
+                        self.matmul_int8(iw, x, m, out, ldo)
+                    }
+                    (_, _, Some((buf, ty))) => {
+                        let pw = hetero_sme::QPackedRef::new(buf.bytes(), *ty, k, n)?;
+                        self.matmul_gemv(pw, x, m, out, ldo)
+                    }
+                    (_, None, None) => Err(BackendError::Shape("empty CPU form")),
+                }
+            }
+            Form::F32(w) => {
+                self.matmul_f32(w, n, k, x, m, out.as_mut_ptr(), ldo);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -355,85 +317,65 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    fn prepare(&mut self, w: &WeightView<'_>) -> Result<(), BackendError> {
-        let (gemv, int8) = (self.kernel.uses_gemv(), self.kernel.uses_int8());
-        if !gemv && !int8 {
-            return Ok(());
-        }
-        let key = (w.data.as_ptr() as usize, w.data.len());
-        if let std::collections::hash_map::Entry::Vacant(e) = self.prepared.entry(key) {
-            if let Some(p) = Prepared::new(w, gemv, int8)? {
-                e.insert(p);
-                if int8 {
-                    self.reserve(1, w.k);
-                }
-            }
+    fn kind(&self) -> hetero_partition::Backend {
+        hetero_partition::Backend::Cpu
+    }
+
+    fn prepare(&mut self, w: &WeightView<'_>) -> Result<WeightId, BackendError> {
+        let id = WeightId::new(self.prepared.len())?;
+        let p = Prepared::new(w, self.kernel)?;
+        self.prepared.push(p);
+        Ok(id)
+    }
+
+    fn reserve(&mut self, max_rows: usize, max_k: usize) -> Result<(), BackendError> {
+        let need = max_rows
+            .checked_mul(max_k)
+            .ok_or(BackendError::Shape("reserve"))?;
+        let a = self.acts.get_mut().unwrap_or_else(|e| e.into_inner());
+        if a.capacity() < need {
+            *a = hetero_sme::QActs::with_capacity(max_rows, max_k);
         }
         Ok(())
     }
 
-    fn reserve(&mut self, m: usize, k: usize) {
-        let a = self.acts.get_mut().unwrap_or_else(|e| e.into_inner());
-        if a.capacity() < m.saturating_mul(k) {
-            *a = hetero_sme::QActs::with_capacity(m, k);
-        }
-    }
-
     fn matmul(
         &self,
-        w: &WeightView<'_>,
-        x: &[f32],
-        m: usize,
-        out: &mut [f32],
-    ) -> Result<(), BackendError> {
-        if out.len() != m * w.n {
-            return Err(BackendError::Shape("out"));
-        }
-        self.matmul_ld(w, x, m, out, w.n)
-    }
-
-    fn matmul_ld(
-        &self,
-        w: &WeightView<'_>,
+        id: WeightId,
         x: &[f32],
         m: usize,
         out: &mut [f32],
         ldo: usize,
     ) -> Result<(), BackendError> {
-        let (n, k) = (w.n, w.k);
-        let rb = quant::row_bytes(w.ty, k).ok_or(BackendError::Unsupported(w.ty))?;
-        if w.data.len() != n * rb {
-            return Err(BackendError::Shape("weight bytes"));
+        let p = self.get(id)?;
+        check_ld(out, m, p.n, ldo)?;
+        self.run(p, x, m, OutMut::new(out), ldo)
+    }
+
+    fn matmul_view(
+        &self,
+        id: WeightId,
+        x: &[f32],
+        m: usize,
+        out: &mut ColumnsMut<'_>,
+    ) -> Result<(), BackendError> {
+        let p = self.get(id)?;
+        let stride = out.row_stride();
+        if out.rows() != m || out.cols().len() != p.n || !stride.is_multiple_of(4) {
+            return Err(BackendError::Shape("view"));
         }
-        if x.len() != m * k {
-            return Err(BackendError::Shape("x"));
+        if m == 0 {
+            return Ok(());
         }
-        check_ld(out, m, n, ldo)?;
-        if let Some(p) = self.prepared.get(&(w.data.as_ptr() as usize, w.data.len())) {
-            if p.n == n && p.k == k {
-                let int8 = match self.kernel {
-                    CpuKernel::Int8 => true,
-                    CpuKernel::Sme => m >= SME_GEMM_MIN_ROWS,
-                    _ => false,
-                };
-                if let (true, Some(iw)) = (int8, &p.int8) {
-                    return self.matmul_int8(iw, x, m, out, ldo);
-                }
-                if let Some((buf, ty)) = &p.gemv {
-                    let pw =
-                        hetero_sme::QPackedRef::new(buf.bytes(), *ty, k, n).map_err(sme_err)?;
-                    return self.matmul_gemv(pw, x, m, out, ldo);
-                }
-                if let Some(iw) = &p.int8 {
-                    return self.matmul_int8(iw, x, m, out, ldo);
-                }
-            }
-        }
-        if k > MAX_K {
-            return Err(BackendError::TooWide(k));
-        }
-        self.matmul_f32(w, rb, x, m, out, ldo);
-        Ok(())
+        let ldo = stride / 4;
+        let span = (m - 1) * ldo + p.n;
+        // SAFETY: the view is uma's exclusive claim on columns `cols` of rows `0..m` (row `t`
+        // at `t * stride` bytes from its first float, disjoint from every other view of the
+        // slot, 4-aligned: the slot is 4096-aligned and stride and column offset are whole
+        // floats), valid while `out` is borrowed; the plan writes only rows `t < m`, columns
+        // `0..n` of it, which is `span` floats from the first.
+        let o = unsafe { OutMut::from_raw_parts(out.as_mut_ptr().cast::<f32>(), span) };
+        self.run(p, x, m, o, ldo)
     }
 }
 
@@ -445,25 +387,29 @@ impl CpuBackend {
         w: hetero_sme::QPackedRef<'_>,
         x: &[f32],
         m: usize,
-        out: &mut [f32],
+        mut out: OutMut<'_>,
         ldo: usize,
     ) -> Result<(), BackendError> {
         let (n, k) = (w.n(), w.k());
         let kernel = hetero_sme::Kernel::best_gemv();
         let g = hetero_sme::GEMV_MAX_ROWS;
+        let base = out.as_mut_ptr();
         let mut t0 = 0;
         while t0 < m {
             let mm = (m - t0).min(g);
-            let plan = hetero_sme::QPackedPlan::new(
+            // SAFETY: `out` claims rows `t < m` at `t * ldo`, columns `0..n` (checked span);
+            // this group's rows `t0..t0 + mm` are a part of that claim, used by one plan at a
+            // time (the loop runs the plans one after the other).
+            let part = unsafe { OutMut::from_raw_parts(base.add(t0 * ldo), (mm - 1) * ldo + n) };
+            let plan = hetero_sme::QPackedPlan::with_out(
                 kernel,
                 &x[t0 * k..(t0 + mm) * k],
                 mm,
                 k,
                 w,
-                &mut out[t0 * ldo..(t0 + mm - 1) * ldo + n],
+                part,
                 ldo,
-            )
-            .map_err(sme_err)?;
+            )?;
             self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))?;
             t0 += mm;
         }
@@ -477,7 +423,7 @@ impl CpuBackend {
         w: &hetero_sme::Int8Weight,
         x: &[f32],
         m: usize,
-        out: &mut [f32],
+        out: OutMut<'_>,
         ldo: usize,
     ) -> Result<(), BackendError> {
         let kernel = hetero_sme::Int8Kernel::best();
@@ -486,10 +432,8 @@ impl CpuBackend {
             // Only when `reserve` was not told about this size (not on the engine's path).
             *acts = hetero_sme::QActs::with_capacity(m, w.k());
         }
-        kernel
-            .quantize_acts(x, m, w.k(), &mut acts)
-            .map_err(sme_err)?;
-        let plan = hetero_sme::Int8Plan::new(kernel, w, &acts, out, ldo).map_err(sme_err)?;
+        kernel.quantize_acts(x, m, w.k(), &mut acts)?;
+        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?;
         self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
     }
 
@@ -506,49 +450,50 @@ impl CpuBackend {
             }
         });
         match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(e) => Err(sme_err(e)),
+            Some(e) => Err(e.into()),
             None => Ok(()),
         }
     }
 
-    /// The f32 path: dequantize `NR` weight rows into stack scratch, multiply by `MR` tokens.
+    /// The f32 path: `NR` dequantized weight rows times `MR` tokens at a time.
+    #[allow(clippy::too_many_arguments)]
     fn matmul_f32(
         &self,
-        w: &WeightView<'_>,
-        rb: usize,
+        w: &[f32],
+        n: usize,
+        k: usize,
         x: &[f32],
         m: usize,
-        out: &mut [f32],
+        out: *mut f32,
         ldo: usize,
     ) {
-        let (n, k) = (w.n, w.k);
-        let kernel = if k % 16 == 0 {
+        let kernel = if k.is_multiple_of(16) {
             self.kernel.f32_kernel()
         } else {
             CpuKernel::Portable
         };
-        let outs = SharedMut::new(out);
+        let out = SendPtr(out);
         let n_tasks = n.div_ceil(ROWS_PER_TASK);
         let task = |t: usize, _thread: usize| {
-            let mut panel = [0f32; NR * MAX_K];
+            let out = &out;
             let r_end = ((t + 1) * ROWS_PER_TASK).min(n);
             let mut r0 = t * ROWS_PER_TASK;
             while r0 < r_end {
                 let nr = (r_end - r0).min(NR);
-                for i in 0..nr {
-                    let src = &w.data[(r0 + i) * rb..(r0 + i + 1) * rb];
-                    quant::dequantize_row(w.ty, src, &mut panel[i * k..(i + 1) * k]);
-                }
+                let panel = &w[r0 * k..(r0 + nr) * k];
                 let mut t0 = 0;
                 while t0 < m {
                     let mr = (m - t0).min(MR);
                     let mut acc = [[0f32; NR]; MR];
                     let xs = &x[t0 * k..(t0 + mr) * k];
-                    dot_block(kernel, &panel[..nr * k], nr, xs, mr, k, &mut acc);
+                    dot_block(kernel, panel, nr, xs, mr, k, &mut acc);
                     for (ti, row) in acc.iter().enumerate().take(mr) {
-                        // SAFETY: tasks cover disjoint row ranges [r0, r0 + nr) of each output
-                        // row, so no two live slices overlap.
-                        let o = unsafe { outs.slice((t0 + ti) * ldo + r0, nr) };
+                        // SAFETY: the caller's output claim covers rows `< m` at `ldo`,
+                        // columns `0..n`; tasks write disjoint column ranges `[r0, r0 + nr)`
+                        // of it, so no two writes overlap.
+                        let o = unsafe {
+                            std::slice::from_raw_parts_mut(out.0.add((t0 + ti) * ldo + r0), nr)
+                        };
                         o.copy_from_slice(&row[..nr]);
                     }
                     t0 += mr;
@@ -559,6 +504,11 @@ impl CpuBackend {
         self.pool.run(n_tasks, &task);
     }
 }
+
+/// The f32 path's output pointer, shared by its tasks (each writes its own columns).
+struct SendPtr(*mut f32);
+// SAFETY: the tasks write disjoint column ranges through it (see `matmul_f32`).
+unsafe impl Sync for SendPtr {}
 
 /// `acc[t][r] = dot(x[t], w[r])` for `t < mr`, `r < nr` (rows of length `k`).
 pub fn dot_block(

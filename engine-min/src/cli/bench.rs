@@ -1,0 +1,74 @@
+//! `engine-min bench`: llama-bench's pp N / tg N on any plan, medians.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{load_model, plan_choice, Fail, MachineArgs, ModelArg};
+use crate::compose::PlanChoice;
+use crate::engine::{Engine, EngineOptions};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Prompt tokens of the pp test (0: skip it).
+    #[arg(long, default_value_t = 128)]
+    pp: usize,
+    /// Generated tokens of the tg test (0: skip it).
+    #[arg(long, default_value_t = 64)]
+    tg: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(long, default_value_t = 5, value_parser = super::at_least_one)]
+    reps: usize,
+    /// The plan (any `run` plan; auto needs --profile).
+    #[arg(long, value_parser = plan_choice, default_value = "cpu")]
+    plan: PlanChoice,
+    /// A profile for `--plan auto`.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    #[command(flatten)]
+    machine: MachineArgs,
+}
+
+pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
+    // The whole prompt in one chunk, as llama-bench processes it.
+    let max_batch = a.pp.max(1);
+    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch)?;
+    let model = Arc::new(load_model(&a.model.model)?);
+    let ctx = (a.pp.max(a.tg) + 1).min(model.config.context);
+    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
+    let mut engine = Engine::new(
+        Arc::clone(&model),
+        composed.exec,
+        EngineOptions { context: ctx },
+    )
+    .map_err(Fail::run)?;
+    let r = crate::bench::pp_tg(&mut engine, a.pp, a.tg, a.reps, 0x5eed).map_err(Fail::run)?;
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    writeln!(
+        out,
+        "engine-min bench: plan {}, cpu kernel {}, {} thread(s), {} reps; processors: {}",
+        a.plan,
+        a.machine.kernel().name(),
+        a.machine.threads(),
+        a.reps,
+        engine.executor().backend_names()
+    )?;
+    if a.pp > 0 {
+        let med = crate::bench::median(&r.pp);
+        writeln!(out, "pp{}: {med:.1} tok/s median ({})", a.pp, show(&r.pp))?;
+    }
+    if a.tg > 0 {
+        let med = crate::bench::median(&r.tg);
+        writeln!(out, "tg{}: {med:.1} tok/s median ({})", a.tg, show(&r.tg))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! The `engine-min` command line (clap): argument types with their ranges, the subcommands,
+//! and how errors and a closed stdout end the program. `main.rs` only calls [`main`].
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::CpuKernel;
+use crate::compose::PlanChoice;
+
+mod agents;
+mod bench;
+mod perplexity;
+mod plan;
+mod run;
+
+/// Runs the command line of this process.
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Runs the command line `args` (the first item is the program name).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let r = run_with(args, &mut out).and_then(|()| out.flush().map_err(Fail::from));
+    match r {
+        // `--help`/`--version` print to stdout and succeed; usage errors exit 2.
+        Err(Fail::Clap(e)) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            ExitCode::from(code)
+        }
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (`| head`) ends the program quietly: the reader has what it wanted.
+        Err(Fail::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(f) => {
+            let _ = writeln!(io::stderr(), "engine-min: {f}");
+            ExitCode::from(f.code())
+        }
+    }
+}
+
+/// Parses `args` (the first item is the program name) and runs the command, writing its
+/// output to `out`.
+pub fn run_with<I, T>(args: I, out: &mut dyn Write) -> Result<(), Fail>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(Fail::Clap)?;
+    match cli.cmd {
+        Cmd::Run(a) => run::run(a, out),
+        Cmd::Profile(a) => plan::profile(a, out),
+        Cmd::Plan(a) => plan::plan(a, out),
+        Cmd::Bench(a) => bench::bench(a, out),
+        Cmd::Agents(a) => agents::agents(a, out),
+        Cmd::Perplexity(a) => perplexity::perplexity(a, out),
+    }
+}
+
+/// How a command failed.
+#[derive(Debug)]
+pub enum Fail {
+    /// The arguments did not parse (or `--help` was asked for).
+    Clap(clap::Error),
+    /// Bad arguments found after parsing (exit 2).
+    Usage(String),
+    /// The work failed (exit 1).
+    Run(String),
+    /// Writing the output failed.
+    Io(io::Error),
+}
+
+impl Fail {
+    fn code(&self) -> u8 {
+        match self {
+            Fail::Usage(_) | Fail::Clap(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// A failure of the work, with the error's own message.
+    pub fn run(e: impl std::fmt::Display) -> Fail {
+        Fail::Run(e.to_string())
+    }
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fail::Clap(e) => write!(f, "{e}"),
+            Fail::Usage(m) => write!(f, "{m} (see --help)"),
+            Fail::Run(m) => f.write_str(m),
+            Fail::Io(e) => write!(f, "writing the output: {e}"),
+        }
+    }
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Self {
+        Fail::Io(e)
+    }
+}
+
+/// Profile, plan and run a GGUF model across CPU, GPU and NPU.
+#[derive(Parser, Debug)]
+#[command(name = "engine-min", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Generate text from a prompt (prints the text, then timings and where time went).
+    Run(run::RunArgs),
+    /// Measure every available processor on the model's matmul shapes; write a profile.
+    Profile(plan::ProfileArgs),
+    /// Print the planner's per-op plan for a profile.
+    Plan(plan::PlanArgs),
+    /// llama-bench's pp N / tg N (tokens/s, medians) on one plan.
+    Bench(bench::BenchArgs),
+    /// Speculative decoding for several agents (EdgeAgent's draft budgets).
+    Agents(agents::AgentsArgs),
+    /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
+}
+
+/// The model file.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArg {
+    /// GGUF model file (any file name, also non-UTF-8).
+    #[arg(long, env = "HETERO_MODEL", value_name = "PATH")]
+    pub model: PathBuf,
+}
+
+/// How the machine runs the model: the plan and the CPU side.
+#[derive(Args, Debug, Clone)]
+pub struct MachineArgs {
+    /// CPU threads (default: all cores).
+    #[arg(long, value_parser = at_least_one)]
+    pub threads: Option<usize>,
+    /// CPU kernel: portable, avx512, sme-gemv, sme-int8, sme (default: sme-int8 with VNNI,
+    /// else sme-gemv).
+    #[arg(long, value_parser = kernel)]
+    pub kernel: Option<CpuKernel>,
+    /// Standard NPU graph lengths, one to four (e.g. 32 or 32,128).
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one, default_value = "32")]
+    pub npu_seq: Vec<usize>,
+}
+
+impl MachineArgs {
+    /// The thread count (default: the machine's cores).
+    pub fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+    }
+
+    /// The CPU kernel.
+    pub fn kernel(&self) -> CpuKernel {
+        self.kernel.unwrap_or_else(CpuKernel::default_for_run)
+    }
+
+    /// NPU options from `--npu-seq`.
+    pub fn npu(&self) -> Result<crate::backend::npu::NpuOptions, Fail> {
+        let mut lens = self.npu_seq.clone();
+        lens.sort_unstable();
+        lens.dedup();
+        if lens.is_empty() || lens.len() > 4 {
+            return Err(Fail::Usage("--npu-seq takes 1 to 4 lengths".into()));
+        }
+        let mut o = crate::backend::npu::NpuOptions {
+            seq: lens[0],
+            ..Default::default()
+        };
+        for (d, s) in o.extra_seqs.iter_mut().zip(&lens[1..]) {
+            *d = *s;
+        }
+        Ok(o)
+    }
+}
+
+/// A `--plan` value (the typed parser clap calls).
+pub fn plan_choice(s: &str) -> Result<PlanChoice, String> {
+    s.parse()
+        .map_err(|e: crate::compose::BadPlan| e.to_string())
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn kernel(s: &str) -> Result<CpuKernel, String> {
+    CpuKernel::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = CpuKernel::all().into_iter().map(CpuKernel::name).collect();
+        format!(
+            "`{s}` is not available on this CPU (available: {})",
+            names.join(", ")
+        )
+    })
+}
+
+/// Reads and parses a profile file.
+pub fn load_profile(file: &std::path::Path) -> Result<hetero_partition::Profile, Fail> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Fail::Run(format!("cannot read profile {}: {e}", file.display())))?;
+    serde_json::from_str(&text).map_err(|e| {
+        Fail::Run(format!(
+            "profile {} is not a valid profile: {e}",
+            file.display()
+        ))
+    })
+}
+
+/// Loads the model, with the path in the error.
+pub fn load_model(path: &std::path::Path) -> Result<crate::model::Model, Fail> {
+    crate::model::Model::load(path).map_err(Fail::run)
+}
+
+/// CPU time consumed by this process so far (all threads), from the OS.
+pub fn cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` writes one `timespec` through the valid pointer we pass; the
+    // clock id is a constant the platform defines.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -1,0 +1,403 @@
+//! `engine-min run`: compose the executor for the chosen plan, generate, report.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::{cpu_time, load_model, load_profile, plan_choice, Fail, MachineArgs, ModelArg};
+use crate::compose::{ComposeOptions, PlanChoice};
+use crate::engine::{Engine, EngineOptions};
+use crate::model::Model;
+use crate::sample::{Sampler, SamplerOptions};
+
+/// Rows of one matmul (prompt chunks).
+pub const MAX_BATCH: usize = 128;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Most tokens to generate (0: only process the prompt).
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Wrap the prompt in the model's ChatML template.
+    #[arg(long)]
+    chat: bool,
+    /// Sampling temperature (0: greedy; finite, >= 0).
+    #[arg(long, default_value_t = 0.0, value_parser = temperature, allow_negative_numbers = true)]
+    temperature: f32,
+    /// Nucleus sampling mass, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = top_p, allow_negative_numbers = true)]
+    top_p: f32,
+    /// Seed of the sampler's RNG.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// KV-cache positions (at most the model's context length).
+    #[arg(long, default_value_t = 2048, value_parser = super::at_least_one)]
+    ctx: usize,
+    /// The plan: auto (the planner's, needs --profile), cpu, gpu, cpu-gpu:R, npu, npu-gpu,
+    /// npu-w:R, npu-gpu-w:R. Default: auto with --profile, else cpu.
+    #[arg(long, value_parser = plan_choice)]
+    plan: Option<PlanChoice>,
+    /// A profile written by `engine-min profile` (or by hand) for `--plan auto`.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Write the raw logits of the prompt positions `--logits-at` as JSON (for comparing with
+    /// other engines).
+    #[arg(long, value_name = "FILE")]
+    logits_out: Option<PathBuf>,
+    /// Prompt positions whose logits `--logits-out` writes (negative: from the end).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "-1",
+        allow_negative_numbers = true
+    )]
+    logits_at: Vec<i64>,
+    #[command(flatten)]
+    machine: MachineArgs,
+}
+
+fn temperature(s: &str) -> Result<f32, String> {
+    let t: f32 = s
+        .parse()
+        .map_err(|e: std::num::ParseFloatError| e.to_string())?;
+    if !t.is_finite() || t < 0.0 {
+        return Err(format!("{s} is not a finite temperature >= 0"));
+    }
+    Ok(t)
+}
+
+fn top_p(s: &str) -> Result<f32, String> {
+    let p: f32 = s
+        .parse()
+        .map_err(|e: std::num::ParseFloatError| e.to_string())?;
+    if !(p > 0.0 && p <= 1.0) {
+        return Err(format!("{s} is outside (0, 1]"));
+    }
+    Ok(p)
+}
+
+/// The composition options of `run`/`bench`/`perplexity` for one plan.
+pub fn compose_options(
+    plan: PlanChoice,
+    profile: Option<&PathBuf>,
+    machine: &MachineArgs,
+    max_batch: usize,
+) -> Result<ComposeOptions, Fail> {
+    let profile = profile.map(|f| load_profile(f)).transpose()?;
+    if plan == PlanChoice::Auto && profile.is_none() {
+        return Err(Fail::Usage(
+            "--plan auto needs --profile FILE (write one with `engine-min profile`)".into(),
+        ));
+    }
+    Ok(ComposeOptions {
+        plan,
+        profile,
+        threads: machine.threads(),
+        kernel: machine.kernel(),
+        max_batch,
+        npu: machine.npu()?,
+        npu_session: None,
+    })
+}
+
+pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
+    let plan = a.plan.unwrap_or(if a.profile.is_some() {
+        PlanChoice::Auto
+    } else {
+        PlanChoice::Cpu
+    });
+    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH)?;
+    // The output file first: a bad path must not cost the run.
+    let mut logits_file = a
+        .logits_out
+        .as_ref()
+        .map(|f| {
+            std::fs::File::create(f)
+                .map(|h| (f.clone(), h))
+                .map_err(|e| Fail::Run(format!("cannot write {}: {e}", f.display())))
+        })
+        .transpose()?;
+    let t_load = Instant::now();
+    let model = Arc::new(load_model(&a.model.model)?);
+    if a.ctx > model.config.context {
+        return Err(Fail::Usage(format!(
+            "--ctx {} exceeds the model's context length {}",
+            a.ctx, model.config.context
+        )));
+    }
+    let tok = &model.tokenizer;
+    let text = if a.chat {
+        tok.chat_prompt(&a.prompt)
+            .ok_or_else(|| Fail::Run("--chat: the model has no ChatML chat template".into()))?
+    } else {
+        a.prompt.clone()
+    };
+    let ids = tok.encode_prompt(&text);
+    if ids.is_empty() {
+        return Err(Fail::Run("the prompt encodes to no tokens".into()));
+    }
+    if ids.len() + a.max_tokens.min(1) > a.ctx {
+        return Err(Fail::Run(format!(
+            "the prompt has {} tokens but the context holds {} (use --ctx, up to the model's {})",
+            ids.len(),
+            a.ctx,
+            model.config.context
+        )));
+    }
+    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
+    let npu_stats = composed.exec.npu().map(|n| n.stats());
+    let mut engine = Engine::new(
+        Arc::clone(&model),
+        composed.exec,
+        EngineOptions { context: a.ctx },
+    )
+    .map_err(Fail::run)?;
+    let load = t_load.elapsed();
+    if plan == PlanChoice::Auto {
+        writeln!(
+            out,
+            "plan auto from {} (non-matmul ops run on the CPU pool):",
+            a.profile
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        )?;
+        for note in &composed.notes {
+            writeln!(out, "  note: {note}")?;
+        }
+        describe_plan(&engine, &model, ids.len(), out)?;
+    }
+    let vocab = model.config.vocab;
+    let mut logits = vec![0f32; vocab];
+    let mut sampler = Sampler::new(
+        vocab,
+        SamplerOptions {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    );
+    let npu0 = npu_stats.as_ref().map(|s| s.npu_time());
+    // Every prompt position's logits only when some are written out.
+    let positions = match &a.logits_out {
+        Some(_) => logits_positions(&a.logits_at, ids.len())?,
+        None => Vec::new(),
+    };
+    let mut all = vec![
+        0f32;
+        if positions.is_empty() {
+            0
+        } else {
+            ids.len() * vocab
+        }
+    ];
+    let (t0, c0) = (Instant::now(), cpu_time());
+    if all.is_empty() || ids.len() == 1 {
+        engine.forward(&ids, &mut logits).map_err(Fail::run)?;
+        let n = all.len();
+        all.copy_from_slice(&logits[..n]);
+    } else {
+        engine.forward(&ids, &mut all).map_err(Fail::run)?;
+        logits.copy_from_slice(&all[(ids.len() - 1) * vocab..]);
+    }
+    let prefill_npu = npu_stats
+        .as_ref()
+        .zip(npu0)
+        .map(|(s, t)| s.npu_time().saturating_sub(t));
+    let mut next = sampler.sample(&logits);
+    let ttft = t0.elapsed();
+    if let Some(f) = logits_file.take() {
+        write_logits(f, &a.model.model, &ids, &positions, &all, vocab)?;
+    }
+    let prefill_cpu = cpu_time().saturating_sub(c0);
+    let prefill_t = engine.timings().clone();
+    let prefill_kinds = engine.executor().times().snapshot();
+    engine.reset_timings();
+
+    let mut pending = Vec::new();
+    let mut generated = 0usize;
+    let mut stop = "max tokens";
+    let (t_dec, c_dec) = (Instant::now(), cpu_time());
+    while generated < a.max_tokens {
+        if tok.eos == Some(next) || tok.is_control(next) {
+            stop = "end of sequence";
+            break;
+        }
+        generated += 1;
+        tok.decode_token(next, false, &mut pending);
+        flush_utf8(out, &mut pending, false)?;
+        if generated >= a.max_tokens {
+            break;
+        }
+        if engine.pos() + 1 > engine.context() {
+            stop = "context full";
+            break;
+        }
+        engine.forward(&[next], &mut logits).map_err(Fail::run)?;
+        next = sampler.sample(&logits);
+    }
+    flush_utf8(out, &mut pending, true)?;
+    let decode = t_dec.elapsed();
+    let decode_cpu = cpu_time().saturating_sub(c_dec);
+    let decode_t = engine.timings().clone();
+    let decode_kinds = engine.executor().times().snapshot();
+    writeln!(out)?;
+    writeln!(out, "---")?;
+    writeln!(
+        out,
+        "model: {} layers, width {}, vocab {}; load {:.0} ms; plan {plan}; {} thread(s), cpu kernel {}; processors: {}",
+        model.config.n_layer,
+        model.config.d_model,
+        vocab,
+        ms(load),
+        a.machine.threads(),
+        a.machine.kernel().name(),
+        engine.executor().backend_names()
+    )?;
+    writeln!(
+        out,
+        "prompt: {} tokens; generated: {generated} tokens (stop: {stop})",
+        ids.len()
+    )?;
+    writeln!(out, "time to first token: {:.1} ms", ms(ttft))?;
+    // CPU seconds next to wall seconds: on a shared machine wall time includes waiting for
+    // a core; tokens per CPU-second says what the code costs.
+    writeln!(
+        out,
+        "prefill: {:.1} tok/s (wall); {:.1} tok per CPU-second",
+        ids.len() as f64 / ttft.as_secs_f64(),
+        ids.len() as f64 / prefill_cpu.as_secs_f64().max(1e-9)
+    )?;
+    // Decode steps: one forward per generated token after the first.
+    if generated > 1 {
+        writeln!(
+            out,
+            "decode: {:.1} tok/s (wall, {} steps); {:.1} tok per CPU-second",
+            (generated - 1) as f64 / decode.as_secs_f64(),
+            generated - 1,
+            (generated - 1) as f64 / decode_cpu.as_secs_f64().max(1e-9)
+        )?;
+    } else {
+        writeln!(out, "decode: n/a (no decode step)")?;
+    }
+    for (phase, t, kinds) in [
+        ("prefill", &prefill_t, &prefill_kinds),
+        ("decode", &decode_t, &decode_kinds),
+    ] {
+        let total = t.matmul + t.host;
+        if total.is_zero() {
+            continue;
+        }
+        let mut line = format!("{phase} time share:");
+        for (kind, d, calls) in kinds.iter() {
+            line += &format!(" {} matmul {:.1}% ({calls}),", kind.name(), pct(*d, total));
+        }
+        line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
+        writeln!(out, "{line}")?;
+    }
+    if let (Some(s), Some(npu)) = (&npu_stats, prefill_npu) {
+        // Simulator time: the x86 HTP simulator, not the speed of an NPU.
+        writeln!(
+            out,
+            "npu: {} weights with graphs (one per standard length) prepared in {:.0} ms (build + finalize); NPU share \
+             of prefill matmul time {:.1}% (simulated)",
+            s.graphs(),
+            ms(s.prepare_time()),
+            pct(npu, prefill_t.matmul.max(Duration::from_nanos(1)))
+        )?;
+    }
+    Ok(())
+}
+
+/// Resolves `--logits-at` against a prompt of `n` tokens.
+fn logits_positions(at: &[i64], n: usize) -> Result<Vec<usize>, Fail> {
+    at.iter()
+        .map(|&p| {
+            let q = if p < 0 { n as i64 + p } else { p };
+            usize::try_from(q).ok().filter(|&q| q < n).ok_or_else(|| {
+                Fail::Usage(format!(
+                    "--logits-at {p} is outside the prompt's {n} positions"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Writes `{"model", "tokens", "positions": [{"pos", "token", "logits"}]}`.
+fn write_logits(
+    (file, mut handle): (PathBuf, std::fs::File),
+    model: &std::path::Path,
+    ids: &[u32],
+    positions: &[usize],
+    all: &[f32],
+    vocab: usize,
+) -> Result<(), Fail> {
+    let rows: Vec<serde_json::Value> = positions
+        .iter()
+        .map(|&p| {
+            serde_json::json!({
+                "pos": p,
+                "token": ids[p],
+                "logits": &all[p * vocab..(p + 1) * vocab],
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "model": model.display().to_string(),
+        "tokens": ids,
+        "positions": rows,
+    });
+    let text = serde_json::to_string(&v).map_err(Fail::run)?;
+    handle
+        .write_all(text.as_bytes())
+        .map_err(|e| Fail::Run(format!("cannot write {}: {e}", file.display())))
+}
+
+/// Prints the plan the engine runs for a prompt of `prompt` tokens and for decode.
+fn describe_plan(
+    engine: &Engine,
+    model: &Model,
+    prompt: usize,
+    out: &mut dyn Write,
+) -> Result<(), Fail> {
+    let shapes: Vec<(&str, usize, usize)> = crate::planning::model_shapes(&model.config)
+        .into_iter()
+        .map(|(name, k, n)| (name, k as usize, n as usize))
+        .collect();
+    let pm = prompt.min(engine.executor().max_m());
+    for (phase, m) in [("prefill", pm), ("decode", 1)] {
+        writeln!(out, "  {phase} (m = {m}):")?;
+        for line in engine.executor().describe(&shapes, m) {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pct(d: Duration, total: Duration) -> f64 {
+    100.0 * d.as_secs_f64() / total.as_secs_f64()
+}
+
+/// Writes the valid UTF-8 prefix of `pending` (all of it, lossily, when `all`).
+fn flush_utf8(out: &mut dyn Write, pending: &mut Vec<u8>, all: bool) -> std::io::Result<()> {
+    let n = match std::str::from_utf8(pending) {
+        Ok(_) => pending.len(),
+        Err(e) if e.error_len().is_some() || all => pending.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    out.write_all(String::from_utf8_lossy(&pending[..n]).as_bytes())?;
+    out.flush()?;
+    pending.drain(..n);
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! Composition: from what the user chose (a plan, a profile, threads, a CPU kernel) to an
+//! [`Executor`] — open the processors the plan needs, build its partition [`PlanTable`]
+//! (forced plans on placeholder costs, `auto` on the measured profile), prepare the model's
+//! weights on each. Every `--plan` value goes through here, so there is one plan path.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use hetero_partition::{Backend as Pb, PlanTable, Policy, Profile, ProfileError, TableError};
+
+use crate::backend::gpu::GpuBackend;
+use crate::backend::npu::{NpuBackend, NpuError, NpuOptions};
+use crate::backend::{BackendError, CpuBackend, CpuKernel};
+use crate::exec::{Backends, Executor};
+use crate::model::Model;
+use crate::pool::Pool;
+
+/// A `--plan` value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PlanChoice {
+    /// Every matmul on the CPU.
+    Cpu,
+    /// Every matmul on the GPU.
+    Gpu,
+    /// The CPU takes this share (0..=1) of every matmul's columns, the GPU the rest.
+    CpuGpu(f64),
+    /// Rows in whole chunks of the NPU's standard lengths on the NPU, the rest (and decode) on
+    /// the CPU.
+    Npu,
+    /// The same with the GPU as partner.
+    NpuGpu,
+    /// Weight-centric: the NPU takes this share (0 < R <= 1) of every matmul's columns, the CPU
+    /// the rest, at the same time.
+    NpuW(f64),
+    /// The same with the GPU as partner.
+    NpuGpuW(f64),
+    /// The planner's per-op plan on a measured profile.
+    Auto,
+}
+
+/// Why a `--plan` value was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadPlan(pub String);
+
+impl fmt::Display for BadPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; plans: auto, cpu, gpu, cpu-gpu:R (CPU share R in 0..=1), npu, npu-gpu, \
+             npu-w:R, npu-gpu-w:R (NPU share R in (0, 1])",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadPlan {}
+
+fn share(s: &str, what: &str, zero_ok: bool) -> Result<f64, BadPlan> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| BadPlan(format!("{what} share `{s}` is not a number")))?;
+    let ok = v.is_finite() && v <= 1.0 && (if zero_ok { v >= 0.0 } else { v > 0.0 });
+    if !ok {
+        let range = if zero_ok { "0..=1" } else { "(0, 1]" };
+        return Err(BadPlan(format!("{what} share {s} is outside {range}")));
+    }
+    Ok(v)
+}
+
+impl FromStr for PlanChoice {
+    type Err = BadPlan;
+
+    fn from_str(s: &str) -> Result<Self, BadPlan> {
+        Ok(match s {
+            "cpu" => Self::Cpu,
+            "gpu" => Self::Gpu,
+            "npu" => Self::Npu,
+            "npu-gpu" => Self::NpuGpu,
+            "auto" => Self::Auto,
+            _ => {
+                if let Some(r) = s.strip_prefix("cpu-gpu:") {
+                    Self::CpuGpu(share(r, "CPU", true)?)
+                } else if let Some(r) = s.strip_prefix("npu-gpu-w:") {
+                    Self::NpuGpuW(share(r, "NPU", false)?)
+                } else if let Some(r) = s.strip_prefix("npu-w:") {
+                    Self::NpuW(share(r, "NPU", false)?)
+                } else {
+                    return Err(BadPlan(format!("unknown plan `{s}`")));
+                }
+            }
+        })
+    }
+}
+
+impl fmt::Display for PlanChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Gpu => f.write_str("gpu"),
+            Self::CpuGpu(r) => write!(f, "cpu-gpu:{r}"),
+            Self::Npu => f.write_str("npu"),
+            Self::NpuGpu => f.write_str("npu-gpu"),
+            Self::NpuW(r) => write!(f, "npu-w:{r}"),
+            Self::NpuGpuW(r) => write!(f, "npu-gpu-w:{r}"),
+            Self::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl PlanChoice {
+    /// The partition policy of the plan.
+    pub fn policy(self) -> Policy {
+        match self {
+            Self::Cpu => Policy::Single(Pb::Cpu),
+            Self::Gpu => Policy::Single(Pb::Gpu),
+            Self::CpuGpu(r) => Policy::WeightCentric(Pb::Cpu, Pb::Gpu, r),
+            Self::Npu => Policy::NpuActivation(Pb::Cpu),
+            Self::NpuGpu => Policy::NpuActivation(Pb::Gpu),
+            Self::NpuW(r) => Policy::WeightCentric(Pb::Npu, Pb::Cpu, r),
+            Self::NpuGpuW(r) => Policy::WeightCentric(Pb::Npu, Pb::Gpu, r),
+            Self::Auto => Policy::Auto,
+        }
+    }
+
+    /// The processors a forced plan needs (the CPU always runs the host ops); `auto` needs
+    /// what its profile lists.
+    pub fn needs(self) -> (bool, bool) {
+        match self {
+            Self::Cpu | Self::Auto => (false, false),
+            Self::Gpu | Self::CpuGpu(_) => (true, false),
+            Self::Npu | Self::NpuW(_) => (false, true),
+            Self::NpuGpu | Self::NpuGpuW(_) => (true, true),
+        }
+    }
+}
+
+/// Everything composition needs besides the model.
+#[derive(Clone, Debug)]
+pub struct ComposeOptions {
+    /// The plan.
+    pub plan: PlanChoice,
+    /// The measured profile (`auto` needs one).
+    pub profile: Option<Profile>,
+    /// CPU threads (the pool runs the CPU's matmuls and every host op).
+    pub threads: usize,
+    /// The CPU kernel.
+    pub kernel: CpuKernel,
+    /// Most rows of one matmul (longer prompts are processed in chunks of this many).
+    pub max_batch: usize,
+    /// NPU settings (its standard lengths come from the profile under `auto`).
+    pub npu: NpuOptions,
+    /// An open QNN session to use for the NPU (QNN allows one per process: several executors
+    /// in one process share it, each in a context of its own); `None` opens one.
+    pub npu_session: Option<Arc<qnn_sys::Session>>,
+}
+
+/// Why composition failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ComposeError {
+    /// The plan needs the GPU and OpenCL is not usable.
+    Gpu(hetero_opencl_kernels::Error),
+    /// The plan needs the NPU and QNN is not usable.
+    Npu(NpuError),
+    /// `auto` without a profile.
+    NoProfile,
+    /// The profile was rejected.
+    Profile(ProfileError),
+    /// The planner could not plan a shape.
+    Table(TableError),
+    /// Threads, preparation or sizing failed.
+    Backend(BackendError),
+}
+
+impl fmt::Display for ComposeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gpu(e) => write!(f, "the plan needs the GPU, but OpenCL is not usable: {e}"),
+            Self::Npu(e) => write!(f, "the plan needs the NPU: {e}"),
+            Self::NoProfile => f.write_str(
+                "--plan auto needs --profile FILE (write one with `engine-min profile`)",
+            ),
+            Self::Profile(e) => write!(f, "profile rejected: {e:?}"),
+            Self::Table(e) => write!(f, "planner: {e}"),
+            Self::Backend(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ComposeError {}
+
+impl From<BackendError> for ComposeError {
+    fn from(e: BackendError) -> Self {
+        Self::Backend(e)
+    }
+}
+
+/// An executor and what the user should be told about how it was made.
+pub struct Composed {
+    /// The executor.
+    pub exec: Executor,
+    /// Things said along the way (a processor the profile lists but this machine lacks, ...).
+    pub notes: Vec<String>,
+}
+
+/// The model's distinct matmul shapes `(k, n)`.
+pub fn model_shapes(model: &Model) -> Vec<(u32, u32)> {
+    let mut v: Vec<(u32, u32)> = crate::engine::matmul_weights(model)
+        .iter()
+        .map(|w| (w.k as u32, w.n as u32))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Builds the executor for `model` under `opts`.
+pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, ComposeError> {
+    let mut notes = Vec::new();
+    let pool = Arc::new(Pool::new(opts.threads.max(1)));
+    let cpu = CpuBackend::new(pool, opts.kernel);
+    let (mut profile, want_gpu, want_npu) = match (opts.plan, &opts.profile) {
+        (PlanChoice::Auto, None) => return Err(ComposeError::NoProfile),
+        (PlanChoice::Auto, Some(p)) => {
+            let has = |b: &str| p.backends.iter().any(|x| x.backend.eq_ignore_ascii_case(b));
+            (Some(p.clone()), has("gpu"), has("npu"))
+        }
+        (plan, _) => {
+            let (g, n) = plan.needs();
+            (None, g, n)
+        }
+    };
+    let forced = profile.is_none();
+    let gpu = if want_gpu {
+        match GpuBackend::open() {
+            Ok(g) => Some(g),
+            Err(e) if forced => return Err(ComposeError::Gpu(e)),
+            Err(e) => {
+                notes.push(format!(
+                    "the profile has a GPU but OpenCL is not usable ({e}): planned without it"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut npu_opts = opts.npu;
+    if let Some(p) = &profile {
+        // The profile's standard lengths are the graphs the planner assumes.
+        let mut lens: Vec<usize> = p
+            .backends
+            .iter()
+            .filter(|b| b.backend.eq_ignore_ascii_case("npu"))
+            .flat_map(|b| b.standard_m.iter().map(|&m| m as usize))
+            .filter(|&m| m > 0)
+            .collect();
+        lens.sort_unstable();
+        lens.dedup();
+        lens.truncate(4);
+        if let Some((&first, rest)) = lens.split_first() {
+            npu_opts.seq = first;
+            npu_opts.extra_seqs = [0; 3];
+            for (d, s) in npu_opts.extra_seqs.iter_mut().zip(rest) {
+                *d = *s;
+            }
+        }
+    }
+    let npu = if want_npu {
+        let opened = match &opts.npu_session {
+            Some(s) => s
+                .new_context()
+                .map_err(NpuError::Qnn)
+                .and_then(|ctx| NpuBackend::with_session(ctx, npu_opts)),
+            None => NpuBackend::open(npu_opts),
+        };
+        match opened {
+            Ok(n) => Some(n),
+            Err(e) if forced => return Err(ComposeError::Npu(e)),
+            Err(e) => {
+                notes.push(format!(
+                    "the profile has an NPU but it is not usable ({e}): planned without it"
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (has_gpu, has_npu) = (gpu.is_some(), npu.is_some());
+    let checked = match &mut profile {
+        Some(p) => {
+            p.backends.retain(|b| {
+                let n = b.backend.to_ascii_lowercase();
+                n == "cpu" || (n == "gpu" && has_gpu) || (n == "npu" && has_npu)
+            });
+            p.check().map_err(ComposeError::Profile)?
+        }
+        None => {
+            let mut bs = vec![Pb::Cpu];
+            bs.extend(has_gpu.then_some(Pb::Gpu));
+            bs.extend(has_npu.then_some(Pb::Npu));
+            let lens: Vec<u32> = npu_opts.lengths().map(|s| s as u32).collect();
+            Profile::nominal(&bs, &lens)
+                .check()
+                .map_err(ComposeError::Profile)?
+        }
+    };
+    let table = PlanTable::build(
+        &checked,
+        opts.plan.policy(),
+        &model_shapes(model),
+        opts.max_batch.max(1) as u32,
+    )
+    .map_err(ComposeError::Table)?;
+    // A processor no plan uses is not kept (no uploads, no helper thread).
+    let used = table.backends();
+    let gpu = gpu.filter(|_| used.contains(&Pb::Gpu));
+    let npu = npu.filter(|_| used.contains(&Pb::Npu));
+    let exec = Executor::new(
+        table,
+        Backends { cpu, gpu, npu },
+        &crate::engine::matmul_weights(model),
+    )?;
+    Ok(Composed { exec, notes })
+}
+
+/// A CPU-only executor (the agents' verifier, tests): every matmul on `kernel` over `pool`.
+pub fn cpu_executor(
+    model: &Model,
+    pool: Arc<Pool>,
+    kernel: CpuKernel,
+    max_batch: usize,
+) -> Result<Executor, ComposeError> {
+    let checked = Profile::nominal(&[Pb::Cpu], &[])
+        .check()
+        .map_err(ComposeError::Profile)?;
+    let table = PlanTable::build(
+        &checked,
+        Policy::Single(Pb::Cpu),
+        &model_shapes(model),
+        max_batch.max(1) as u32,
+    )
+    .map_err(ComposeError::Table)?;
+    Ok(Executor::new(
+        table,
+        Backends {
+            cpu: CpuBackend::new(pool, kernel),
+            gpu: None,
+            npu: None,
+        },
+        &crate::engine::matmul_weights(model),
+    )?)
+}

@@ -1,0 +1,339 @@
+//! Memory budget: how many bytes the model's host data, the KV cache and the work buffers
+//! need, computed with checked arithmetic, and the check against a limit that happens before
+//! anything is allocated.
+//!
+//! A hostile or mistaken size (a model claiming a million positions, `--ctx 1000000`, a block
+//! count of 2³²−1) must end in [`BudgetError`] ("needs N GiB, limit M GiB"), never in the
+//! allocator's abort. The limit is the machine's available memory ([`MemoryBudget::available`],
+//! `MemAvailable` in `/proc/meminfo`) unless the caller sets one ([`MemoryBudget::with_limit`]).
+//!
+//! The byte counts here mirror the allocations of the engine's `KvCache::new` and
+//! `Work::new_in` (private `layer` module); a unit test holds the KV cache to its formula.
+
+use std::fmt;
+
+use crate::model::Config;
+
+/// Bytes in one GiB (the unit of the messages).
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Why a size was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetError {
+    /// The size does not fit in 64-bit (or the platform's `usize`) arithmetic.
+    Overflow {
+        /// What was being sized.
+        what: &'static str,
+    },
+    /// The size is larger than the limit.
+    OverBudget {
+        /// What was being sized.
+        what: &'static str,
+        /// Bytes needed.
+        need: u64,
+        /// Bytes allowed.
+        limit: u64,
+    },
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Overflow { what } => {
+                write!(
+                    f,
+                    "{what} needs more bytes than 64-bit arithmetic can count"
+                )
+            }
+            Self::OverBudget { what, need, limit } => write!(
+                f,
+                "{what} needs {} ({need} bytes), limit {}",
+                Human(*need),
+                Human(*limit)
+            ),
+        }
+    }
+}
+
+/// A byte count in GiB with two decimals, or in MiB or bytes where GiB would print 0.00.
+struct Human(u64);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0 as f64;
+        if b >= GIB / 100.0 {
+            write!(f, "{:.2} GiB", b / GIB)
+        } else if b >= GIB / 1024.0 / 100.0 {
+            write!(f, "{:.2} MiB", b * 1024.0 / GIB)
+        } else {
+            write!(f, "{} bytes", self.0)
+        }
+    }
+}
+
+impl std::error::Error for BudgetError {}
+
+/// A limit on the bytes one allocation plan may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBudget {
+    limit: u64,
+}
+
+impl MemoryBudget {
+    /// The machine's available memory: `MemAvailable` from `/proc/meminfo` (Linux, Android);
+    /// where that file is missing, the physical memory (`sysconf`); where neither is known, no
+    /// limit. Read anew on each call (it changes as other processes run).
+    pub fn available() -> Self {
+        let limit = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| meminfo_available(&s))
+            .or_else(physical_memory)
+            .unwrap_or(u64::MAX);
+        Self { limit }
+    }
+
+    /// A budget of `bytes` (the caller's override, e.g. from a command-line option).
+    pub fn with_limit(bytes: u64) -> Self {
+        Self { limit: bytes }
+    }
+
+    /// No limit (sizes are still checked for overflow).
+    pub fn unlimited() -> Self {
+        Self { limit: u64::MAX }
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// `Ok(need)` when `need` bytes fit in the budget, else [`BudgetError::OverBudget`].
+    pub fn check(&self, what: &'static str, need: u64) -> Result<u64, BudgetError> {
+        if need > self.limit {
+            return Err(BudgetError::OverBudget {
+                what,
+                need,
+                limit: self.limit,
+            });
+        }
+        Ok(need)
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+pub fn meminfo_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut words = line["MemAvailable:".len()..].split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    // The kernel always writes kB (KiB); anything else is not a meminfo we understand.
+    (words.next()? == "kB").then_some(())?;
+    n.checked_mul(1024)
+}
+
+/// Physical memory from `sysconf`, where the platform reports it.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads a system constant; it has no memory-safety preconditions.
+        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        // SAFETY: as above.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let pages = u64::try_from(pages).ok()?;
+        let page = u64::try_from(page).ok()?;
+        pages.checked_mul(page)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Checked product of `factors` as a byte count of `what`.
+pub(crate) fn product(what: &'static str, factors: &[u64]) -> Result<u64, BudgetError> {
+    factors
+        .iter()
+        .try_fold(1u64, |acc, &f| acc.checked_mul(f))
+        .ok_or(BudgetError::Overflow { what })
+}
+
+/// Checked sum of `terms` as a byte count of `what`.
+pub(crate) fn sum(what: &'static str, terms: &[u64]) -> Result<u64, BudgetError> {
+    terms
+        .iter()
+        .try_fold(0u64, |acc, &t| acc.checked_add(t))
+        .ok_or(BudgetError::Overflow { what })
+}
+
+fn u(v: usize) -> u64 {
+    // usize is at most 64 bits on every target Rust supports.
+    v as u64
+}
+
+const F32: u64 = 4;
+
+/// Bytes of the KV cache of `sequences` sequences of `ctx` positions: keys and values, f32,
+/// `n_layer × ctx × kv_dim` each (the engine's `KvCache::new`; the batched engine keeps one
+/// per sequence).
+pub fn kv_cache_bytes(c: &Config, ctx: usize, sequences: usize) -> Result<u64, BudgetError> {
+    const WHAT: &str = "KV cache";
+    let kv_dim = product(WHAT, &[u(c.n_kv_head), u(c.head_dim)])?;
+    product(WHAT, &[2, F32, u(sequences), u(c.n_layer), u(ctx), kv_dim])
+}
+
+/// Bytes of the engine's heap work buffers for `ctx` positions and a pool of `threads`
+/// threads (the engine's `Work::new`): the RoPE tables (`ctx × rope_dims/2` cosines and sines)
+/// and the attention scores (`threads × ctx`), all f32. The activations live in uma slots:
+/// [`acts_bytes`]. (`max_batch` is kept so callers size both with one set of numbers.)
+pub fn work_bytes(
+    c: &Config,
+    ctx: usize,
+    max_batch: usize,
+    threads: usize,
+) -> Result<u64, BudgetError> {
+    const WHAT: &str = "work buffers";
+    let _ = max_batch;
+    let floats = sum(
+        WHAT,
+        &[
+            product(WHAT, &[2, u(ctx), u(c.rope_dims / 2)])?,
+            product(WHAT, &[u(threads), u(ctx)])?,
+        ],
+    )?;
+    product(WHAT, &[F32, floats])
+}
+
+/// Bytes of the uma activation slots `act::Acts::for_model(c, max_batch)` maps: 9 slots of
+/// `max_batch × max(d_model, d_ff, vocab, kv_dim)` f32, each rounded up as `hetero_uma::round_slot_size`
+/// rounds it (whole pages).
+pub fn acts_bytes(c: &Config, max_batch: usize) -> Result<u64, BudgetError> {
+    const WHAT: &str = "activation slots";
+    let kv_dim = product(WHAT, &[u(c.n_kv_head), u(c.head_dim)])?;
+    let widest = u(c.d_model.max(c.d_ff).max(c.vocab)).max(kv_dim);
+    let slot = product(WHAT, &[F32, u(max_batch.max(1)), widest])?;
+    let slot = usize::try_from(slot)
+        .ok()
+        .and_then(hetero_uma::round_slot_size)
+        .ok_or(BudgetError::Overflow { what: WHAT })?;
+    product(WHAT, &[u(crate::act::SLOTS), u(slot)])
+}
+
+/// Bytes an [`crate::engine::Engine`] allocates for `(config, ctx, max_batch, threads)`:
+/// [`kv_cache_bytes`] of one sequence plus [`work_bytes`] plus [`acts_bytes`].
+pub fn engine_bytes(
+    c: &Config,
+    ctx: usize,
+    max_batch: usize,
+    threads: usize,
+) -> Result<u64, BudgetError> {
+    sum(
+        "engine buffers",
+        &[
+            kv_cache_bytes(c, ctx, 1)?,
+            work_bytes(c, ctx, max_batch, threads)?,
+            acts_bytes(c, max_batch)?,
+        ],
+    )
+}
+
+/// Checks that an [`crate::engine::Engine`] for `(config, ctx, max_batch, threads)` fits in
+/// `budget`; the error says "engine buffers for N positions needs X GiB, limit Y GiB" in
+/// effect (what, need and limit).
+pub fn check_engine(
+    budget: &MemoryBudget,
+    c: &Config,
+    ctx: usize,
+    max_batch: usize,
+    threads: usize,
+) -> Result<u64, BudgetError> {
+    budget.check(
+        "KV cache and work buffers",
+        engine_bytes(c, ctx, max_batch, threads)?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smollm2() -> Config {
+        Config {
+            n_layer: 30,
+            d_model: 576,
+            n_head: 9,
+            n_kv_head: 3,
+            head_dim: 64,
+            d_ff: 1536,
+            vocab: 49152,
+            context: 8192,
+            rope_theta: 100_000.0,
+            rope_dims: 64,
+            eps: 1e-5,
+        }
+    }
+
+    #[test]
+    fn kv_cache_formula_matches_the_engine_allocation() {
+        let c = smollm2();
+        for ctx in [1, 7, 64] {
+            let kv = crate::layer::KvCache::new(&c, ctx);
+            let bytes = ((kv.k.len() + kv.v.len()) * 4) as u64;
+            assert_eq!(kv_cache_bytes(&c, ctx, 1), Ok(bytes), "ctx {ctx}");
+        }
+    }
+
+    #[test]
+    fn figures_for_smollm2() {
+        let c = smollm2();
+        // 2 × 4 × 30 × 8192 × 192 bytes = 360 MiB.
+        assert_eq!(kv_cache_bytes(&c, 8192, 1), Ok(377_487_360));
+        // A million positions: 43.9 GiB, refused under a 16 GiB limit.
+        let e =
+            check_engine(&MemoryBudget::with_limit(16 << 30), &c, 1_000_000, 128, 2).unwrap_err();
+        let BudgetError::OverBudget { need, limit, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(limit, 16 << 30);
+        assert!(need > 43 << 30, "{need}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("GiB") && msg.contains("limit 16.00 GiB"),
+            "{msg}"
+        );
+        assert!(check_engine(&MemoryBudget::with_limit(1 << 30), &c, 2048, 128, 2).is_ok());
+        let small = MemoryBudget::with_limit(1000)
+            .check("x", 5 << 20)
+            .unwrap_err();
+        assert_eq!(
+            small.to_string(),
+            "x needs 5.00 MiB (5242880 bytes), limit 1000 bytes"
+        );
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        let mut c = smollm2();
+        c.n_layer = usize::MAX / 2;
+        assert_eq!(
+            kv_cache_bytes(&c, usize::MAX, 1),
+            Err(BudgetError::Overflow { what: "KV cache" })
+        );
+        assert!(matches!(
+            work_bytes(&c, usize::MAX, usize::MAX, 2),
+            Err(BudgetError::Overflow { .. })
+        ));
+        assert!(matches!(
+            acts_bytes(&c, usize::MAX),
+            Err(BudgetError::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn meminfo_parsing() {
+        let s = "MemTotal:       16318480 kB\nMemFree:  100 kB\nMemAvailable:    8000000 kB\n";
+        assert_eq!(meminfo_available(s), Some(8_000_000 * 1024));
+        assert_eq!(meminfo_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(meminfo_available("MemAvailable: x kB\n"), None);
+        assert_eq!(meminfo_available("MemAvailable: 5 MB\n"), None);
+        assert!(MemoryBudget::available().limit() > 0);
+    }
+}
