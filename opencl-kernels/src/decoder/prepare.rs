@@ -261,7 +261,50 @@ impl MemoryPlan {
     }
 }
 
+/// Checks every tensor's type, length and fusability against the configuration (so a bad
+/// weight is refused before anything is built or uploaded).
+fn check_weights(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<()> {
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    for (i, l) in w.layers.iter().enumerate() {
+        let what = |s: &str| format!("layer {i} {s}");
+        for (t, n, k, name) in [
+            (&l.wq, dq, d, "q"),
+            (&l.wk, dkv, d, "k"),
+            (&l.wv, dkv, d, "v"),
+            (&l.wo, d, dq, "o"),
+            (&l.gate, ff, d, "gate"),
+            (&l.up, ff, d, "up"),
+            (&l.down, d, ff, "down"),
+        ] {
+            MatKind::of(t.ty)?;
+            rows_of(t, n, k, &what(name))?;
+        }
+        for (a, b, name) in [
+            (&l.wq, &l.wk, "q/k/v"),
+            (&l.wq, &l.wv, "q/k/v"),
+            (&l.gate, &l.up, "gate/up"),
+        ] {
+            if a.ty != b.ty {
+                return Err(Error::BadShape(format!(
+                    "{}: the fused matrices must share one type (got {} and {})",
+                    what(name),
+                    a.ty,
+                    b.ty
+                )));
+            }
+        }
+    }
+    MatKind::of(w.embed.ty)?;
+    rows_of(&w.embed, c.vocab, d, "embedding")?;
+    if let Some(o) = &w.output {
+        MatKind::of(o.ty)?;
+        rows_of(o, c.vocab, d, "output head")?;
+    }
+    Ok(())
+}
+
 pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan> {
+    check_weights(c, w)?;
     let (d, dq, dkv) = (c.d_model, c.q_dim(), c.kv_dim());
     let mut weights = 0u64;
     let mut largest = (0u64, "");
