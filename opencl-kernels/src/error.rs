@@ -155,18 +155,15 @@ impl fmt::Display for Error {
                 kv_cache,
                 scratch,
                 available,
-            } => {
-                let mib = |b: &u64| *b as f64 / (1 << 20) as f64;
-                write!(
-                    f,
-                    "the device has {:.1} MiB but this needs {:.1} MiB: weights {:.1} MiB, KV cache {:.1} MiB, activations and readback {:.1} MiB",
-                    mib(available),
-                    mib(&(weights + kv_cache + scratch)),
-                    mib(weights),
-                    mib(kv_cache),
-                    mib(scratch)
-                )
-            }
+            } => write!(
+                f,
+                "the device has {} but this needs {}: weights {}, KV cache {}, activations and readback {}",
+                size(*available),
+                size(weights + kv_cache + scratch),
+                size(*weights),
+                size(*kv_cache),
+                size(*scratch)
+            ),
             Error::AllocTooLarge {
                 what,
                 bytes,
@@ -176,6 +173,17 @@ impl fmt::Display for Error {
                 "{what} needs one buffer of {bytes} bytes, over the device's largest allocation of {max_alloc} bytes"
             ),
         }
+    }
+}
+
+/// A byte count as MiB (or KiB, or bytes, when small), for messages.
+fn size(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    } else if b >= 1 << 10 {
+        format!("{:.1} KiB", b as f64 / (1 << 10) as f64)
+    } else {
+        format!("{b} B")
     }
 }
 
