@@ -99,8 +99,12 @@ fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodeP
     Decoder::new(dev, cfg, &weights, opts).expect("decoder")
 }
 
+/// One OpenCL device for the tests of this binary: PoCL's first device enumeration is not safe
+/// from several threads at once (two tests opening devices together crashed it).
 fn device() -> Option<Arc<Device>> {
-    hetero_tests::require("opencl", Device::from_env())
+    static DEV: std::sync::OnceLock<Result<Arc<Device>, String>> = std::sync::OnceLock::new();
+    let r = DEV.get_or_init(|| Device::from_env().map_err(|e| e.to_string()));
+    hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
 }
 
 /// 264 tokens of English text.
