@@ -84,6 +84,8 @@ pub struct Timings {
     pub matmul: Duration,
     /// Host ops on the CPU pool (norms, RoPE, attention, SwiGLU, embedding), per op.
     pub host: HostTimes,
+    /// Whole steps on the resident GPU decoder (enqueue and readback).
+    pub resident: Duration,
 }
 
 /// Engine settings.
@@ -138,9 +140,16 @@ impl Engine {
         let c = &model.config;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let threads = exec.cpu().pool().threads();
+        // On the resident GPU the cache and activations live on the device: the host keeps
+        // nothing of their size.
+        let (host_ctx, host_rows) = if exec.is_resident() {
+            (1, 1)
+        } else {
+            (ctx, exec.max_m())
+        };
         Ok(Self {
-            cache: KvCache::new(c, ctx),
-            work: Work::new(c, ctx, exec.max_m(), threads)?,
+            cache: KvCache::new(c, host_ctx),
+            work: Work::new(c, host_ctx, host_rows, threads)?,
             timings: Timings::default(),
             model,
             exec,
@@ -196,15 +205,7 @@ impl Engine {
                 got: logits.len(),
             });
         }
-        if self.pos + tokens.len() > self.ctx {
-            return Err(EngineError::ContextFull {
-                need: self.pos + tokens.len(),
-                context: self.ctx,
-            });
-        }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(EngineError::BadToken(t));
-        }
+        self.check(tokens)?;
         let max_batch = self.exec.max_m();
         let mut done = 0;
         while done < tokens.len() {
@@ -224,9 +225,60 @@ impl Engine {
         Ok(())
     }
 
+    /// Appends `tokens` and returns the greedy next token (the last row's argmax). On the
+    /// resident GPU only the argmax is read back; otherwise the logits go through `scratch`
+    /// (`vocab` floats).
+    pub fn forward_argmax(
+        &mut self,
+        tokens: &[u32],
+        scratch: &mut [f32],
+    ) -> Result<u32, EngineError> {
+        let n = tokens.len();
+        let resident = self.exec.is_resident();
+        if !resident || n == 0 || n > self.exec.max_m() {
+            self.forward(tokens, scratch)?;
+            return Ok(crate::sample::argmax(scratch));
+        }
+        self.check(tokens)?;
+        let pos = self.pos;
+        let t0 = Instant::now();
+        let dec = self.exec.resident_decoder().ok_or(BackendError::Resident)?;
+        let r = crate::backend::resident::step_argmax(dec, tokens, pos);
+        self.timings.resident += t0.elapsed();
+        let id = r.map_err(BackendError::from)?;
+        self.pos += n;
+        Ok(id)
+    }
+
+    /// The checks every forward makes before it changes anything.
+    fn check(&self, tokens: &[u32]) -> Result<(), EngineError> {
+        if self.pos + tokens.len() > self.ctx {
+            return Err(EngineError::ContextFull {
+                need: self.pos + tokens.len(),
+                context: self.ctx,
+            });
+        }
+        let vocab = self.model.config.vocab;
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::BadToken(t));
+        }
+        Ok(())
+    }
+
     /// One chunk: takes the step's activation slots, runs it, and gives them back whatever
-    /// happened.
+    /// happened (on the resident GPU: one step of the decoder).
     fn step(&mut self, tokens: &[u32], logits: Option<&mut [f32]>) -> Result<(), EngineError> {
+        if let Some(dec) = self.exec.resident_decoder() {
+            let t0 = Instant::now();
+            let r = match logits {
+                Some(l) => crate::backend::resident::step(dec, tokens, self.pos, l),
+                None => crate::backend::resident::fill(dec, tokens, self.pos),
+            };
+            self.timings.resident += t0.elapsed();
+            r.map_err(BackendError::from)?;
+            self.pos += tokens.len();
+            return Ok(());
+        }
         let mut s = self.work.acts().acquire()?;
         let r = self.step_in(&mut s, tokens, logits);
         let released = self.work.acts().release(s);
@@ -248,7 +300,7 @@ impl Engine {
             self.work.embed(&model, s, t, tok)?;
         }
         self.timings.host.add(HostOp::Embed, t0.elapsed());
-        let Timings { matmul, host } = &mut self.timings;
+        let Timings { matmul, host, .. } = &mut self.timings;
         let mut clock = Clock {
             host: Some(host),
             matmul: Some(matmul),

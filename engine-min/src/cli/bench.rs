@@ -40,9 +40,10 @@ pub struct BenchArgs {
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
-    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch)?;
+    let ctx = a.pp.max(a.tg) + 1;
+    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
     let model = Arc::new(load_model(&a.model.model)?);
-    let ctx = (a.pp.max(a.tg) + 1).min(model.config.context);
+    let ctx = ctx.min(model.config.context);
     let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
     let mut engine = Engine::new(
         Arc::clone(&model),

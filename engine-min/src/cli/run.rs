@@ -90,6 +90,7 @@ pub fn compose_options(
     profile: Option<&PathBuf>,
     machine: &MachineArgs,
     max_batch: usize,
+    context: usize,
 ) -> Result<ComposeOptions, Fail> {
     let profile = profile.map(|f| load_profile(f)).transpose()?;
     if plan == PlanChoice::Auto && profile.is_none() {
@@ -104,7 +105,9 @@ pub fn compose_options(
         kernel: machine.kernel(),
         max_batch,
         npu: machine.npu()?,
-        npu_session: None,
+        context,
+        gpu_path: machine.gpu_path,
+        ..ComposeOptions::default()
     })
 }
 
@@ -114,7 +117,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     } else {
         PlanChoice::Cpu
     });
-    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH)?;
+    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH, a.ctx)?;
     // The output file first: a bad path must not cost the run.
     let mut logits_file = a
         .logits_out
@@ -291,11 +294,14 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         ("prefill", &prefill_t, &prefill_kinds),
         ("decode", &decode_t, &decode_kinds),
     ] {
-        let total = t.matmul + t.host.total();
+        let total = t.matmul + t.host.total() + t.resident;
         if total.is_zero() {
             continue;
         }
         let mut line = format!("{phase} time share:");
+        if !t.resident.is_zero() {
+            line += &format!(" gpu resident steps {:.1}%,", pct(t.resident, total));
+        }
         for (kind, d, calls) in kinds.iter() {
             line += &format!(" {} matmul {:.1}% ({calls}),", kind.name(), pct(*d, total));
         }
