@@ -74,6 +74,13 @@ pub enum Error {
         /// The type given.
         format: crate::GgmlType,
     },
+    /// An input that must be finite holds a NaN or an infinity.
+    NonFinite {
+        /// Which argument.
+        what: &'static str,
+        /// Index of the first non-finite value.
+        index: usize,
+    },
     /// A size computation overflowed `usize`.
     Overflow,
     /// More workers than the work-stealing state was built for (or zero workers).
@@ -119,6 +126,9 @@ impl fmt::Display for Error {
             }
             Error::UnsupportedFormat { format } => {
                 write!(f, "tensor type {format} is not supported here")
+            }
+            Error::NonFinite { what, index } => {
+                write!(f, "{what}: value {index} is not finite")
             }
             Error::Overflow => write!(f, "size computation overflowed usize"),
             Error::BadWorkerCount { max, got } => {

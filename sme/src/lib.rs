@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod arch;
+mod blocks;
 mod error;
 mod f16out;
 mod format;
@@ -11,9 +12,13 @@ mod parallel;
 mod portable;
 mod primitive;
 mod quant;
+mod quantize;
 #[cfg(target_arch = "aarch64")]
 mod sme_driver;
 
+pub use blocks::{
+    scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, QK_K,
+};
 pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
@@ -32,6 +37,7 @@ pub use quant::{
     QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,
     GEMV_TILE_ROWS, QK, QPACK_ROWS,
 };
+pub use quantize::{can_quantize, quantize_row};
 
 #[cfg(target_arch = "aarch64")]
 use arch::aarch64::{Neon, Sme1, Sme2};

@@ -50,7 +50,7 @@ const _: () = assert!(core::mem::align_of::<BlockQ4_1>() == 2);
 const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::align_of::<BlockQ8_0>() == 2);
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
@@ -58,10 +58,16 @@ mod sealed {
 pub trait QuantBlock: sealed::Sealed + Copy + Sized + 'static {
     /// Size of one block in bytes, as stored in GGUF.
     const BYTES: usize;
+    /// Values per block: 32, or [`crate::QK_K`] = 256 for the K-quants.
+    const ELEMS: usize;
+    /// The element type this block stores.
+    const TYPE: crate::GgmlType;
     /// The GGUF type name.
-    const NAME: &'static str;
-    /// The 32 values of this block, in FP32.
-    fn dequantize(&self) -> [f32; QK];
+    const NAME: &'static str = Self::TYPE.name();
+    /// The dequantized values: `[f32; ELEMS]`.
+    type Values: AsRef<[f32]> + IntoIterator<Item = f32> + Copy;
+    /// The values of this block in FP32, exactly as ggml defines them.
+    fn dequantize(&self) -> Self::Values;
     /// Copies one block out of `bytes` (exactly [`Self::BYTES`] long, any alignment).
     fn read_unaligned(bytes: &[u8]) -> Result<Self, Error> {
         if bytes.len() != Self::BYTES {
@@ -108,7 +114,9 @@ impl sealed::Sealed for BlockQ8_0 {}
 
 impl QuantBlock for BlockQ4_0 {
     const BYTES: usize = 18;
-    const NAME: &'static str = "Q4_0";
+    const ELEMS: usize = QK;
+    const TYPE: crate::GgmlType = crate::GgmlType::Q4_0;
+    type Values = [f32; QK];
     fn dequantize(&self) -> [f32; QK] {
         let d = f16_to_f32(self.d);
         let mut out = [0f32; QK];
@@ -122,7 +130,9 @@ impl QuantBlock for BlockQ4_0 {
 
 impl QuantBlock for BlockQ4_1 {
     const BYTES: usize = 20;
-    const NAME: &'static str = "Q4_1";
+    const ELEMS: usize = QK;
+    const TYPE: crate::GgmlType = crate::GgmlType::Q4_1;
+    type Values = [f32; QK];
     fn dequantize(&self) -> [f32; QK] {
         let (d, m) = (f16_to_f32(self.d), f16_to_f32(self.m));
         let mut out = [0f32; QK];
@@ -136,7 +146,9 @@ impl QuantBlock for BlockQ4_1 {
 
 impl QuantBlock for BlockQ8_0 {
     const BYTES: usize = 34;
-    const NAME: &'static str = "Q8_0";
+    const ELEMS: usize = QK;
+    const TYPE: crate::GgmlType = crate::GgmlType::Q8_0;
+    type Values = [f32; QK];
     fn dequantize(&self) -> [f32; QK] {
         let d = f16_to_f32(self.d);
         let mut out = [0f32; QK];
@@ -289,6 +301,7 @@ unsafe fn rows_generic<B: QuantBlock>(ctx: &QCtx, w: *const B, n0: usize, n1: us
         for b in 0..nb {
             // SAFETY: n < N and b < K/32 index inside the validated N*K/32 blocks.
             let v = unsafe { (*w.add(n * nb + b)).dequantize() };
+            let v = v.as_ref();
             for (m, a) in acc[..ctx.m].iter_mut().enumerate() {
                 // SAFETY: m < M, b*32+32 <= K: inside x.
                 let x = unsafe { core::slice::from_raw_parts(ctx.x.add(m * ctx.k + b * QK), QK) };
