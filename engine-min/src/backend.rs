@@ -256,7 +256,7 @@ struct Prepared {
     n: usize,
     k: usize,
     /// The packed GEMV form.
-    gemv: Option<(Aligned64, hetero_sme::QType)>,
+    gemv: Option<(Aligned64, GgmlType)>,
     /// The int8 GEMM form.
     int8: Option<hetero_sme::Int8Weight>,
 }
@@ -267,16 +267,10 @@ fn sme_err(e: hetero_sme::Error) -> BackendError {
 
 impl Prepared {
     fn new(w: &WeightView<'_>, gemv: bool, int8: bool) -> Result<Option<Self>, BackendError> {
-        use hetero_sme::{
-            BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Format, Int8Weight, QType, QuantBlock,
-        };
-        let (n, k) = (w.n, w.k);
-        let ty = match w.ty {
-            GgmlType::Q4_0 => QType::Q4_0,
-            GgmlType::Q4_1 => QType::Q4_1,
-            GgmlType::Q8_0 => QType::Q8_0,
-            _ => return Ok(None),
-        };
+        let (n, k, ty) = (w.n, w.k, w.ty);
+        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+            return Ok(None);
+        }
         let mut p = Prepared {
             n,
             k,
@@ -286,25 +280,11 @@ impl Prepared {
         if gemv {
             let len = hetero_sme::qpacked_len(ty, k, n).map_err(sme_err)?;
             let mut buf = Aligned64::zeroed(len);
-            let dst = buf.bytes_mut();
-            match ty {
-                QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q4_0(b, k, n, 0..n, dst)),
-                QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q4_1(b, k, n, 0..n, dst)),
-                QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
-                    .and_then(|b| hetero_sme::pack_q8_0(b, k, n, 0..n, dst)),
-            }
-            .map_err(sme_err)?;
+            hetero_sme::qpack_gguf(ty, w.data, k, n, 0..n, buf.bytes_mut()).map_err(sme_err)?;
             p.gemv = Some((buf, ty));
         }
         if int8 {
-            let format = match ty {
-                QType::Q4_0 => Int8Format::Q4_0,
-                QType::Q4_1 => Int8Format::Q4_1,
-                QType::Q8_0 => Int8Format::Q8_0,
-            };
-            p.int8 = Some(Int8Weight::pack_gguf(format, w.data, n, k).map_err(sme_err)?);
+            p.int8 = Some(hetero_sme::Int8Weight::pack_gguf(ty, w.data, n, k).map_err(sme_err)?);
         }
         Ok(Some(p))
     }
@@ -487,7 +467,7 @@ impl CpuBackend {
             *acts = hetero_sme::QActs::with_capacity(m, w.k());
         }
         kernel
-            .quantize_acts(x, m, w.k(), &mut acts)
+            .quantize_acts_for(x, m, w.k(), w.act_blocks(), &mut acts)
             .map_err(sme_err)?;
         let plan = hetero_sme::Int8Plan::new(kernel, w, &acts, out, ldo).map_err(sme_err)?;
         self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))

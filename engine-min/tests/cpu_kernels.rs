@@ -130,11 +130,12 @@ fn matmul_rejects_bad_shapes() {
     let mut out = vec![0f32; 1];
     assert!(be.matmul(&w, &[0.0; 31], 1, &mut out).is_err());
     assert!(be.matmul(&w, &[0.0; 32], 1, &mut [0.0; 2]).is_err());
+    // A type no path computes (Q8_K is an activation format, not dequantized).
     let w2 = WeightView {
-        ty: GgmlType::Q4K,
+        ty: GgmlType::Q8K,
         n: 1,
         k: 256,
-        data: &[0u8; 144],
+        data: &[0u8; 292],
     };
     assert!(be.matmul(&w2, &[0.0; 256], 1, &mut out).is_err());
     let w3 = WeightView {
@@ -222,7 +223,6 @@ fn block_step(row: &[f32], i: usize) -> f64 {
 /// (tokens go in groups of 16 through the GEMV).
 #[test]
 fn sme_paths_equal_single_threaded_sme() {
-    use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let pool = Arc::new(Pool::new(3));
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
@@ -234,30 +234,10 @@ fn sme_paths_equal_single_threaded_sme() {
                 k,
                 data: &data,
             };
-            let qty = match ty {
-                GgmlType::Q4_0 => hetero_sme::QType::Q4_0,
-                GgmlType::Q4_1 => hetero_sme::QType::Q4_1,
-                _ => hetero_sme::QType::Q8_0,
-            };
-            let mut packed = vec![0u8; hetero_sme::qpacked_len(qty, k, n).unwrap()];
-            let int8 = match ty {
-                GgmlType::Q4_0 => {
-                    let b = BlockQ4_0::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q4_0(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q4_0(b, n, k).unwrap()
-                }
-                GgmlType::Q4_1 => {
-                    let b = BlockQ4_1::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q4_1(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q4_1(b, n, k).unwrap()
-                }
-                _ => {
-                    let b = BlockQ8_0::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q8_0(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q8_0(b, n, k).unwrap()
-                }
-            };
-            let pw = hetero_sme::QPackedRef::new(&packed, qty, k, n).unwrap();
+            let mut packed = vec![0u8; hetero_sme::qpacked_len(ty, k, n).unwrap()];
+            hetero_sme::qpack_gguf(ty, &data, k, n, 0..n, &mut packed).unwrap();
+            let int8 = hetero_sme::Int8Weight::pack_gguf(ty, &data, n, k).unwrap();
+            let pw = hetero_sme::QPackedRef::new(&packed, ty, k, n).unwrap();
             for kernel in [CpuKernel::SmeGemv, CpuKernel::Int8, CpuKernel::Sme] {
                 let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
                 be.prepare(&w).expect("prepare");

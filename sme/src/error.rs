@@ -74,6 +74,12 @@ pub enum Error {
         /// The type given.
         format: crate::GgmlType,
     },
+    /// The quantized activations lack the scheme the weight's format needs (per 32 or per 256
+    /// values; see `ActBlocks`).
+    MissingActivations {
+        /// The scheme needed.
+        needed: &'static str,
+    },
     /// An input that must be finite holds a NaN or an infinity.
     NonFinite {
         /// Which argument.
@@ -126,6 +132,9 @@ impl fmt::Display for Error {
             }
             Error::UnsupportedFormat { format } => {
                 write!(f, "tensor type {format} is not supported here")
+            }
+            Error::MissingActivations { needed } => {
+                write!(f, "the quantized activations lack the {needed} scheme")
             }
             Error::NonFinite { what, index } => {
                 write!(f, "{what}: value {index} is not finite")

@@ -7,10 +7,12 @@ mod f16out;
 mod format;
 mod gemm;
 mod int8;
+mod int8_acts;
 mod pack;
 mod parallel;
 mod portable;
 mod primitive;
+mod qpacked;
 mod quant;
 mod quantize;
 #[cfg(target_arch = "aarch64")]
@@ -23,19 +25,23 @@ pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
-    int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,
-    Int8Weight, QActs, INT8_GROUP, INT8_TILE_ROWS,
+    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Plan, Int8Weight, INT8_GROUP,
+    INT8_TILE_ROWS,
 };
+pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use pack::{
     k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
 pub use portable::Portable;
+pub use qpacked::{
+    gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpack_gguf, qpacked_len, QPackedPlan,
+    QPackedRef, QPACK_ROWS,
+};
 pub use quant::{
-    gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
-    QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,
-    GEMV_TILE_ROWS, QK, QPACK_ROWS,
+    BlockQ4_0, BlockQ4_1, BlockQ8_0, QGemv, QGemvPlan, QWeights, QuantBlock, GEMV_MAX_ROWS,
+    GEMV_TILE_ROWS, QK,
 };
 pub use quantize::{can_quantize, quantize_row};
 

@@ -3,6 +3,7 @@
 mod amx;
 mod avx512;
 mod vnni;
+mod vnni_k;
 
 pub use amx::AmxBlocking;
 pub(crate) use amx::GROUP as AMX_GROUP;
