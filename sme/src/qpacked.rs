@@ -711,6 +711,10 @@ pub fn gemv_qpacked(
 #[path = "arch/x86_64/qgemv.rs"]
 mod qgemv_x86;
 
+#[cfg(target_arch = "x86_64")]
+#[path = "arch/x86_64/qgemv_hi.rs"]
+mod qgemv_x86_hi;
+
 #[cfg(target_arch = "aarch64")]
 #[path = "arch/aarch64/qgemv.rs"]
 mod qgemv_neon;

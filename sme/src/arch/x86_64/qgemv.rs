@@ -30,7 +30,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{packed_groups_portable, PCtx, QFmt, QK, QPACK_ROWS};
+use super::{PCtx, QFmt, QK, QPACK_ROWS};
 
 const P4: f32 = 1.0 / 16.0;
 const P8: f32 = P4 * P4;
@@ -79,7 +79,7 @@ pub(super) unsafe fn packed_groups(ctx: &PCtx, g0: usize, g1: usize) {
                 (QFmt::Q8_0, 3) => run::<3, 2>(ctx, m0, g0, g1),
                 (QFmt::Q8_0, _) => run::<4, 2>(ctx, m0, g0, g1),
                 _ => {
-                    packed_groups_portable(ctx, g0, g1);
+                    super::qgemv_x86_hi::packed_groups(ctx, g0, g1);
                     return;
                 }
             }
