@@ -201,7 +201,8 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
                             i[2] = _mm512_set1_ps(-32.0 * sx[g][2 * j + 1]);
                         }
                     }
-                    let starts = |cv: usize| (T == 0 && cv == 0) || (T == 4 && cv % 2 == 0);
+                    let starts =
+                        |cv: usize| (T == 0 && cv == 0) || (T == 4 && cv.is_multiple_of(2));
                     for cv in 0..4 {
                         _mm_prefetch::<_MM_HINT_T0>(dq.wrapping_add(64 * cv + PF) as _);
                         _mm_prefetch::<_MM_HINT_T1>(dq.wrapping_add(64 * cv + PF2) as _);
