@@ -1,6 +1,6 @@
-//! Throughput per weight format of the int8 GEMM (M = 1 and 128, activations quantized inside
-//! the timed call) and of the packed GEMV (M = 1), single-threaded, on SmolLM2-135M's matmul
-//! shapes, side by side with Q4_1 (today's model format).
+//! Throughput per weight format of the int8 GEMM (M = 1, 16, 128, activations quantized inside
+//! the timed call) and of the packed GEMV (M = 1, 16), single-threaded, on SmolLM2-135M's
+//! matmul shapes, side by side with Q4_1 (today's model format).
 //!
 //! Time is the calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), so time slices lost to
 //! other processes on a shared machine do not count (their cache and memory traffic still
@@ -128,7 +128,7 @@ fn main() {
             qpack_gguf(ty, bytes, k, n, 0..n, &mut p[po..po + len]).expect("pack");
             packed.push((p, po, len));
         }
-        for m in [1usize, 128] {
+        for m in [1usize, 16, 128] {
             let x = gauss(m * k, 11);
             let mut y = vec![0f32; m * n];
             let mut acts = QActs::with_capacity(m, k);
@@ -141,11 +141,11 @@ fn main() {
                             .unwrap();
                         kern.gemm(w, &acts, &mut y, n).unwrap();
                     }));
-                    if m == 1 {
+                    if m <= GEMV_MAX_ROWS {
                         let (p, po, len) = &packed[i];
                         let pw = QPackedRef::new(&p[*po..*po + len], fmts[i], k, n).unwrap();
                         t_gemv[i].push(time(|| {
-                            gk.qgemv_packed(black_box(&x), 1, k, pw, &mut y, n).unwrap()
+                            gk.qgemv_packed(black_box(&x), m, k, pw, &mut y, n).unwrap()
                         }));
                     }
                 }
@@ -155,15 +155,20 @@ fn main() {
             let base = med[0];
             print!("{name} M={m:<3} int8 GOP/s:");
             for (ty, t) in fmts.iter().zip(&med) {
-                print!("  {ty} {:.1} ({:.2}x)", ops / t, base / t);
+                print!("  {ty} {:.1} {:.2}x", ops / t, base / t);
             }
             println!();
-            if m == 1 {
+            if m <= GEMV_MAX_ROWS {
                 let med: Vec<f64> = t_gemv.iter_mut().map(|v| median(v)).collect();
                 let base = med[0];
-                print!("{name} M=1   GEMV GB/s:");
+                print!("{name} M={m:<3} GEMV GOP/s (weight GB/s):");
                 for ((ty, t), (_, _, len)) in fmts.iter().zip(&med).zip(&packed) {
-                    print!("  {ty} {:.1} ({:.2}x)", *len as f64 / t / 1e9, base / t);
+                    print!(
+                        "  {ty} {:.1} ({:.1}) {:.2}x",
+                        ops / t,
+                        *len as f64 / t / 1e9,
+                        base / t
+                    );
                 }
                 println!();
             }
