@@ -77,7 +77,7 @@ const TARGETS: [Target; 5] = [
 
 /// llama.cpp's fallback for rows that are not whole K-quant super-blocks.
 fn fallback(ty: GgmlType, k: usize) -> GgmlType {
-    if k % hetero_sme::QK_K == 0 {
+    if k.is_multiple_of(hetero_sme::QK_K) {
         return ty;
     }
     match ty {
