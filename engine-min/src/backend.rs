@@ -268,7 +268,9 @@ fn sme_err(e: hetero_sme::Error) -> BackendError {
 impl Prepared {
     fn new(w: &WeightView<'_>, gemv: bool, int8: bool) -> Result<Option<Self>, BackendError> {
         let (n, k, ty) = (w.n, w.k, w.ty);
-        if !matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+        // The types both hetero-sme forms compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+        // Q6_K); the others take the f32 path.
+        if hetero_sme::qpacked_len(ty, k, n).is_err() {
             return Ok(None);
         }
         let mut p = Prepared {
