@@ -87,6 +87,14 @@ pub enum Error {
         /// Index of the first non-finite value.
         index: usize,
     },
+    /// An input value beyond what the output format can represent (e.g. beyond FP16's ±65504
+    /// for a format with FP16 scales).
+    ValueOutOfRange {
+        /// Which argument.
+        what: &'static str,
+        /// Index of the first such value.
+        index: usize,
+    },
     /// A size computation overflowed `usize`.
     Overflow,
     /// More workers than the work-stealing state was built for (or zero workers).
@@ -138,6 +146,9 @@ impl fmt::Display for Error {
             }
             Error::NonFinite { what, index } => {
                 write!(f, "{what}: value {index} is not finite")
+            }
+            Error::ValueOutOfRange { what, index } => {
+                write!(f, "{what}: value {index} is beyond the format's range")
             }
             Error::Overflow => write!(f, "size computation overflowed usize"),
             Error::BadWorkerCount { max, got } => {

@@ -23,6 +23,9 @@ fn nearest(v: f32) -> i32 {
     (v + 0.5f32.copysign(v)) as i32
 }
 
+/// The largest finite FP16.
+const FP16_MAX: f32 = 65504.0;
+
 fn f16r(x: f32) -> (u16, f32) {
     let h = half::f16::from_f32(x);
     (h.to_bits(), h.to_f32())
@@ -64,7 +67,8 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 ///
 /// Errors (nothing written): [`Error::UnsupportedFormat`] for types it cannot write,
 /// [`Error::ShapeMismatch`] when the row is not whole blocks or `dst` is not the row's size,
-/// [`Error::NonFinite`] when `src` holds a NaN or an infinity.
+/// [`Error::NonFinite`] when `src` holds a NaN or an infinity, [`Error::ValueOutOfRange`] when
+/// a value exceeds FP16's ±65504 (every type but F32 and BF16: the block scales are FP16).
 pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Error> {
     if !can_quantize(ty) {
         return Err(Error::UnsupportedFormat { format: ty });
@@ -83,6 +87,13 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Err
     }
     if let Some(index) = src.iter().position(|v| !v.is_finite()) {
         return Err(Error::NonFinite { what: "row", index });
+    }
+    // Block formats store FP16 scales (and minimums): values beyond FP16's range could need a
+    // scale FP16 cannot hold. F16 itself saturates the same way; F32 and BF16 hold any finite.
+    if !matches!(ty, GgmlType::F32 | GgmlType::BF16) {
+        if let Some(index) = src.iter().position(|v| v.abs() > FP16_MAX) {
+            return Err(Error::ValueOutOfRange { what: "row", index });
+        }
     }
     match ty {
         GgmlType::F32 => {

@@ -273,5 +273,23 @@ fn plain_types_convert_and_bad_input_writes_nothing() {
             index: 13
         })
     );
+    let mut big = good.clone();
+    big[200] = -70000.0;
+    assert_eq!(
+        quantize_row(GgmlType::Q8_0, &big, &mut [0x5Au8; 8 * 34]),
+        Err(Error::ValueOutOfRange {
+            what: "row",
+            index: 200
+        })
+    );
+    assert_eq!(
+        quantize_row(GgmlType::Q4K, &big, &mut dst),
+        Err(Error::ValueOutOfRange {
+            what: "row",
+            index: 200
+        })
+    );
     assert!(dst.iter().all(|&b| b == 0x5A), "a refused call wrote");
+    // F32 and BF16 hold any finite value.
+    quantize_row(GgmlType::BF16, &big, &mut [0u8; 512]).unwrap();
 }
