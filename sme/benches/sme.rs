@@ -163,17 +163,17 @@ fn gemv_benches(c: &mut Criterion) {
     // Q4_0 at M = 1, 4, 16, Q4_1 and Q8_0 at M = 1. GB/s count the packed bytes (the same bytes
     // per value as GGUF: FP16 scales).
     for (ty, name) in [
-        (QType::Q4_0, "q4_0-packed"),
-        (QType::Q4_1, "q4_1-packed"),
-        (QType::Q8_0, "q8_0-packed"),
+        (GgmlType::Q4_0, "q4_0-packed"),
+        (GgmlType::Q4_1, "q4_1-packed"),
+        (GgmlType::Q8_0, "q8_0-packed"),
     ] {
         let len = qpacked_len(ty, k, n).unwrap();
         let mut store = vec![0u8; len + 64];
         let off = store.as_ptr().align_offset(64);
         let buf = &mut store[off..off + len];
         match ty {
-            QType::Q4_0 => pack_q4_0(&w, k, n, 0..n, buf).unwrap(),
-            QType::Q4_1 => {
+            GgmlType::Q4_0 => pack_q4_0(&w, k, n, 0..n, buf).unwrap(),
+            GgmlType::Q4_1 => {
                 let w41: Vec<BlockQ4_1> = w
                     .iter()
                     .map(|b| BlockQ4_1 {
@@ -184,7 +184,7 @@ fn gemv_benches(c: &mut Criterion) {
                     .collect();
                 pack_q4_1(&w41, k, n, 0..n, buf).unwrap()
             }
-            QType::Q8_0 => {
+            _ => {
                 let w80: Vec<BlockQ8_0> = w
                     .iter()
                     .map(|b| BlockQ8_0 {
@@ -196,7 +196,11 @@ fn gemv_benches(c: &mut Criterion) {
             }
         }
         let pw = QPackedRef::new(buf, ty, k, n).unwrap();
-        let ms: &[usize] = if ty == QType::Q4_0 { &[1, 4, 16] } else { &[1] };
+        let ms: &[usize] = if ty == GgmlType::Q4_0 {
+            &[1, 4, 16]
+        } else {
+            &[1]
+        };
         for &m in ms {
             let x = rnd(m * k, 3);
             let mut y = vec![0f32; m * n];
@@ -205,7 +209,7 @@ fn gemv_benches(c: &mut Criterion) {
                 b.iter(|| gemv_qpacked(black_box(&x), m, pw, &mut y, n).unwrap())
             });
         }
-        if ty == QType::Q4_0 {
+        if ty == GgmlType::Q4_0 {
             // L3-resident packed weight (4096 × 1024), as `q4_0-l3` below.
             let nc = 1024;
             let lc = qpacked_len(ty, k, nc).unwrap();
@@ -269,7 +273,7 @@ fn machine_pair(
     k: usize,
     n: usize,
 ) {
-    let ty = QType::Q4_0;
+    let ty = GgmlType::Q4_0;
     let len = qpacked_len(ty, k, n).unwrap();
     let mut store = vec![0u8; len + 64];
     let off = store.as_ptr().align_offset(64);

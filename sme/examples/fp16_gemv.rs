@@ -15,6 +15,8 @@ mod spin_pool;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    /// The format names this file was written with, now hetero-sme's one vocabulary.
+    use hetero_sme::GgmlType as QType;
     use hetero_sme::*;
 
     use super::spin_pool::{median, time_parallel};

@@ -13,6 +13,8 @@
 mod x86 {
     use std::time::Instant;
 
+    /// The format names this file was written with, now hetero-sme's one vocabulary.
+    use hetero_sme::GgmlType as Int8Format;
     use hetero_sme::*;
 
     fn weight(format: Int8Format, n: usize, k: usize) -> Int8Weight {
@@ -48,6 +50,7 @@ mod x86 {
                 n,
                 k,
             ),
+            other => panic!("no {other} weight in this example"),
         }
         .expect("shape")
     }

@@ -12,6 +12,8 @@
 //! for the thread count (`Int8Plan::with_workers`; `--default-tiles`: not). Medians of a number
 //! of calls sized to ~40 ms per case; threads beyond the cores oversubscribe.
 
+/// The format names this file was written with, now hetero-sme's one vocabulary.
+use hetero_sme::GgmlType as Int8Format;
 use hetero_sme::*;
 
 #[path = "support/spin_pool.rs"]
@@ -53,6 +55,7 @@ fn weight(format: Int8Format, n: usize, k: usize) -> Int8Weight {
             n,
             k,
         ),
+        other => panic!("no {other} weight in this example"),
     }
     .expect("shape")
 }

@@ -197,8 +197,8 @@ mod tests {
 
     use super::*;
     use crate::arch::x86_64::{amx_int8_model_tile, Vnni};
-    use crate::int8::Int8Format;
     use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+    use crate::GgmlType as Int8Format;
     use crate::{Int8Kernel, Int8Weight, QActs};
 
     struct Rng(u64);
@@ -246,6 +246,7 @@ mod tests {
                     .collect();
                 Int8Weight::pack_q8_0(&b, n, k)
             }
+            other => panic!("the AMX tile program has no {other} form"),
         }
         .unwrap()
     }

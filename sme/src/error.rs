@@ -74,6 +74,27 @@ pub enum Error {
         /// The type given.
         format: crate::GgmlType,
     },
+    /// The quantized activations lack the scheme the weight's format needs (per 32 or per 256
+    /// values; see `ActBlocks`).
+    MissingActivations {
+        /// The scheme needed.
+        needed: &'static str,
+    },
+    /// An input that must be finite holds a NaN or an infinity.
+    NonFinite {
+        /// Which argument.
+        what: &'static str,
+        /// Index of the first non-finite value.
+        index: usize,
+    },
+    /// An input value beyond what the output format can represent (e.g. beyond FP16's ±65504
+    /// for a format with FP16 scales).
+    ValueOutOfRange {
+        /// Which argument.
+        what: &'static str,
+        /// Index of the first such value.
+        index: usize,
+    },
     /// A size computation overflowed `usize`.
     Overflow,
     /// More workers than the work-stealing state was built for (or zero workers).
@@ -119,6 +140,15 @@ impl fmt::Display for Error {
             }
             Error::UnsupportedFormat { format } => {
                 write!(f, "tensor type {format} is not supported here")
+            }
+            Error::MissingActivations { needed } => {
+                write!(f, "the quantized activations lack the {needed} scheme")
+            }
+            Error::NonFinite { what, index } => {
+                write!(f, "{what}: value {index} is not finite")
+            }
+            Error::ValueOutOfRange { what, index } => {
+                write!(f, "{what}: value {index} is beyond the format's range")
             }
             Error::Overflow => write!(f, "size computation overflowed usize"),
             Error::BadWorkerCount { max, got } => {

@@ -6,8 +6,9 @@
 
 use core::fmt;
 
+use crate::blocks::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K};
 use crate::portable::f16_to_f32;
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock, QK};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
 use crate::Error;
 
 /// ggml tensor element types: the codes GGUF stores, one variant per code of ggml's table.
@@ -96,7 +97,7 @@ impl GgmlType {
     }
 
     /// ggml's name of the type (`Q4_K`, `BF16`, ...).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Self::F32 => "F32",
             Self::F16 => "F16",
@@ -159,7 +160,27 @@ impl GgmlType {
     pub fn can_dequantize(self) -> bool {
         matches!(
             self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q4_0 | Self::Q4_1 | Self::Q8_0
+            Self::F32
+                | Self::F16
+                | Self::BF16
+                | Self::Q4_0
+                | Self::Q4_1
+                | Self::Q5_0
+                | Self::Q5_1
+                | Self::Q8_0
+                | Self::Q2K
+                | Self::Q3K
+                | Self::Q4K
+                | Self::Q5K
+                | Self::Q6K
+        )
+    }
+
+    /// Whether this is a K-quant (256-value super-blocks).
+    pub fn is_k_quant(self) -> bool {
+        matches!(
+            self,
+            Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K | Self::Q8K
         )
     }
 }
@@ -176,8 +197,11 @@ impl fmt::Display for GgmlType {
 /// Block formats: each block's own `dequantize` (the kernels' packers read the same blocks).
 /// GGUF data is only 2-aligned by luck, so the blocks are copied out of the bytes one by one.
 fn blocks<B: QuantBlock>(src: &[u8], out: &mut [f32]) -> Result<(), Error> {
-    for (o, b) in out.chunks_exact_mut(QK).zip(src.chunks_exact(B::BYTES)) {
-        o.copy_from_slice(&B::read_unaligned(b)?.dequantize());
+    for (o, b) in out
+        .chunks_exact_mut(B::ELEMS)
+        .zip(src.chunks_exact(B::BYTES))
+    {
+        o.copy_from_slice(B::read_unaligned(b)?.dequantize().as_ref());
     }
     Ok(())
 }
@@ -223,6 +247,13 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), E
         GgmlType::Q4_0 => blocks::<BlockQ4_0>(src, out)?,
         GgmlType::Q4_1 => blocks::<BlockQ4_1>(src, out)?,
         GgmlType::Q8_0 => blocks::<BlockQ8_0>(src, out)?,
+        GgmlType::Q5_0 => blocks::<BlockQ5_0>(src, out)?,
+        GgmlType::Q5_1 => blocks::<BlockQ5_1>(src, out)?,
+        GgmlType::Q2K => blocks::<BlockQ2K>(src, out)?,
+        GgmlType::Q3K => blocks::<BlockQ3K>(src, out)?,
+        GgmlType::Q4K => blocks::<BlockQ4K>(src, out)?,
+        GgmlType::Q5K => blocks::<BlockQ5K>(src, out)?,
+        GgmlType::Q6K => blocks::<BlockQ6K>(src, out)?,
         // `can_dequantize` admitted only the types above.
         _ => return Err(Error::UnsupportedFormat { format: ty }),
     }

@@ -1,66 +1,133 @@
-//! Int8 GEMM on GGUF block-quantized weights (Q4_0, Q4_1, Q8_0): llama.cpp's scheme, register
-//! blocked.
+//! Int8 GEMM on GGUF block-quantized weights: llama.cpp's scheme, register blocked.
 //!
-//! - Weights `W[N×K]` (ggml layout: N rows of K/32 blocks) are repacked once into
-//!   [`Int8Weight`]: groups of 16 output rows; per (group, 32-k block) the 16 rows' unsigned
-//!   integers `u` laid out as `vpdpbusd` operands (lane `j` = row `j`, its 4 bytes = 4
-//!   consecutive k), and the 16 rows' FP16 scales `d_w` (and, for Q4_1, offsets `m_w`).
-//!   Every weight is `w = d_w * u + m_w` per block: Q4_1 as stored; Q4_0 `u = q` (0..15),
-//!   `m_w = -8 d_w`; Q8_0 `u = q + 128` (0..255), `m_w = -128 d_w`.
-//! - Activations `A[M×K]` f32 are quantized per call into [`QActs`] (caller-owned scratch): per
-//!   32-element block `d_x = amax / 127`, `q_x = round_ties_even(x / d_x)` in -127..=127, plus
-//!   `s_x = d_x * Σq_x` (for Q4_1) and the integers `-8 Σq_x`, `-128 Σq_x` (for Q4_0, Q8_0).
-//! - Per (row, output, block) the kernel computes the exact integer
-//!   `i = Σ u·q_x (+ c·Σq_x)`, `c = -8` (Q4_0) / `-128` (Q8_0) / 0 (Q4_1), then
-//!   `acc = fma(f32(i), d_w·d_x, acc)` and for Q4_1 `acc = fma(m_w, s_x, acc)`, blocks in order
-//!   from `acc = 0`. Every implementation performs exactly this sequence of f32 roundings, so
-//!   results are bit-identical across implementations and a row's result does not depend on M
-//!   or on the tile it falls in (batch invariance).
+//! - Weights `W[N×K]` (ggml layout: N rows of blocks) are repacked once into [`Int8Weight`]:
+//!   groups of 16 output rows; per (group, 32-k chunk) the 16 rows' unsigned integers `u` laid
+//!   out as `vpdpbusd` operands (lane `j` = row `j`, its 4 bytes = 4 consecutive k), and per
+//!   (group, block) the 16 rows' scales.
+//! - 32-value block formats: every weight is `w = d_w·u + m_w` per block: Q4_1 / Q5_1 as stored;
+//!   Q4_0 `u = q`, `m_w = -8 d_w`; Q5_0 `u = q`, `m_w = -16 d_w`; Q8_0 `u = q + 128`,
+//!   `m_w = -128 d_w`. Activations per 32 ([`BlockMeta`]). Per (row, output, block) the kernel
+//!   computes the exact integer `i = Σ u·q_x + c·Σq_x` (`c` = -8 / -16 / -128, 0 for Q4_1 /
+//!   Q5_1), then `acc = fma(f32(i), d_w·d_x, acc)` and for Q4_1 / Q5_1
+//!   `acc = fma(m_w, s_x, acc)`, blocks in order from `acc = 0`.
+//! - K-quants (256-value super-blocks): Q4_K / Q5_K `w = d·sc_j·u − dmin·m_j` (sub-blocks of
+//!   32, 6-bit `sc`, `m`), Q6_K `w = d·sc_j·(u − 32)` (sub-blocks of 16, signed 8-bit `sc`).
+//!   Activations per 256 ([`SuperMeta`]). Per (row, output, super-block) the exact integers
+//!   `I1 = Σ_j sc_j·(Σ_{i∈j} u·q_x + c_j)` (`c_j = -32 Σ_{i∈j} q_x` for Q6_K, 0 otherwise) and,
+//!   for Q4_K / Q5_K, `I2 = Σ_j m_j·Σ_{i∈j} q_x`; then `acc = fma(f32(I1), d·d_x, acc)` and
+//!   `acc = fma(-f32(I2), dmin·d_x, acc)`, super-blocks in order from `acc = 0`.
+//!
+//! Every implementation performs exactly this sequence of f32 roundings, so results are
+//! bit-identical across implementations and a row's result does not depend on M or on the tile
+//! it falls in (batch invariance).
 //!
 //! The only approximation against f32 activations is the activation rounding: each `x` moves by
-//! at most `d_x / 2`, so an output moves by at most `Σ_blocks d_x/2 · Σ|w_i|` (plus f32
-//! rounding of the accumulation).
+//! at most `d_x / 2` (`d_x` of its block or super-block), so an output moves by at most
+//! `Σ d_x/2 · Σ|w_i|` over blocks (plus f32 rounding of the accumulation).
 
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, PackSrc, QType, QK};
-use crate::{Error, StealState};
+use crate::blocks::{scale_min_k4, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, QK_K};
+use crate::int8_acts::{prepare_acts, quantize_block, quantize_super};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock, QK};
+use crate::{ActBlocks, BlockMeta, Error, GgmlType, QActs, StealState, SuperMeta};
 
 /// Output rows (weight rows) per packed group: one 512-bit vector of i32 lanes.
 pub const INT8_GROUP: usize = 16;
 /// Activation rows per parallel tile (a tile is up to this many rows × some groups).
 pub const INT8_TILE_ROWS: usize = 32;
 
-/// Which GGUF block format an [`Int8Weight`] came from (it fixes the packed layout).
+/// The packed layouts, one per GGUF type the int8 GEMM computes (kernel-internal dispatch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Int8Format {
-    /// Q4_0: `w = d (q - 8)`, 4-bit `u = q`.
+pub(crate) enum Int8Fmt {
     Q4_0,
-    /// Q4_1: `w = d q + m`, 4-bit `u = q`.
     Q4_1,
-    /// Q8_0: `w = d q`, 8-bit `u = q + 128`.
+    Q5_0,
+    Q5_1,
     Q8_0,
+    Q4K,
+    Q5K,
+    Q6K,
 }
 
-impl Int8Format {
-    /// Bytes of `u` per (group, block): 16 rows × 32 k, nibbles or bytes.
-    pub const fn quant_bytes(self) -> usize {
+impl Int8Fmt {
+    /// The layout of `ty`, or [`Error::UnsupportedFormat`].
+    pub(crate) fn of(ty: GgmlType) -> Result<Self, Error> {
+        Ok(match ty {
+            GgmlType::Q4_0 => Self::Q4_0,
+            GgmlType::Q4_1 => Self::Q4_1,
+            GgmlType::Q5_0 => Self::Q5_0,
+            GgmlType::Q5_1 => Self::Q5_1,
+            GgmlType::Q8_0 => Self::Q8_0,
+            GgmlType::Q4K => Self::Q4K,
+            GgmlType::Q5K => Self::Q5K,
+            GgmlType::Q6K => Self::Q6K,
+            _ => return Err(Error::UnsupportedFormat { format: ty }),
+        })
+    }
+    pub(crate) fn ty(self) -> GgmlType {
         match self {
-            Int8Format::Q8_0 => INT8_GROUP * QK,
-            _ => INT8_GROUP * QK / 2,
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::Q4_1 => GgmlType::Q4_1,
+            Self::Q5_0 => GgmlType::Q5_0,
+            Self::Q5_1 => GgmlType::Q5_1,
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q4K => GgmlType::Q4K,
+            Self::Q5K => GgmlType::Q5K,
+            Self::Q6K => GgmlType::Q6K,
         }
     }
-    /// FP16 scale words per (group, block): `d_w` ×16 (and `m_w` ×16 for Q4_1).
-    pub const fn scale_words(self) -> usize {
+    /// Values per block (the unit of the scale records): 32, or 256 for the K-quants.
+    pub(crate) const fn block(self) -> usize {
         match self {
-            Int8Format::Q4_1 => 2 * INT8_GROUP,
+            Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
+            _ => QK,
+        }
+    }
+    /// Bits of `u` above the low nibble kept in planes: 0 (Q4), 1 (Q5), 2 (Q6_K); Q8_0 stores
+    /// whole bytes.
+    pub(crate) const fn high_bits(self) -> usize {
+        match self {
+            Self::Q5_0 | Self::Q5_1 | Self::Q5K => 1,
+            Self::Q6K => 2,
+            _ => 0,
+        }
+    }
+    /// Bytes of `u` per (group, 32-k chunk): Q8_0 8 vectors of 64 bytes; the others 4 nibble
+    /// vectors plus one 64-byte plane per high bit.
+    pub(crate) const fn chunk_bytes(self) -> usize {
+        match self {
+            Self::Q8_0 => INT8_GROUP * QK,
+            f => INT8_GROUP * QK / 2 + 64 * f.high_bits(),
+        }
+    }
+    /// Bytes of `u` per (group, block).
+    pub(crate) const fn quant_bytes(self) -> usize {
+        self.chunk_bytes() * (self.block() / QK)
+    }
+    /// FP16-sized words of scales per (group, block): `d_w` ×16 (+ `m_w` ×16 for Q4_1/Q5_1);
+    /// Q4_K/Q5_K: `d` ×16, `dmin` ×16, then 128 bytes of 6-bit scales (sub-block j of row r at
+    /// byte `16j + r`) and 128 of minimums in pairs (byte `32t + 2r + e` = `m_{2t+e}` of row r);
+    /// Q6_K: `d` ×16, then 256 bytes of i8 scales (byte `16j + r`).
+    pub(crate) const fn scale_words(self) -> usize {
+        match self {
+            Self::Q4_1 | Self::Q5_1 => 2 * INT8_GROUP,
+            Self::Q4K | Self::Q5K => 2 * INT8_GROUP + 128,
+            Self::Q6K => INT8_GROUP + 128,
             _ => INT8_GROUP,
         }
     }
-    /// The integer offset `c` folded into each block's integer sum (`c Σq_x`).
+    /// The integer offset `c` folded into each 32-block's integer sum (`c Σq_x`).
     pub(crate) const fn offset(self) -> i32 {
         match self {
-            Int8Format::Q4_0 => -8,
-            Int8Format::Q4_1 => 0,
-            Int8Format::Q8_0 => -128,
+            Self::Q4_0 => -8,
+            Self::Q5_0 => -16,
+            Self::Q8_0 => -128,
+            _ => 0,
+        }
+    }
+    pub(crate) const fn acts(self) -> ActBlocks {
+        match self {
+            Self::Q4K | Self::Q5K | Self::Q6K => ActBlocks::PER256,
+            _ => ActBlocks::PER32,
         }
     }
 }
@@ -74,36 +141,45 @@ pub(crate) struct Chunk64(pub [u8; 64]);
 /// of this module).
 ///
 /// Layout (all offsets from 64-byte-aligned storage):
-/// - `u`: for group `g` (rows `16g..16g+16`), block `b`, [`Int8Format::quant_bytes`] bytes at
-///   `(g·nb + b)·quant_bytes`. Q8_0: 8 vectors `s = 0..8` of 64 bytes, byte `4j + i` =
-///   `u[16g + j][32b + 4s + i]`. Q4: 4 vectors `v = 0..4` of 64 bytes, byte `4j + i` =
-///   `u[16g+j][32b + 4v + i] | u[16g+j][32b + 16 + 4v + i] << 4` (low nibbles: k steps 0..4 of
-///   the block, high nibbles: steps 4..8).
-/// - `scales`: for (g, b), [`Int8Format::scale_words`] FP16 words at `(g·nb + b)·scale_words`:
-///   `d_w` of the 16 rows, then (Q4_1) `m_w` of the 16 rows.
-/// - Rows past N in the last group are zero (`u = 0`, `d_w = m_w = 0`): their lanes compute 0
-///   and are never stored.
+/// - `u`: for group `g` (rows `16g..16g+16`), 32-k chunk `c` (elements `32c..32c+32` of each
+///   row), `chunk_bytes` at `(g·K/32 + c)·chunk_bytes`. Q8_0: 8 vectors `s` of 64 bytes, byte
+///   `4j + i` = `u[16g + j][32c + 4s + i]`. The others: 4 nibble vectors `v`, byte `4j + i` =
+///   `lo4(u[16g+j][32c + 4v + i]) | lo4(u[16g+j][32c + 16 + 4v + i]) << 4` (low nibbles: k
+///   steps 0..4 of the chunk, high nibbles: steps 4..8); then for 5-bit formats one plane whose
+///   byte `4j + i` has bit `v` = bit 4 of the low-nibble element of vector v and bit `4 + v` =
+///   bit 4 of its high-nibble element; for Q6_K two planes (low-nibble elements, then
+///   high-nibble ones) whose byte `4j + i` holds bits 4..6 of vector v's element at bits
+///   `2v..2v+2`.
+/// - `scales`: for (g, block), `scale_words` FP16-sized words at `(g·nb + b)·scale_words`
+///   (blocks of 32, or 256 for K-quants; contents per format in the crate README).
+/// - Rows past N in the last group are zero (`u = 0`, scales 0): their lanes compute 0 and are
+///   never stored.
 #[derive(Debug, Clone)]
 pub struct Int8Weight {
-    format: Int8Format,
+    fmt: Int8Fmt,
     n: usize,
     k: usize,
     quants: Vec<Chunk64>,
     scales: Vec<u16>,
 }
 
-fn check_shape(n: usize, k: usize, blocks: usize) -> Result<(), Error> {
-    if k == 0 || !k.is_multiple_of(QK) {
+fn check_shape(fmt: Int8Fmt, n: usize, k: usize, blocks: usize) -> Result<(), Error> {
+    let be = fmt.block();
+    if k == 0 || !k.is_multiple_of(be) {
         return Err(Error::ShapeMismatch {
-            what: "K modulo 32 (K > 0)",
+            what: if be == QK {
+                "K modulo 32 (K > 0)"
+            } else {
+                "K modulo 256 (K > 0)"
+            },
             expected: 0,
-            got: if k == 0 { 32 } else { k % QK },
+            got: if k == 0 { be } else { k % be },
         });
     }
-    let need = n.checked_mul(k / QK).ok_or(Error::Overflow)?;
+    let need = n.checked_mul(k / be).ok_or(Error::Overflow)?;
     if blocks != need {
         return Err(Error::ShapeMismatch {
-            what: "weight blocks (N * K/32)",
+            what: "weight blocks (N * K / block)",
             expected: need,
             got: blocks,
         });
@@ -111,20 +187,133 @@ fn check_shape(n: usize, k: usize, blocks: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Source block access for the int8 packers: the unsigned integer `u` of each element and the
+/// block's scale record for one row of a group.
+trait I8Src: QuantBlock {
+    const FMT: Int8Fmt;
+    fn u(&self, e: usize) -> u8;
+    /// Writes this block's scales for lane `j` into the (group, block) record.
+    fn put_scales(&self, rec: &mut [u16], j: usize);
+}
+
+fn set_byte(rec: &mut [u16], at: usize, v: u8) {
+    let (w, sh) = (at / 2, 8 * (at % 2));
+    rec[w] = (rec[w] & !(0xFF << sh)) | (v as u16) << sh;
+}
+
+fn get_byte(rec: &[u16], at: usize) -> u8 {
+    (rec[at / 2] >> (8 * (at % 2))) as u8
+}
+
+impl I8Src for BlockQ4_0 {
+    const FMT: Int8Fmt = Int8Fmt::Q4_0;
+    fn u(&self, e: usize) -> u8 {
+        (self.qs[e % 16] >> (4 * (e / 16))) & 15
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+    }
+}
+
+impl I8Src for BlockQ4_1 {
+    const FMT: Int8Fmt = Int8Fmt::Q4_1;
+    fn u(&self, e: usize) -> u8 {
+        (self.qs[e % 16] >> (4 * (e / 16))) & 15
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+        rec[INT8_GROUP + j] = self.m;
+    }
+}
+
+impl I8Src for BlockQ5_0 {
+    const FMT: Int8Fmt = Int8Fmt::Q5_0;
+    fn u(&self, e: usize) -> u8 {
+        self.q(e)
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+    }
+}
+
+impl I8Src for BlockQ5_1 {
+    const FMT: Int8Fmt = Int8Fmt::Q5_1;
+    fn u(&self, e: usize) -> u8 {
+        self.q(e)
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+        rec[INT8_GROUP + j] = self.m;
+    }
+}
+
+impl I8Src for BlockQ8_0 {
+    const FMT: Int8Fmt = Int8Fmt::Q8_0;
+    fn u(&self, e: usize) -> u8 {
+        self.qs[e] as u8 ^ 0x80
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+    }
+}
+
+/// Q4_K / Q5_K scale records: `d`, `dmin`, the 6-bit scales, the minimums in pairs.
+fn put_k4_scales(d: u16, dmin: u16, s: &[u8; 12], rec: &mut [u16], j: usize) {
+    rec[j] = d;
+    rec[INT8_GROUP + j] = dmin;
+    for sb in 0..8 {
+        let (sc, m) = scale_min_k4(sb, s);
+        set_byte(rec, 64 + 16 * sb + j, sc);
+        set_byte(rec, 64 + 128 + 32 * (sb / 2) + 2 * j + sb % 2, m);
+    }
+}
+
+impl I8Src for BlockQ4K {
+    const FMT: Int8Fmt = Int8Fmt::Q4K;
+    fn u(&self, e: usize) -> u8 {
+        self.q(e)
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        put_k4_scales(self.d, self.dmin, &self.scales, rec, j);
+    }
+}
+
+impl I8Src for BlockQ5K {
+    const FMT: Int8Fmt = Int8Fmt::Q5K;
+    fn u(&self, e: usize) -> u8 {
+        self.q(e)
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        put_k4_scales(self.d, self.dmin, &self.scales, rec, j);
+    }
+}
+
+impl I8Src for BlockQ6K {
+    const FMT: Int8Fmt = Int8Fmt::Q6K;
+    fn u(&self, e: usize) -> u8 {
+        self.q(e)
+    }
+    fn put_scales(&self, rec: &mut [u16], j: usize) {
+        rec[j] = self.d;
+        for sb in 0..16 {
+            set_byte(rec, 32 + 16 * sb + j, self.scales[sb] as u8);
+        }
+    }
+}
+
 impl Int8Weight {
-    fn alloc(format: Int8Format, n: usize, k: usize) -> Result<Self, Error> {
-        let nb = k / QK;
+    fn alloc(fmt: Int8Fmt, n: usize, k: usize) -> Result<Self, Error> {
         let ng = n.div_ceil(INT8_GROUP);
         let qb = ng
-            .checked_mul(nb)
-            .and_then(|x| x.checked_mul(format.quant_bytes()))
+            .checked_mul(k / QK)
+            .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
             .ok_or(Error::Overflow)?;
         let sw = ng
-            .checked_mul(nb)
-            .and_then(|x| x.checked_mul(format.scale_words()))
+            .checked_mul(k / fmt.block())
+            .and_then(|x| x.checked_mul(fmt.scale_words()))
             .ok_or(Error::Overflow)?;
         Ok(Self {
-            format,
+            fmt,
             n,
             k,
             quants: vec![Chunk64([0; 64]); qb / 64],
@@ -147,39 +336,55 @@ impl Int8Weight {
         }
     }
 
-    /// The packed FP16 scale words (layout in the type's doc).
+    /// The packed FP16-sized scale words (layout in the type's doc).
     pub fn scale_words(&self) -> &[u16] {
         &self.scales
     }
 
+    /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+    fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
+        let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
+        ((g * (self.k / QK) + c) * self.fmt.chunk_bytes(), j, kk)
+    }
+
     /// Sets `u` of (row `r`, element `i`); the packed bytes start zeroed.
     fn put_u(&mut self, r: usize, i: usize, u: u8) {
-        let (g, j, b, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
-        let nb = self.k / QK;
-        let f = self.format;
-        let base = (g * nb + b) * f.quant_bytes();
+        let (base, j, kk) = self.chunk_at(r, i);
+        let f = self.fmt;
         let bytes = self.bytes_mut();
-        match f {
-            Int8Format::Q8_0 => {
-                let (s, ii) = (kk / 4, kk % 4);
-                bytes[base + s * 64 + 4 * j + ii] = u;
-            }
-            _ => {
-                let (hi, st) = (kk / 16, kk % 16);
-                let (v, ii) = (st / 4, st % 4);
-                bytes[base + v * 64 + 4 * j + ii] |= (u & 15) << (4 * hi);
-            }
+        if f == Int8Fmt::Q8_0 {
+            bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
+            return;
+        }
+        let (hi, st) = (kk / 16, kk % 16);
+        let (v, ii) = (st / 4, st % 4);
+        let at = 4 * j + ii;
+        bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
+        let plane = base + 256;
+        match f.high_bits() {
+            1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
+            2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
+            _ => {}
         }
     }
 
-    fn put_scales(&mut self, r: usize, b: usize, d: u16, m: u16) {
-        let (g, j) = (r / INT8_GROUP, r % INT8_GROUP);
-        let nb = self.k / QK;
-        let base = (g * nb + b) * self.format.scale_words();
-        self.scales[base + j] = d;
-        if self.format == Int8Format::Q4_1 {
-            self.scales[base + INT8_GROUP + j] = m;
+    /// The packers' one body, over each block type's `u` and scale record.
+    fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
+        let fmt = B::FMT;
+        check_shape(fmt, n, k, blocks.len())?;
+        let mut w = Self::alloc(fmt, n, k)?;
+        let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
+        for r in 0..n {
+            for b in 0..nb {
+                let blk = &blocks[r * nb + b];
+                for e in 0..be {
+                    w.put_u(r, b * be + e, blk.u(e));
+                }
+                let rec = (r / INT8_GROUP * nb + b) * sw;
+                blk.put_scales(&mut w.scales[rec..rec + sw], r % INT8_GROUP);
+            }
         }
+        Ok(w)
     }
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q4_0 elements (`blocks.len() == n·k/32`).
@@ -197,49 +402,34 @@ impl Int8Weight {
         Self::pack_blocks(blocks, n, k)
     }
 
-    /// The packers' one body, over the block access the packed GEMV's packers use: `u` is the
-    /// 4-bit value for Q4_0/Q4_1 and the i8 bits offset by 128 for Q8_0.
-    fn pack_blocks<B: PackSrc>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
-        check_shape(n, k, blocks.len())?;
-        let format = match B::TY {
-            QType::Q4_0 => Int8Format::Q4_0,
-            QType::Q4_1 => Int8Format::Q4_1,
-            QType::Q8_0 => Int8Format::Q8_0,
-        };
-        let mut w = Self::alloc(format, n, k)?;
-        let nb = k / QK;
-        for r in 0..n {
-            for b in 0..nb {
-                let blk = &blocks[r * nb + b];
-                for e in 0..QK {
-                    let q = blk.q(e);
-                    let u = if format == Int8Format::Q8_0 {
-                        q ^ 0x80
-                    } else {
-                        q
-                    };
-                    w.put_u(r, b * QK + e, u);
-                }
-                w.put_scales(r, b, blk.d_bits(), blk.m_bits());
-            }
+    /// Repacks `n` rows of `k` elements from raw GGUF tensor bytes of type `ty` (2-byte aligned,
+    /// `n` rows of whole blocks), e.g. a slice of a memory-mapped model file. Types:
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (K a multiple of 32), Q4_K, Q5_K, Q6_K (K a multiple of
+    /// 256); others → [`Error::UnsupportedFormat`].
+    pub fn pack_gguf(ty: GgmlType, bytes: &[u8], n: usize, k: usize) -> Result<Self, Error> {
+        fn go<B: I8Src>(bytes: &[u8], n: usize, k: usize) -> Result<Int8Weight, Error> {
+            Int8Weight::pack_blocks(B::slice_from_bytes(bytes)?, n, k)
         }
-        Ok(w)
-    }
-
-    /// Repacks `n` rows of `k` elements from raw GGUF tensor bytes of `format` (2-byte aligned,
-    /// `n·k/32` blocks: 18, 20 or 34 bytes each), e.g. a slice of a memory-mapped model file.
-    pub fn pack_gguf(format: Int8Format, bytes: &[u8], n: usize, k: usize) -> Result<Self, Error> {
-        use crate::quant::QuantBlock;
-        match format {
-            Int8Format::Q4_0 => Self::pack_q4_0(BlockQ4_0::slice_from_bytes(bytes)?, n, k),
-            Int8Format::Q4_1 => Self::pack_q4_1(BlockQ4_1::slice_from_bytes(bytes)?, n, k),
-            Int8Format::Q8_0 => Self::pack_q8_0(BlockQ8_0::slice_from_bytes(bytes)?, n, k),
+        match Int8Fmt::of(ty)? {
+            Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k),
+            Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k),
+            Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k),
+            Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k),
+            Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k),
+            Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k),
+            Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k),
+            Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k),
         }
     }
 
-    /// The source block format.
-    pub fn format(&self) -> Int8Format {
-        self.format
+    /// The source type.
+    pub fn format(&self) -> GgmlType {
+        self.fmt.ty()
+    }
+    /// The activation quantization this weight needs: per 32 values for the 32-value block
+    /// formats, per 256 for the K-quants.
+    pub fn act_blocks(&self) -> ActBlocks {
+        self.fmt.acts()
     }
     /// Output features (weight rows).
     pub fn n(&self) -> usize {
@@ -249,9 +439,9 @@ impl Int8Weight {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Blocks per row, `K/32`.
+    /// Blocks per row: `K/32`, or `K/256` for the K-quants.
     pub fn blocks(&self) -> usize {
-        self.k / QK
+        self.k / self.fmt.block()
     }
     /// 16-row groups, `ceil(N/16)`.
     pub fn groups(&self) -> usize {
@@ -267,163 +457,69 @@ impl Int8Weight {
         if r >= self.n || i >= self.k {
             return None;
         }
-        let (g, j, b, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
-        let base = (g * self.blocks() + b) * self.format.quant_bytes();
+        let (base, j, kk) = self.chunk_at(r, i);
         let bytes = self.quant_bytes();
-        Some(match self.format {
-            Int8Format::Q8_0 => bytes[base + kk / 4 * 64 + 4 * j + kk % 4],
-            _ => {
-                let (hi, st) = (kk / 16, kk % 16);
-                (bytes[base + st / 4 * 64 + 4 * j + st % 4] >> (4 * hi)) & 15
-            }
-        })
+        if self.fmt == Int8Fmt::Q8_0 {
+            return Some(bytes[base + kk / 4 * 64 + 4 * j + kk % 4]);
+        }
+        let (hi, st) = (kk / 16, kk % 16);
+        let (v, at) = (st / 4, 4 * j + st % 4);
+        let lo = (bytes[base + v * 64 + at] >> (4 * hi)) & 15;
+        let plane = base + 256;
+        let top = match self.fmt.high_bits() {
+            1 => (bytes[plane + at] >> (v + 4 * hi)) & 1,
+            2 => (bytes[plane + 64 * hi + at] >> (2 * v)) & 3,
+            _ => 0,
+        };
+        Some(lo | top << 4)
     }
 
-    /// `(d_w, m_w)` of (row `r`, block `b`) as f32 (`m_w` derived for Q4_0 / Q8_0).
+    /// `(d_w, m_w)` of (row `r`, 32-value block `b`) as f32 (`m_w` derived for Q4_0 / Q5_0 /
+    /// Q8_0), so that `w = d_w·u + m_w`. `None` out of range and for the K-quants (see
+    /// [`Self::value_at`]).
     pub fn scale_at(&self, r: usize, b: usize) -> Option<(f32, f32)> {
-        if r >= self.n || b >= self.blocks() {
+        if r >= self.n || b >= self.blocks() || self.fmt.block() != QK {
             return None;
         }
         let (g, j) = (r / INT8_GROUP, r % INT8_GROUP);
-        let base = (g * self.blocks() + b) * self.format.scale_words();
+        let base = (g * self.blocks() + b) * self.fmt.scale_words();
         let d = f16(self.scales[base + j]);
-        let m = match self.format {
-            Int8Format::Q4_1 => f16(self.scales[base + INT8_GROUP + j]),
+        let m = match self.fmt {
+            Int8Fmt::Q4_1 | Int8Fmt::Q5_1 => f16(self.scales[base + INT8_GROUP + j]),
             f => f.offset() as f32 * d,
         };
         Some((d, m))
+    }
+
+    /// The weight value (row `r`, element `i`) as the packed layout holds it, computed with
+    /// ggml's f32 operations (so it equals [`crate::dequantize_row`] of the source bit for bit).
+    pub fn value_at(&self, r: usize, i: usize) -> Option<f32> {
+        let u = self.u_at(r, i)? as f32;
+        let (g, j) = (r / INT8_GROUP, r % INT8_GROUP);
+        let sw = self.fmt.scale_words();
+        let rec = &self.scales[(g * self.blocks() + i / self.fmt.block()) * sw..][..sw];
+        let d = f16(rec[j]);
+        Some(match self.fmt {
+            Int8Fmt::Q4_0 | Int8Fmt::Q5_0 | Int8Fmt::Q8_0 => (u + self.fmt.offset() as f32) * d,
+            Int8Fmt::Q4_1 | Int8Fmt::Q5_1 => u * d + f16(rec[INT8_GROUP + j]),
+            Int8Fmt::Q4K | Int8Fmt::Q5K => {
+                let sb = (i % QK_K) / 32;
+                let sc = get_byte(rec, 64 + 16 * sb + j) as f32;
+                let m = get_byte(rec, 192 + 32 * (sb / 2) + 2 * j + sb % 2) as f32;
+                (d * sc) * u - f16(rec[INT8_GROUP + j]) * m
+            }
+            Int8Fmt::Q6K => {
+                let sb = (i % QK_K) / 16;
+                let sc = get_byte(rec, 32 + 16 * sb + j) as i8 as f32;
+                (d * sc) * (u - 32.0)
+            }
+        })
     }
 }
 
 #[inline]
 fn f16(x: u16) -> f32 {
     half::f16::from_bits(x).to_f32()
-}
-
-/// Per (activation row, block) quantization record, 16 bytes.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BlockMeta {
-    /// Block scale `d_x = amax / 127` (0 for an all-zero block).
-    pub d: f32,
-    /// `d_x · Σq_x` (used by Q4_1's offset term).
-    pub s: f32,
-    /// `-8 Σq_x` (Q4_0's folded offset).
-    pub n8: i32,
-    /// `-128 Σq_x` (Q8_0's folded offset).
-    pub n128: i32,
-}
-
-const _: () = assert!(core::mem::size_of::<BlockMeta>() == 16);
-
-/// Quantized activations: caller-owned scratch, sized once with [`QActs::with_capacity`];
-/// [`quantize_acts`] refills it without allocating.
-#[derive(Debug, Clone, Default)]
-pub struct QActs {
-    m: usize,
-    k: usize,
-    q: Vec<i8>,
-    meta: Vec<BlockMeta>,
-}
-
-/// Bytes of scratch [`QActs`] needs for `m` rows of `k` (`k` a multiple of 32): `m·k` bytes of
-/// `q_x` plus 16 bytes per block. `None` on overflow.
-pub fn quantize_acts_len(m: usize, k: usize) -> Option<usize> {
-    let q = m.checked_mul(k)?;
-    let meta = q
-        .checked_div(QK)?
-        .checked_mul(core::mem::size_of::<BlockMeta>())?;
-    q.checked_add(meta)
-}
-
-impl QActs {
-    /// Scratch for up to `m` rows of `k` columns, or any shape with `m·k` no larger (allocates
-    /// once).
-    pub fn with_capacity(m: usize, k: usize) -> Self {
-        let e = m.saturating_mul(k);
-        Self {
-            m: 0,
-            k: 0,
-            q: vec![0; e],
-            meta: vec![BlockMeta::default(); e / QK],
-        }
-    }
-    /// Rows held by the last quantization.
-    pub fn m(&self) -> usize {
-        self.m
-    }
-    /// Columns of the last quantization.
-    pub fn k(&self) -> usize {
-        self.k
-    }
-    /// Elements the scratch can hold (`m·k`).
-    pub fn capacity(&self) -> usize {
-        self.q.len().min(self.meta.len() * QK)
-    }
-    /// `q_x` of row `r` (`k` values).
-    pub fn q_row(&self, r: usize) -> &[i8] {
-        if r >= self.m {
-            return &[];
-        }
-        &self.q[r * self.k..(r + 1) * self.k]
-    }
-    /// Block records of row `r` (`k/32`).
-    pub fn meta_row(&self, r: usize) -> &[BlockMeta] {
-        let nb = self.k / QK;
-        if r >= self.m {
-            return &[];
-        }
-        &self.meta[r * nb..(r + 1) * nb]
-    }
-}
-
-/// Checks `x`/`m`/`k` against `acts`' capacity; on success sets the shape (nothing else written).
-fn prepare_acts(x: &[f32], m: usize, k: usize, acts: &mut QActs) -> Result<(), Error> {
-    if !k.is_multiple_of(QK) {
-        return Err(Error::ShapeMismatch {
-            what: "K modulo 32",
-            expected: 0,
-            got: k % QK,
-        });
-    }
-    let e = m.checked_mul(k).ok_or(Error::Overflow)?;
-    if x.len() < e {
-        return Err(Error::BufferTooSmall {
-            what: "x",
-            needed: e,
-            got: x.len(),
-        });
-    }
-    if acts.capacity() < e {
-        return Err(Error::BufferTooSmall {
-            what: "QActs capacity (elements)",
-            needed: e,
-            got: acts.capacity(),
-        });
-    }
-    acts.m = m;
-    acts.k = k;
-    Ok(())
-}
-
-/// Portable quantization of one 32-element block (the definition the vector one matches bit for
-/// bit): `d = amax/127`, `inv = 1/d`, `q = clamp(round_ties_even(x·inv), -127, 127)`.
-pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> BlockMeta {
-    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-    let mut sum = 0i32;
-    for (qj, &v) in q.iter_mut().zip(x) {
-        let qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i32;
-        *qj = qv as i8;
-        sum += qv;
-    }
-    BlockMeta {
-        d,
-        s: d * sum as f32,
-        n8: -8 * sum,
-        n128: -128 * sum,
-    }
 }
 
 /// One implementation of the int8 kernels, carrying the capability token that proves the CPU
@@ -499,7 +595,8 @@ impl Int8Kernel {
         }
     }
 
-    /// Quantizes `x` (`m` rows of `k`, row-major, stride `k`; `k` a multiple of 32) into `acts`.
+    /// Quantizes `x` (`m` rows of `k`, row-major, stride `k`; `k` a multiple of 32) into `acts`
+    /// per 32 values (what the 32-value block formats need; see [`Self::quantize_acts_for`]).
     /// No allocation: errors if `acts` is too small (nothing written then).
     pub fn quantize_acts(
         self,
@@ -508,30 +605,73 @@ impl Int8Kernel {
         k: usize,
         acts: &mut QActs,
     ) -> Result<(), Error> {
-        prepare_acts(x, m, k, acts)?;
-        let nb = k / QK;
+        self.quantize_acts_for(x, m, k, ActBlocks::PER32, acts)
+    }
+
+    /// Quantizes `x` (`m` rows of `k`, row-major, stride `k`) into `acts` in the schemes
+    /// `blocks` names (per 256 needs `k` a multiple of 256): the union of
+    /// [`Int8Weight::act_blocks`] over the weights that multiply this `x`, so one quantization
+    /// serves a forward's mixed formats. No allocation: errors if `acts` is too small (nothing
+    /// written then).
+    pub fn quantize_acts_for(
+        self,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        blocks: ActBlocks,
+        acts: &mut QActs,
+    ) -> Result<(), Error> {
+        prepare_acts(x, m, k, blocks, acts)?;
+        // The AMX kernel quantizes activations with its VNNI token (the same integers).
         #[cfg(target_arch = "x86_64")]
         let vector = self.vnni();
         #[cfg(not(target_arch = "x86_64"))]
         let vector: Option<()> = None;
-        match vector {
-            #[cfg(target_arch = "x86_64")]
-            Some(t) => {
-                // SAFETY: prepare_acts checked x.len() >= m*k and the capacity of q (m*k) and
-                // meta (m*k/32).
-                unsafe {
-                    t.quantize(
-                        x.as_ptr(),
-                        m * nb,
-                        acts.q.as_mut_ptr(),
-                        acts.meta.as_mut_ptr(),
-                    )
+        if blocks.per32 {
+            let nb = k / QK;
+            match vector {
+                #[cfg(target_arch = "x86_64")]
+                Some(t) => {
+                    // SAFETY: prepare_acts checked x.len() >= m*k and the capacity of q (m*k)
+                    // and meta (m*k/32).
+                    unsafe {
+                        t.quantize(
+                            x.as_ptr(),
+                            m * nb,
+                            acts.q.as_mut_ptr(),
+                            acts.meta.as_mut_ptr(),
+                        )
+                    }
+                }
+                _ => {
+                    for blk in 0..m * nb {
+                        let r = blk * QK..(blk + 1) * QK;
+                        acts.meta[blk] = quantize_block(&x[r.clone()], &mut acts.q[r]);
+                    }
                 }
             }
-            _ => {
-                for blk in 0..m * nb {
-                    let r = blk * QK..(blk + 1) * QK;
-                    acts.meta[blk] = quantize_block(&x[r.clone()], &mut acts.q[r]);
+        }
+        if blocks.per256 {
+            let nb = k / QK_K;
+            match vector {
+                #[cfg(target_arch = "x86_64")]
+                Some(t) => {
+                    // SAFETY: prepare_acts checked x.len() >= m*k, k % 256 == 0 and the
+                    // capacity of qk (m*k) and kmeta (m*k/256).
+                    unsafe {
+                        t.quantize_super(
+                            x.as_ptr(),
+                            m * nb,
+                            acts.qk.as_mut_ptr(),
+                            acts.kmeta.as_mut_ptr(),
+                        )
+                    }
+                }
+                _ => {
+                    for blk in 0..m * nb {
+                        let r = blk * QK_K..(blk + 1) * QK_K;
+                        acts.kmeta[blk] = quantize_super(&x[r.clone()], &mut acts.qk[r]);
+                    }
                 }
             }
         }
@@ -570,9 +710,22 @@ impl Int8Kernel {
     }
 }
 
-/// Quantizes `x` into `acts` with the best implementation (see [`Int8Kernel::quantize_acts`]).
+/// Quantizes `x` per 32 values into `acts` with the best implementation (see
+/// [`Int8Kernel::quantize_acts`]).
 pub fn quantize_acts(x: &[f32], m: usize, k: usize, acts: &mut QActs) -> Result<(), Error> {
     Int8Kernel::best().quantize_acts(x, m, k, acts)
+}
+
+/// Quantizes `x` into `acts` in the schemes `blocks` with the best implementation (see
+/// [`Int8Kernel::quantize_acts_for`]).
+pub fn quantize_acts_for(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    blocks: ActBlocks,
+    acts: &mut QActs,
+) -> Result<(), Error> {
+    Int8Kernel::best().quantize_acts_for(x, m, k, blocks, acts)
 }
 
 /// `y[M×N] = A·Wᵀ` on the best implementation, single-threaded (see [`Int8Plan`] for threads).
@@ -583,21 +736,44 @@ pub fn int8_gemm(w: &Int8Weight, acts: &QActs, y: &mut [f32], ldy: usize) -> Res
 /// A validated call as raw pointers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ctx {
-    pub format: Int8Format,
+    pub fmt: Int8Fmt,
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    /// Blocks per row (of 32, or 256 for K-quants).
     pub nb: usize,
     /// Packed `u` bytes (64-byte aligned).
     pub u: *const u8,
-    /// Packed FP16 scale words.
+    /// Packed FP16-sized scale words.
     pub s: *const u16,
-    /// `q_x`, row stride `k`.
+    /// Per-32 `q_x`, row stride `k`.
     pub q: *const i8,
-    /// Block records, row stride `nb`.
+    /// Per-32 block records, row stride `k/32`.
     pub meta: *const BlockMeta,
+    /// Per-256 `q_x`, row stride `k`.
+    pub qk: *const i8,
+    /// Per-256 records, row stride `k/256`.
+    pub kmeta: *const SuperMeta,
     pub y: *mut f32,
     pub ldy: usize,
+}
+
+/// The `u` of element `kk` (0..32) of lane `j` in one 32-k chunk `ub` (layout in
+/// [`Int8Weight`]'s doc).
+#[inline]
+fn chunk_u(fmt: Int8Fmt, ub: &[u8], j: usize, kk: usize) -> i32 {
+    if fmt == Int8Fmt::Q8_0 {
+        return ub[kk / 4 * 64 + 4 * j + kk % 4] as i32;
+    }
+    let (hi, st) = (kk / 16, kk % 16);
+    let (v, at) = (st / 4, 4 * j + st % 4);
+    let lo = (ub[v * 64 + at] >> (4 * hi)) & 15;
+    let top = match fmt.high_bits() {
+        1 => (ub[256 + at] >> (v + 4 * hi)) & 1,
+        2 => (ub[256 + 64 * hi + at] >> (2 * v)) & 3,
+        _ => 0,
+    };
+    (lo | top << 4) as i32
 }
 
 /// Portable tile: the definition of the result.
@@ -605,51 +781,106 @@ pub(crate) struct Ctx {
 /// # Safety
 /// As [`Int8Kernel::tile`].
 unsafe fn tile_portable(ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
-    let (nb, f) = (ctx.nb, ctx.format);
-    let (qb, sw) = (f.quant_bytes(), f.scale_words());
+    let (nb, f) = (ctx.nb, ctx.fmt);
+    let (qb, sw, cb) = (f.quant_bytes(), f.scale_words(), f.chunk_bytes());
     for g in g0..g1 {
         let lanes = (ctx.n - g * INT8_GROUP).min(INT8_GROUP);
         for r in r0..r0 + rows {
             let mut acc = [0f32; INT8_GROUP];
             for b in 0..nb {
-                // SAFETY: r < m, b < nb: inside the validated m*nb records / m*k bytes; g < ng,
-                // b < nb: inside the packed weight.
-                let (meta, xq, ub, sc) = unsafe {
+                // SAFETY: g < ng and b < nb index inside the packed weight's quants and scales.
+                let (ub, sc) = unsafe {
                     (
-                        *ctx.meta.add(r * nb + b),
-                        core::slice::from_raw_parts(ctx.q.add(r * ctx.k + b * QK), QK),
                         core::slice::from_raw_parts(ctx.u.add((g * nb + b) * qb), qb),
                         core::slice::from_raw_parts(ctx.s.add((g * nb + b) * sw), sw),
                     )
                 };
-                let init = match f {
-                    Int8Format::Q4_0 => meta.n8,
-                    Int8Format::Q4_1 => 0,
-                    Int8Format::Q8_0 => meta.n128,
-                };
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let mut isum = init;
-                    for (kk, &xv) in xq.iter().enumerate() {
-                        let u = match f {
-                            Int8Format::Q8_0 => ub[kk / 4 * 64 + 4 * j + kk % 4],
-                            _ => {
-                                let (hi, st) = (kk / 16, kk % 16);
-                                (ub[st / 4 * 64 + 4 * j + st % 4] >> (4 * hi)) & 15
-                            }
-                        };
-                        isum += i32::from(u) * i32::from(xv);
-                    }
-                    let dw = f16(sc[j]);
-                    *a = (isum as f32).mul_add(dw * meta.d, *a);
-                    if f == Int8Format::Q4_1 {
-                        *a = f16(sc[INT8_GROUP + j]).mul_add(meta.s, *a);
-                    }
+                if f.block() == QK {
+                    // SAFETY: r < m, b < nb: inside the validated m*nb records / m*k bytes.
+                    let (meta, xq) = unsafe {
+                        (
+                            *ctx.meta.add(r * nb + b),
+                            core::slice::from_raw_parts(ctx.q.add(r * ctx.k + b * QK), QK),
+                        )
+                    };
+                    block32(f, &meta, xq, ub, sc, &mut acc);
+                } else {
+                    // SAFETY: r < m, b < nb: inside the validated m*nb records / m*k bytes.
+                    let (meta, xq) = unsafe {
+                        (
+                            *ctx.kmeta.add(r * nb + b),
+                            core::slice::from_raw_parts(ctx.qk.add(r * ctx.k + b * QK_K), QK_K),
+                        )
+                    };
+                    super256(f, &meta, xq, ub, cb, sc, &mut acc);
                 }
             }
             for (j, &a) in acc[..lanes].iter().enumerate() {
                 // SAFETY: r < m and g*16 + j < n: inside y (validated), exclusive per caller.
                 unsafe { *ctx.y.add(r * ctx.ldy + g * INT8_GROUP + j) = a };
             }
+        }
+    }
+}
+
+/// One 32-value block of every lane into `acc` (the oracle's arithmetic for 32-value formats).
+fn block32(f: Int8Fmt, meta: &BlockMeta, xq: &[i8], ub: &[u8], sc: &[u16], acc: &mut [f32; 16]) {
+    let init = match f {
+        Int8Fmt::Q4_0 => meta.n8,
+        Int8Fmt::Q5_0 => 2 * meta.n8,
+        Int8Fmt::Q8_0 => meta.n128,
+        _ => 0,
+    };
+    for (j, a) in acc.iter_mut().enumerate() {
+        let mut isum = init;
+        for (kk, &xv) in xq.iter().enumerate() {
+            isum += chunk_u(f, ub, j, kk) * i32::from(xv);
+        }
+        let dw = f16(sc[j]);
+        *a = (isum as f32).mul_add(dw * meta.d, *a);
+        if matches!(f, Int8Fmt::Q4_1 | Int8Fmt::Q5_1) {
+            *a = f16(sc[INT8_GROUP + j]).mul_add(meta.s, *a);
+        }
+    }
+}
+
+/// One 256-value super-block of every lane into `acc` (the oracle's arithmetic for K-quants).
+fn super256(
+    f: Int8Fmt,
+    meta: &SuperMeta,
+    xq: &[i8],
+    ub: &[u8],
+    cb: usize,
+    sc: &[u16],
+    acc: &mut [f32; 16],
+) {
+    for (j, a) in acc.iter_mut().enumerate() {
+        let (mut i1, mut i2) = (0i32, 0i32);
+        if f == Int8Fmt::Q6K {
+            for sb in 0..16 {
+                let mut s = meta.n32[sb];
+                for l in 0..16 {
+                    let e = 16 * sb + l;
+                    s += chunk_u(f, &ub[e / QK * cb..], j, e % QK) * i32::from(xq[e]);
+                }
+                i1 += get_byte(sc, 32 + 16 * sb + j) as i8 as i32 * s;
+            }
+        } else {
+            for sb in 0..8 {
+                let mut s = 0;
+                for l in 0..32 {
+                    s += chunk_u(f, &ub[sb * cb..], j, l) * i32::from(xq[32 * sb + l]);
+                }
+                i1 += get_byte(sc, 64 + 16 * sb + j) as i32 * s;
+                let m = get_byte(sc, 192 + 32 * (sb / 2) + 2 * j + sb % 2) as i32;
+                i2 += m * meta.bsums32[sb] as i32;
+            }
+        }
+        let d = f16(sc[j]);
+        *a = (i1 as f32).mul_add(d * meta.d, *a);
+        if f != Int8Fmt::Q6K {
+            let dmin = f16(sc[INT8_GROUP + j]);
+            *a = (-(i2 as f32)).mul_add(dmin * meta.d, *a);
         }
     }
 }
@@ -677,7 +908,8 @@ unsafe impl Sync for Int8Plan<'_> {}
 unsafe impl Send for Int8Plan<'_> {}
 
 impl<'a> Int8Plan<'a> {
-    /// Validates the call; nothing is written yet.
+    /// Validates the call; nothing is written yet. `acts` must hold the scheme the weight needs
+    /// ([`Int8Weight::act_blocks`]), else [`Error::MissingActivations`].
     pub fn new(
         kernel: Int8Kernel,
         w: &'a Int8Weight,
@@ -705,6 +937,15 @@ impl<'a> Int8Plan<'a> {
             });
         }
         let (m, n) = (acts.m, w.n);
+        if m > 0 && !acts.blocks.contains(w.act_blocks()) {
+            return Err(Error::MissingActivations {
+                needed: if w.act_blocks().per256 {
+                    "per-256 (K-quant weight)"
+                } else {
+                    "per-32"
+                },
+            });
+        }
         if m > 0 && ldy < n {
             return Err(Error::BadStride {
                 what: "y",
@@ -728,15 +969,17 @@ impl<'a> Int8Plan<'a> {
         };
         Ok(Self {
             ctx: Ctx {
-                format: w.format,
+                fmt: w.fmt,
                 m,
                 n,
                 k: w.k,
-                nb: w.k / QK,
+                nb: w.blocks(),
                 u: w.quants.as_ptr().cast(),
                 s: w.scales.as_ptr(),
                 q: acts.q.as_ptr(),
                 meta: acts.meta.as_ptr(),
+                qk: acts.qk.as_ptr(),
+                kmeta: acts.kmeta.as_ptr(),
                 y: y.ptr,
                 ldy,
             },

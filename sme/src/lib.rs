@@ -3,11 +3,13 @@
 #[cfg(target_arch = "x86_64")]
 mod amx_int8;
 pub mod arch;
+mod blocks;
 mod error;
 mod f16out;
 mod format;
 mod gemm;
 mod int8;
+mod int8_acts;
 mod out;
 mod pack;
 mod parallel;
@@ -16,17 +18,23 @@ mod portable;
 mod primitive;
 #[cfg(target_arch = "x86_64")]
 mod qgemv_fp16;
+mod qpacked;
 mod quant;
+mod quantize;
 #[cfg(target_arch = "aarch64")]
 mod sme_driver;
 
+pub use blocks::{
+    scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, QK_K,
+};
 pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
-    int8_gemm, quantize_acts, quantize_acts_len, BlockMeta, Int8Format, Int8Kernel, Int8Plan,
-    Int8Weight, QActs, INT8_GROUP, INT8_TILE_ROWS,
+    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Plan, Int8Weight, INT8_GROUP,
+    INT8_TILE_ROWS,
 };
+pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;
 pub use pack::{
     k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
@@ -37,11 +45,15 @@ pub use pool::{ColumnBlock, PoolError, PoolWorker, ThreadPool};
 pub use portable::Portable;
 #[cfg(target_arch = "x86_64")]
 pub use qgemv_fp16::QPackedFp16Plan;
-pub use quant::{
-    gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
-    QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,
-    GEMV_TILE_ROWS, QK, QPACK_ROWS,
+pub use qpacked::{
+    gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpack_gguf, qpacked_len, QPackedPlan,
+    QPackedRef, QPACK_ROWS,
 };
+pub use quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ8_0, QGemv, QGemvPlan, QWeights, QuantBlock, GEMV_MAX_ROWS,
+    GEMV_TILE_ROWS, QK,
+};
+pub use quantize::{can_quantize, quantize_row};
 
 #[cfg(target_arch = "aarch64")]
 use arch::aarch64::{Neon, Sme1, Sme2};

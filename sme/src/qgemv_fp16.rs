@@ -4,8 +4,9 @@
 //! `Kernel::best_gemv` (it trades accuracy, ~2^-8 relative per block, for fewer operations).
 
 use crate::arch::x86_64::Avx512Fp16;
-use crate::quant::{validate_packed, PCtx, GEMV_TILE_ROWS, QPACK_ROWS};
-use crate::{Error, QPackedRef, QType, StealState};
+use crate::qpacked::{validate_packed, PCtx, QPACK_ROWS};
+use crate::quant::GEMV_TILE_ROWS;
+use crate::{Error, GgmlType, QPackedRef, StealState};
 
 /// A validated FP16-arithmetic GEMV `y[M×N] = x[M×K] · Wᵀ` on a packed Q4_0 / Q4_1 weight, cut
 /// into tiles of [`GEMV_TILE_ROWS`] output columns like [`crate::QPackedPlan`] (same protocol:
@@ -36,9 +37,9 @@ impl<'a> QPackedFp16Plan<'a> {
         y: &'a mut [f32],
         ldy: usize,
     ) -> Result<Self, Error> {
-        if w.ty() == QType::Q8_0 {
+        if !matches!(w.ty(), GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Err(Error::Unsupported {
-                kernel: "avx512-fp16 GEMV on Q8_0 (Q4_0 / Q4_1 only)",
+                kernel: "avx512-fp16 GEMV on a format other than Q4_0 / Q4_1",
             });
         }
         let ctx = validate_packed(x, m, k, &w, crate::OutMut::new(y), ldy)?;

@@ -9,6 +9,8 @@ mod common;
 
 use common::Rng;
 use hetero_sme::arch::x86_64::Avx512Fp16;
+/// The format names this file was written with, now hetero-sme's one vocabulary.
+use hetero_sme::GgmlType as QType;
 use hetero_sme::*;
 
 fn kernels() -> Vec<Avx512Fp16> {

@@ -1,8 +1,9 @@
-//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`, `src/arch/x86_64/amx_int8.rs`): every
+//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`, `vnni_k.rs`, `amx_int8.rs`): every
 //! implementation (portable, VNNI, AMX-INT8 where the CPU has it) against the portable oracle
-//! (bit-identical), the oracle against f64 references, batch invariance, the parallel driver,
-//! packing round-trips and bad input. The AMX tile program itself is also proven without AMX,
-//! through a software model of the tile instructions (unit tests in `src/amx_int8.rs`).
+//! (bit-identical) for every format, the oracle against f64 references, batch invariance, the
+//! parallel driver, packing round-trips, one activation quantization shared by mixed formats,
+//! and bad input. The AMX tile program itself is also proven without AMX, through a software
+//! model of the tile instructions (unit tests in `src/amx_int8.rs`).
 
 mod common;
 
@@ -12,73 +13,122 @@ use hetero_sme::*;
 #[global_allocator]
 static A: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
 
-/// Weights of one format in GGUF blocks, plus their exact f64 values (`N×K`, row-major).
-struct W {
-    q40: Vec<BlockQ4_0>,
-    q41: Vec<BlockQ4_1>,
-    q80: Vec<BlockQ8_0>,
-}
+/// Every format the int8 GEMM computes, with the K values its tests use.
+const FORMATS: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
 
-fn f16b(x: f32) -> u16 {
-    half::f16::from_f32(x).to_bits()
-}
-
-fn rand_weights(rng: &mut Rng, n: usize, k: usize) -> W {
-    let blocks = n * k / 32;
-    let byte = |rng: &mut Rng| rng.next_u64() as u8;
-    let mut q40 = Vec::with_capacity(blocks);
-    let mut q41 = Vec::with_capacity(blocks);
-    let mut q80 = Vec::with_capacity(blocks);
-    for _ in 0..blocks {
-        let d = f16b(0.002 + 0.05 * rng.f32().abs());
-        let m = f16b(0.1 * rng.f32());
-        let qs: [u8; 16] = core::array::from_fn(|_| byte(rng));
-        q40.push(BlockQ4_0 { d, qs });
-        q41.push(BlockQ4_1 { d, m, qs });
-        let q8: [i8; 32] = core::array::from_fn(|_| byte(rng) as i8);
-        q80.push(BlockQ8_0 { d, qs: q8 });
+fn ks(ty: GgmlType) -> [usize; 3] {
+    if ty.is_k_quant() {
+        [256, 512, 1536]
+    } else {
+        [64, 576, 1536]
     }
-    W { q40, q41, q80 }
 }
 
-fn pack(w: &W, f: Int8Format, n: usize, k: usize) -> Int8Weight {
-    match f {
-        Int8Format::Q4_0 => Int8Weight::pack_q4_0(&w.q40, n, k),
-        Int8Format::Q4_1 => Int8Weight::pack_q4_1(&w.q41, n, k),
-        Int8Format::Q8_0 => Int8Weight::pack_q8_0(&w.q80, n, k),
-    }
-    .unwrap()
+fn f16b(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_bits().to_le_bytes()
 }
 
-/// Exact dequantized weight `W[r][i]` in f64 (from the GGUF blocks, not the packed form).
-fn dequant(w: &W, f: Int8Format, n: usize, k: usize) -> Vec<f64> {
-    let nb = k / 32;
-    let mut out = vec![0f64; n * k];
-    for r in 0..n {
-        for b in 0..nb {
-            for j in 0..32 {
-                let v = match f {
-                    Int8Format::Q4_0 => {
-                        let blk = &w.q40[r * nb + b];
-                        let q = (blk.qs[j % 16] >> (4 * (j / 16))) & 15;
-                        (q as f64 - 8.0) * half::f16::from_bits(blk.d).to_f64()
-                    }
-                    Int8Format::Q4_1 => {
-                        let blk = &w.q41[r * nb + b];
-                        let q = (blk.qs[j % 16] >> (4 * (j / 16))) & 15;
-                        q as f64 * half::f16::from_bits(blk.d).to_f64()
-                            + half::f16::from_bits(blk.m).to_f64()
-                    }
-                    Int8Format::Q8_0 => {
-                        let blk = &w.q80[r * nb + b];
-                        blk.qs[j] as f64 * half::f16::from_bits(blk.d).to_f64()
-                    }
-                };
-                out[r * k + b * 32 + j] = v;
+/// `n` rows of `k` values of `ty` as GGUF bytes: random quant bits, scales set to sane FP16
+/// values (positive super-scales for the K-quants' affine forms, either sign elsewhere).
+fn rand_weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let (be, bb) = ty.block().unwrap();
+    let mut out = Vec::with_capacity(n * k / be * bb);
+    for _ in 0..n * k / be {
+        let mut b: Vec<u8> = (0..bb).map(|_| rng.next_u64() as u8).collect();
+        let d = 0.002 + 0.05 * rng.f32().abs();
+        let m = 0.1 * rng.f32();
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[..2].copy_from_slice(&f16b(d)),
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                b[..2].copy_from_slice(&f16b(d));
+                b[2..4].copy_from_slice(&f16b(m));
             }
+            GgmlType::Q4K | GgmlType::Q5K => {
+                b[..2].copy_from_slice(&f16b(d / 32.0));
+                b[2..4].copy_from_slice(&f16b(m.abs() / 32.0));
+            }
+            GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d / 64.0)),
+            _ => unreachable!(),
         }
+        out.extend(b);
     }
     out
+}
+
+fn rand_weight_aligned(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Aligned {
+    Aligned::new(&rand_weight(rng, ty, n, k))
+}
+
+/// GGUF bytes at a 2-byte-aligned address.
+struct Aligned {
+    store: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(b: &[u8]) -> Self {
+        let mut store = vec![0u8; b.len() + 1];
+        let off = store.as_ptr().align_offset(2);
+        store[off..off + b.len()].copy_from_slice(b);
+        Self {
+            store,
+            off,
+            len: b.len(),
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.store[self.off..self.off + self.len]
+    }
+}
+
+/// Dequantized weight `W[r][i]` (exact f32 values, from `dequantize_row`).
+fn dequant(ty: GgmlType, bytes: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let rb = ty.row_bytes(k).unwrap();
+    let mut out = vec![0f32; n * k];
+    for r in 0..n {
+        dequantize_row(
+            ty,
+            &bytes[r * rb..(r + 1) * rb],
+            &mut out[r * k..(r + 1) * k],
+        )
+        .unwrap();
+    }
+    out
+}
+
+/// The magnitude of element `(r, i)`'s terms in the kernel's integer sums, as a multiple of
+/// `|q_x|·d_x`: `|d_w·u| + |m_w|` (both terms of an affine form, which may cancel in `w`).
+fn term_mag(ty: GgmlType, bytes: &[u8], k: usize, r: usize, i: usize) -> f64 {
+    let (be, bb) = ty.block().unwrap();
+    let b = &bytes[(r * k + i) / be * bb..][..bb];
+    let e = i % be;
+    let h = |at: usize| half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f64();
+    match ty {
+        GgmlType::Q4K | GgmlType::Q5K => {
+            let s: [u8; 12] = b[4..16].try_into().unwrap();
+            let (sc, m) = scale_min_k4(e / 32, &s);
+            let u = if ty == GgmlType::Q4K { 15.0 } else { 31.0 };
+            h(0) * sc as f64 * u + h(2) * m as f64
+        }
+        GgmlType::Q6K => (h(208) * b[192 + e / 16] as i8 as f64).abs() * 32.0,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
+            let u = if ty == GgmlType::Q4_1 { 15.0 } else { 31.0 };
+            h(0).abs() * u + h(2).abs()
+        }
+        GgmlType::Q8_0 => h(0).abs() * 128.0,
+        GgmlType::Q5_0 => h(0).abs() * 16.0,
+        _ => h(0).abs() * 8.0,
+    }
 }
 
 /// Activations in [-1, 1) with some all-zero blocks and some outliers.
@@ -134,10 +184,12 @@ fn label(k: &Int8Kernel) -> String {
     }
 }
 
-const FORMATS: [Int8Format; 3] = [Int8Format::Q4_0, Int8Format::Q4_1, Int8Format::Q8_0];
 const MS: [usize; 10] = [0, 1, 2, 3, 5, 16, 17, 64, 128, 129];
+
+/// Under QEMU (aarch64: only the portable kernel, emulated) a third of the oracle grid, as the
+/// GEMM tests subsample; natively all of it.
+const STRIDE: usize = if cfg!(target_arch = "aarch64") { 3 } else { 1 };
 const NS: [usize; 7] = [1, 15, 16, 17, 47, 64, 100];
-const KS: [usize; 3] = [64, 576, 1536];
 
 /// Runs `kernel` into a NaN-poisoned `y` with padded stride; checks the padding is untouched.
 fn run(kernel: Int8Kernel, w: &Int8Weight, a: &QActs, m: usize, n: usize) -> Vec<f32> {
@@ -154,94 +206,126 @@ fn run(kernel: Int8Kernel, w: &Int8Weight, a: &QActs, m: usize, n: usize) -> Vec
         .collect()
 }
 
-fn quantize_with(kernel: Int8Kernel, x: &[f32], m: usize, k: usize) -> QActs {
+fn quantize_with(kernel: Int8Kernel, x: &[f32], m: usize, k: usize, b: ActBlocks) -> QActs {
     let mut a = QActs::with_capacity(m, k);
-    kernel.quantize_acts(x, m, k, &mut a).unwrap();
+    kernel.quantize_acts_for(x, m, k, b, &mut a).unwrap();
     a
+}
+
+/// Every quantizer writes the same bytes and records as the portable one, in both schemes.
+fn assert_same_acts(kq: Int8Kernel, a: &QActs, b: &QActs, m: usize) {
+    for r in 0..m {
+        assert_eq!(a.q_row(r), b.q_row(r), "{} q row {r}", kq.name());
+        assert_eq!(a.qk_row(r), b.qk_row(r), "{} qk row {r}", kq.name());
+        for (p, q) in a.meta_row(r).iter().zip(b.meta_row(r)) {
+            assert_eq!(
+                (p.d.to_bits(), p.s.to_bits(), p.n8, p.n128),
+                (q.d.to_bits(), q.s.to_bits(), q.n8, q.n128),
+                "{} meta row {r}",
+                kq.name()
+            );
+        }
+        for (p, q) in a.super_row(r).iter().zip(b.super_row(r)) {
+            assert_eq!(
+                (p.d.to_bits(), p.bsums32, p.n32),
+                (q.d.to_bits(), q.bsums32, q.n32),
+                "{} super row {r}",
+                kq.name()
+            );
+        }
+    }
 }
 
 #[test]
 fn every_kernel_matches_the_oracle_and_the_references() {
-    let ks = kernels();
+    let kerns = kernels();
     let mut rng = Rng::new(81);
     let mut case = 0;
-    let mut worst_q = 0f64; // worst |err| / bound against the quantized-activation reference
-    let mut worst_x = 0f64; // same against the f32 activations
-    for &k in &KS {
-        for &m in &MS {
-            let n = NS[case % NS.len()];
-            case += 1;
-            let wb = rand_weights(&mut rng, n, k);
-            let x = rand_acts(&mut rng, m, k);
-            // Every quantizer writes the same bytes and records as the portable one.
-            let a = quantize_with(Int8Kernel::Portable, &x, m, k);
-            for &kq in &ks {
-                let b = quantize_with(kq, &x, m, k);
-                for r in 0..m {
-                    assert_eq!(a.q_row(r), b.q_row(r), "{} q row {r}", label(&kq));
-                    for (p, q) in a.meta_row(r).iter().zip(b.meta_row(r)) {
-                        assert_eq!(
-                            (p.d.to_bits(), p.s.to_bits(), p.n8, p.n128),
-                            (q.d.to_bits(), q.s.to_bits(), q.n8, q.n128),
-                            "{} meta row {r}",
-                            label(&kq)
-                        );
-                    }
+    for ty in FORMATS {
+        let mut worst_q = 0f64; // worst |err| / bound against the quantized-activation reference
+        let mut worst_x = 0f64; // same against the f32 activations
+        let unit = if ty.is_k_quant() { 256 } else { 32 };
+        for k in ks(ty) {
+            for &m in &MS {
+                let n = NS[case % NS.len()];
+                case += 1;
+                if !case.is_multiple_of(STRIDE) {
+                    continue;
                 }
-            }
-            let nb = k / 32;
-            for &f in &FORMATS {
-                let w = pack(&wb, f, n, k);
+                let wb = rand_weight_aligned(&mut rng, ty, n, k);
+                let x = rand_acts(&mut rng, m, k);
+                // Both schemes wherever K allows (every quantizer checked in each).
+                let ab = if k % 256 == 0 {
+                    ActBlocks::BOTH
+                } else {
+                    ActBlocks::PER32
+                };
+                let a = quantize_with(Int8Kernel::Portable, &x, m, k, ab);
+                for &kq in &kerns {
+                    assert_same_acts(kq, &a, &quantize_with(kq, &x, m, k, ab), m);
+                }
+                let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
                 let oracle = run(Int8Kernel::Portable, &w, &a, m, n);
-                for &kern in &ks {
+                for &kern in &kerns {
                     let y = run(kern, &w, &a, m, n);
                     for (i, (p, q)) in oracle.iter().zip(&y).enumerate() {
                         assert_eq!(
                             p.to_bits(),
                             q.to_bits(),
-                            "{} {f:?} m{m} n{n} k{k} at {i}: {p} vs {q}",
+                            "{} {ty} m{m} n{n} k{k} at {i}: {p} vs {q}",
                             label(&kern)
                         );
                     }
                 }
-                let wd = dequant(&wb, f, n, k);
+                let wd = dequant(ty, wb.bytes(), n, k);
                 for r in 0..m {
-                    let (qx, meta) = (a.q_row(r), a.meta_row(r));
+                    // The activations as this format sees them: per 32 or per 256.
+                    let (qx, dx): (&[i8], Vec<f64>) = if ty.is_k_quant() {
+                        (
+                            a.qk_row(r),
+                            a.super_row(r).iter().map(|s| s.d as f64).collect(),
+                        )
+                    } else {
+                        (
+                            a.q_row(r),
+                            a.meta_row(r).iter().map(|s| s.d as f64).collect(),
+                        )
+                    };
                     for c in 0..n {
                         let got = oracle[r * n + c] as f64;
                         assert!(got.is_finite());
                         let (mut refq, mut refx, mut mag, mut xbound) = (0f64, 0f64, 0f64, 0f64);
-                        for (b, mb) in meta.iter().enumerate() {
-                            let dx = mb.d as f64;
-                            let (mut blk, mut absw) = (0f64, 0f64);
-                            for j in 0..32 {
-                                let i = b * 32 + j;
-                                let wv = wd[c * k + i];
-                                blk += wv * qx[i] as f64 * dx;
+                        for (b, &d) in dx.iter().enumerate() {
+                            let (mut blk, mut absw, mut bm) = (0f64, 0f64, 0f64);
+                            for j in 0..unit {
+                                let i = b * unit + j;
+                                let wv = wd[c * k + i] as f64;
+                                blk += wv * qx[i] as f64 * d;
                                 refx += wv * x[r * k + i] as f64;
                                 absw += wv.abs();
+                                bm += term_mag(ty, wb.bytes(), k, c, i) * (qx[i] as f64).abs() * d;
                             }
                             refq += blk;
-                            // Magnitude of the block's f32 terms (the integer term and Q4_1's
-                            // offset term are each at most this).
-                            mag += absw * 127.0 * dx + blk.abs();
-                            xbound += absw * dx / 2.0;
+                            mag += bm + blk.abs();
+                            xbound += absw * d / 2.0;
                         }
-                        // f32 error of the oracle: per block one rounding of d_w·d_x, of s_x
-                        // and of each FMA; sequential accumulation of nb terms adds at most
-                        // nb roundings of a partial sum, each <= 2^-24 · Σ|terms|. Twice that.
-                        let tol_q = 2.0 * (nb as f64 + 4.0) * 2f64.powi(-24) * mag + 1e-30;
+                        // f32 error of the oracle: per block a few roundings of its terms
+                        // (conversions of the exact integers, the scale products, each FMA) and
+                        // sequential accumulation of nb terms: at most (nb + 4) roundings of
+                        // partial sums, each <= 2^-24 · Σ|terms|. Twice that.
+                        let nb = (k / unit) as f64;
+                        let tol_q = 2.0 * (nb + 4.0) * 2f64.powi(-24) * mag + 1e-30;
                         let eq = (got - refq).abs();
                         assert!(
                             eq <= tol_q,
-                            "{f:?} m{m} n{n} k{k} ({r},{c}): {got} vs q-ref {refq} (tol {tol_q})"
+                            "{ty} m{m} n{n} k{k} ({r},{c}): {got} vs q-ref {refq} (tol {tol_q})"
                         );
                         // Against the f32 activations: each x moved by at most d_x/2.
                         let tol_x = xbound + tol_q;
                         let ex = (got - refx).abs();
                         assert!(
                             ex <= tol_x,
-                            "{f:?} m{m} n{n} k{k} ({r},{c}): {got} vs x-ref {refx} (tol {tol_x})"
+                            "{ty} m{m} n{n} k{k} ({r},{c}): {got} vs x-ref {refx} (tol {tol_x})"
                         );
                         worst_q = worst_q.max(eq / tol_q);
                         worst_x = worst_x.max(ex / tol_x);
@@ -249,8 +333,8 @@ fn every_kernel_matches_the_oracle_and_the_references() {
                 }
             }
         }
+        eprintln!("{ty}: worst error / bound: quantized-activation ref {worst_q:.3}, f32 ref {worst_x:.3}");
     }
-    eprintln!("worst error / bound: quantized-activation ref {worst_q:.3}, f32 ref {worst_x:.3}");
 }
 
 /// Bit identity only (no f64 reference: that is the test above), over the edge grid: every M
@@ -262,18 +346,24 @@ fn every_kernel_is_bit_identical_over_edge_shapes() {
     let mut rng = Rng::new(2024);
     let ms: Vec<usize> = (1..=33).chain(127..=129).collect();
     let ns = [1, 7, 17, 33, 47];
-    for &k in &[32, 64, 576, 1536] {
-        for (i, &m) in ms.iter().enumerate() {
-            // K ≥ 576 at every third M (and the large ones) to keep the portable oracle quick.
-            if k >= 576 && i % 3 != 0 && m < 127 {
-                continue;
-            }
-            let n = ns[(i + k) % ns.len()];
-            let wb = rand_weights(&mut rng, n, k);
-            let x = rand_acts(&mut rng, m, k);
-            let a = quantize_with(Int8Kernel::Portable, &x, m, k);
-            for &f in &FORMATS {
-                let w = pack(&wb, f, n, k);
+    for ty in FORMATS {
+        let kk: &[usize] = if ty.is_k_quant() {
+            &[256, 512, 1536]
+        } else {
+            &[32, 64, 576, 1536]
+        };
+        for &k in kk {
+            for (i, &m) in ms.iter().enumerate() {
+                // K >= 512 at every third M (and the large ones) to keep the oracle quick; on
+                // aarch64 (QEMU) a further stride.
+                if (k >= 512 && i % 3 != 0 && m < 127) || !i.is_multiple_of(STRIDE) {
+                    continue;
+                }
+                let n = ns[(i + k) % ns.len()];
+                let wb = rand_weight_aligned(&mut rng, ty, n, k);
+                let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
+                let x = rand_acts(&mut rng, m, k);
+                let a = quantize_with(Int8Kernel::Portable, &x, m, k, w.act_blocks());
                 let oracle = run(Int8Kernel::Portable, &w, &a, m, n);
                 for kern in &ks {
                     let y = run(*kern, &w, &a, m, n);
@@ -281,7 +371,7 @@ fn every_kernel_is_bit_identical_over_edge_shapes() {
                         assert_eq!(
                             p.to_bits(),
                             q.to_bits(),
-                            "{} {f:?} m{m} n{n} k{k} at {j}: {p} vs {q}",
+                            "{} {ty} m{m} n{n} k{k} at {j}: {p} vs {q}",
                             label(kern)
                         );
                     }
@@ -293,28 +383,30 @@ fn every_kernel_is_bit_identical_over_edge_shapes() {
 
 #[test]
 fn rows_do_not_depend_on_the_batch() {
-    let (m, n, k) = (129, 40, 576);
+    let (m, n) = (129, 40);
     let mut rng = Rng::new(7);
-    let wb = rand_weights(&mut rng, n, k);
-    let x = rand_acts(&mut rng, m, k);
-    for &f in &FORMATS {
-        let w = pack(&wb, f, n, k);
+    for ty in FORMATS {
+        let k = if ty.is_k_quant() { 512 } else { 576 };
+        let wb = rand_weight_aligned(&mut rng, ty, n, k);
+        let x = rand_acts(&mut rng, m, k);
+        let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
+        let ab = w.act_blocks();
         for kern in kernels() {
-            let full = run(kern, &w, &quantize_with(kern, &x, m, k), m, n);
+            let full = run(kern, &w, &quantize_with(kern, &x, m, k, ab), m, n);
             // Each row alone (M = 1), and a sub-batch starting at an odd row (other tiles,
             // other micro-kernel sizes).
-            for r in [0, 5, 63, 128] {
+            for r in [0, 5, 63, 128].into_iter().step_by(STRIDE.min(2)) {
                 let one = run(
                     kern,
                     &w,
-                    &quantize_with(kern, &x[r * k..(r + 1) * k], 1, k),
+                    &quantize_with(kern, &x[r * k..(r + 1) * k], 1, k, ab),
                     1,
                     n,
                 );
                 assert_eq!(
                     bits(&one),
                     bits(&full[r * n..(r + 1) * n]),
-                    "{} {f:?} row {r}",
+                    "{} {ty} row {r}",
                     label(&kern)
                 );
             }
@@ -322,14 +414,14 @@ fn rows_do_not_depend_on_the_batch() {
             let sub = run(
                 kern,
                 &w,
-                &quantize_with(kern, &x[r0 * k..(r0 + mm) * k], mm, k),
+                &quantize_with(kern, &x[r0 * k..(r0 + mm) * k], mm, k, ab),
                 mm,
                 n,
             );
             assert_eq!(
                 bits(&sub),
                 bits(&full[r0 * n..(r0 + mm) * n]),
-                "{} {f:?}",
+                "{} {ty}",
                 label(&kern)
             );
         }
@@ -343,12 +435,18 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn parallel_equals_serial() {
     let mut rng = Rng::new(11);
-    for &(m, n, k) in &[(1, 600, 576), (16, 100, 64), (129, 70, 576)] {
-        let wb = rand_weights(&mut rng, n, k);
+    for (ty, m, n, k) in [
+        (GgmlType::Q4_1, 1, 600, 576),
+        (GgmlType::Q5_0, 16, 100, 64),
+        (GgmlType::Q4_1, 129, 70, 576),
+        (GgmlType::Q4K, 33, 90, 512),
+        (GgmlType::Q6K, 2, 300, 256),
+    ] {
+        let wb = rand_weight_aligned(&mut rng, ty, n, k);
         let x = rand_acts(&mut rng, m, k);
-        let w = pack(&wb, Int8Format::Q4_1, n, k);
+        let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
         for kern in kernels() {
-            let a = quantize_with(kern, &x, m, k);
+            let a = quantize_with(kern, &x, m, k, w.act_blocks());
             let serial = run(kern, &w, &a, m, n);
             for workers in [2, 3] {
                 let mut st = StealState::new(workers).unwrap();
@@ -367,7 +465,7 @@ fn parallel_equals_serial() {
                 assert_eq!(
                     bits(&y),
                     bits(&serial),
-                    "{} m{m} n{n} w{workers}",
+                    "{} {ty} m{m} n{n} w{workers}",
                     label(&kern)
                 );
             }
@@ -375,61 +473,113 @@ fn parallel_equals_serial() {
     }
 }
 
+/// One quantization (both schemes) serves a 32-value block weight and a K-quant weight with
+/// the same K, each bit for bit as with its own scheme alone.
+#[test]
+fn one_quantization_serves_mixed_formats() {
+    let (m, n, k) = (9, 33, 512);
+    let mut rng = Rng::new(13);
+    let x = rand_acts(&mut rng, m, k);
+    let ws: Vec<Int8Weight> = [GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q8_0, GgmlType::Q6K]
+        .into_iter()
+        .map(|ty| {
+            let wb = rand_weight_aligned(&mut rng, ty, n, k);
+            Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap()
+        })
+        .collect();
+    let need = ws
+        .iter()
+        .fold(ActBlocks::default(), |a, w| a.union(w.act_blocks()));
+    assert_eq!(need, ActBlocks::BOTH);
+    for kern in kernels() {
+        let both = quantize_with(kern, &x, m, k, need);
+        for w in &ws {
+            let alone = quantize_with(kern, &x, m, k, w.act_blocks());
+            assert_eq!(
+                bits(&run(kern, w, &both, m, n)),
+                bits(&run(kern, w, &alone, m, n)),
+                "{} {}",
+                kern.name(),
+                w.format()
+            );
+        }
+        // Per-32 activations cannot feed a K-quant weight (and per-256 not a 32-block one).
+        let per32 = quantize_with(kern, &x, m, k, ActBlocks::PER32);
+        let per256 = quantize_with(kern, &x, m, k, ActBlocks::PER256);
+        let mut y = vec![f32::NAN; m * n];
+        assert!(matches!(
+            kern.gemm(&ws[1], &per32, &mut y, n),
+            Err(Error::MissingActivations { .. })
+        ));
+        assert!(matches!(
+            kern.gemm(&ws[0], &per256, &mut y, n),
+            Err(Error::MissingActivations { .. })
+        ));
+        assert!(y.iter().all(|v| v.is_nan()));
+    }
+}
+
 #[test]
 fn packed_layout_round_trips() {
-    let (n, k) = (37, 96);
+    let n = 37;
     let mut rng = Rng::new(3);
-    let wb = rand_weights(&mut rng, n, k);
-    for &f in &FORMATS {
-        let w = pack(&wb, f, n, k);
+    for ty in FORMATS {
+        let k = if ty.is_k_quant() { 512 } else { 96 };
+        let wb = rand_weight_aligned(&mut rng, ty, n, k);
+        let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
+        let unit = if ty.is_k_quant() { 256 } else { 32 };
         assert_eq!(
             (w.n(), w.k(), w.blocks(), w.groups(), w.format()),
-            (n, k, 3, 3, f)
+            (n, k, k / unit, 3, ty)
         );
-        let wd = dequant(&wb, f, n, k);
+        let wd = dequant(ty, wb.bytes(), n, k);
         for r in 0..n {
             for i in 0..k {
-                let u = w.u_at(r, i).unwrap() as f64;
-                let (d, mm) = w.scale_at(r, i / 32).unwrap();
-                assert_eq!(d as f64 * u + mm as f64, wd[r * k + i], "{f:?} ({r},{i})");
-            }
-        }
-        // The same weight from raw GGUF bytes (little-endian block images, 2-byte aligned).
-        let mut img: Vec<u8> = Vec::new();
-        for r in 0..n * k / 32 {
-            match f {
-                Int8Format::Q4_0 => {
-                    img.extend(wb.q40[r].d.to_le_bytes());
-                    img.extend(wb.q40[r].qs);
-                }
-                Int8Format::Q4_1 => {
-                    img.extend(wb.q41[r].d.to_le_bytes());
-                    img.extend(wb.q41[r].m.to_le_bytes());
-                    img.extend(wb.q41[r].qs);
-                }
-                Int8Format::Q8_0 => {
-                    img.extend(wb.q80[r].d.to_le_bytes());
-                    img.extend(wb.q80[r].qs.map(|q| q as u8));
+                let v = w.value_at(r, i).unwrap();
+                assert_eq!(v.to_bits(), wd[r * k + i].to_bits(), "{ty} ({r},{i})");
+                if let Some((d, mm)) = w.scale_at(r, i / 32) {
+                    let u = w.u_at(r, i).unwrap() as f64;
+                    assert_eq!(
+                        d as f64 * u + mm as f64,
+                        wd[r * k + i] as f64,
+                        "{ty} ({r},{i})"
+                    );
+                } else {
+                    assert!(ty.is_k_quant(), "{ty}: scale_at is for 32-value blocks");
                 }
             }
         }
-        let mut store = vec![0u8; img.len() + 1];
-        let off = store.as_ptr().align_offset(2);
-        store[off..off + img.len()].copy_from_slice(&img);
-        let aligned = &store[off..off + img.len()];
-        let g = Int8Weight::pack_gguf(f, aligned, n, k).unwrap();
-        assert_eq!(g.quant_bytes(), w.quant_bytes(), "{f:?}");
-        assert_eq!(g.scale_words(), w.scale_words(), "{f:?}");
+        assert_eq!(w.u_at(n, 0), None);
+        assert_eq!(w.value_at(0, k), None);
+        // The typed packers give the same bytes as the raw-bytes one.
+        let typed =
+            match ty {
+                GgmlType::Q4_0 => BlockQ4_0::slice_from_bytes(wb.bytes())
+                    .and_then(|b| Int8Weight::pack_q4_0(b, n, k)),
+                GgmlType::Q4_1 => BlockQ4_1::slice_from_bytes(wb.bytes())
+                    .and_then(|b| Int8Weight::pack_q4_1(b, n, k)),
+                GgmlType::Q8_0 => BlockQ8_0::slice_from_bytes(wb.bytes())
+                    .and_then(|b| Int8Weight::pack_q8_0(b, n, k)),
+                _ => Int8Weight::pack_gguf(ty, wb.bytes(), n, k),
+            }
+            .unwrap();
+        assert_eq!(typed.quant_bytes(), w.quant_bytes(), "{ty}");
+        assert_eq!(typed.scale_words(), w.scale_words(), "{ty}");
+        let aligned = wb.bytes();
         assert!(matches!(
-            Int8Weight::pack_gguf(f, &aligned[..aligned.len() - 2], n, k),
+            Int8Weight::pack_gguf(ty, &aligned[..aligned.len() - 2], n, k),
             Err(Error::ShapeMismatch { .. })
         ));
+        let odd = Aligned::new(&[0u8; 600]);
         assert!(matches!(
-            Int8Weight::pack_gguf(f, &store[off + 1..off + 1 + 34], 1, 32),
+            Int8Weight::pack_gguf(
+                ty,
+                &odd.store[odd.off + 1..][..ty.block().unwrap().1],
+                1,
+                unit
+            ),
             Err(Error::Misaligned { .. })
         ));
-        assert_eq!(w.u_at(n, 0), None);
-        assert_eq!(w.scale_at(0, 3), None);
     }
 }
 
@@ -437,22 +587,36 @@ fn packed_layout_round_trips() {
 fn bad_input_is_a_typed_error_and_writes_nothing() {
     let (m, n, k) = (3, 20, 64);
     let mut rng = Rng::new(5);
-    let wb = rand_weights(&mut rng, n, k);
-    // Packing: K not a multiple of 32, K = 0, block count not N·K/32.
+    let wb = rand_weight_aligned(&mut rng, GgmlType::Q4_1, n, k);
+    let q41 = BlockQ4_1::slice_from_bytes(wb.bytes()).unwrap();
+    // Packing: K not a multiple of 32, K = 0, block count not N·K/32, K-quant K not a multiple
+    // of 256, types the int8 GEMM does not compute.
     assert!(matches!(
-        Int8Weight::pack_q4_1(&wb.q41, n * 2, 32 + 16),
+        Int8Weight::pack_q4_1(q41, n * 2, 32 + 16),
         Err(Error::ShapeMismatch { .. })
     ));
-    assert!(Int8Weight::pack_q4_0(&wb.q40, n, 0).is_err());
+    assert!(Int8Weight::pack_q4_1(q41, n, 0).is_err());
     assert!(matches!(
-        Int8Weight::pack_q8_0(&wb.q80[1..], n, k),
+        Int8Weight::pack_q4_1(&q41[1..], n, k),
         Err(Error::ShapeMismatch { .. })
     ));
-    let w = pack(&wb, Int8Format::Q4_1, n, k);
+    let kq = rand_weight_aligned(&mut rng, GgmlType::Q4K, 1, 256);
+    assert!(matches!(
+        Int8Weight::pack_gguf(GgmlType::Q4K, kq.bytes(), 2, 128),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::F16, GgmlType::Q8K] {
+        assert_eq!(
+            Int8Weight::pack_gguf(ty, kq.bytes(), 1, 256).unwrap_err(),
+            Error::UnsupportedFormat { format: ty }
+        );
+    }
+    let w = Int8Weight::pack_q4_1(q41, n, k).unwrap();
     let x = rand_acts(&mut rng, m, k);
     for kern in kernels() {
-        // Quantization: x too short, capacity too small, K not a multiple of 32.
-        let mut a = quantize_with(kern, &x, m, k);
+        // Quantization: x too short, capacity too small, K not a multiple of 32 (of 256 for
+        // the per-256 scheme).
+        let mut a = quantize_with(kern, &x, m, k, ActBlocks::PER32);
         let before = a.clone();
         let e = kern.quantize_acts(&x[1..], m, k, &mut a);
         assert!(
@@ -461,11 +625,13 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         );
         let e = kern.quantize_acts(&x, m, 40, &mut a);
         assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
+        let e = kern.quantize_acts_for(&x, m, k, ActBlocks::BOTH, &mut a);
+        assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
         let mut small = QActs::with_capacity(m - 1, k);
         let e = kern.quantize_acts(&x, m, k, &mut small);
         assert!(matches!(e, Err(Error::BufferTooSmall { .. })), "{e:?}");
         assert_eq!(small.m(), 0);
-        assert_eq!((a.m(), a.k()), (m, k));
+        assert_eq!((a.m(), a.k(), a.blocks()), (m, k, ActBlocks::PER32));
         for r in 0..m {
             assert_eq!(a.q_row(r), before.q_row(r));
             assert_eq!(a.meta_row(r), before.meta_row(r));
@@ -479,7 +645,7 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         );
         let e = kern.gemm(&w, &a, &mut y, n - 1);
         assert!(matches!(e, Err(Error::BadStride { .. })), "{e:?}");
-        let a2 = quantize_with(kern, &x[..2 * 96], 2, 96);
+        let a2 = quantize_with(kern, &x[..2 * 96], 2, 96, ActBlocks::PER32);
         let e = kern.gemm(&w, &a2, &mut y, n);
         assert!(matches!(e, Err(Error::ShapeMismatch { .. })), "{e:?}");
         assert!(
@@ -497,17 +663,25 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         ));
         assert!(y.iter().all(|v| v.is_nan()));
     }
-    assert_eq!(quantize_acts_len(2, 64), Some(2 * 64 + 4 * 16));
+    assert_eq!(
+        quantize_acts_len(2, 256),
+        Some(2 * 2 * 256 + 2 * 8 * 16 + 2 * 84)
+    );
     assert_eq!(quantize_acts_len(usize::MAX, 2), None);
 }
 
 #[test]
 fn the_per_call_path_does_not_allocate() {
-    let (m, n, k) = (37, 50, 576);
+    let (m, n, k) = (37, 50, 512);
     let mut rng = Rng::new(9);
-    let wb = rand_weights(&mut rng, n, k);
     let x = rand_acts(&mut rng, m, k);
-    let w = pack(&wb, Int8Format::Q4_0, n, k);
+    let ws: Vec<Int8Weight> = [GgmlType::Q4_0, GgmlType::Q5K]
+        .into_iter()
+        .map(|ty| {
+            Int8Weight::pack_gguf(ty, rand_weight_aligned(&mut rng, ty, n, k).bytes(), n, k)
+                .unwrap()
+        })
+        .collect();
     let mut acts = QActs::with_capacity(m, k);
     let mut y = vec![0f32; m * n];
     let mut st = StealState::new(1).unwrap();
@@ -516,13 +690,17 @@ fn the_per_call_path_does_not_allocate() {
     let _ = Int8Kernel::best(); // the cached dispatch allocates its list once
     for kern in kernels() {
         let n_alloc = hetero_tests::count_allocations(|| {
-            kern.quantize_acts(&x, m, k, &mut acts).unwrap();
-            kern.gemm(&w, &acts, &mut y, n).unwrap();
+            kern.quantize_acts_for(&x, m, k, ActBlocks::BOTH, &mut acts)
+                .unwrap();
+            for w in &ws {
+                kern.gemm(w, &acts, &mut y, n).unwrap();
+                int8_gemm(w, &acts, &mut y, n).unwrap();
+                let plan = Int8Plan::new(kern, w, &acts, &mut y, n).unwrap();
+                st.prepare(plan.tiles()).unwrap();
+                plan.run_worker(&st, 0).unwrap();
+            }
             quantize_acts(&x, m, k, &mut acts).unwrap();
-            int8_gemm(&w, &acts, &mut y, n).unwrap();
-            let plan = Int8Plan::new(kern, &w, &acts, &mut y, n).unwrap();
-            st.prepare(plan.tiles()).unwrap();
-            plan.run_worker(&st, 0).unwrap();
+            quantize_acts_for(&x, m, k, ActBlocks::PER256, &mut acts).unwrap();
         });
         assert_eq!(n_alloc, 0, "{}", label(&kern));
     }

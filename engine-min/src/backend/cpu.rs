@@ -148,7 +148,7 @@ enum Form {
     /// hetero-sme's forms of a block-quantized weight: the packed GEMV's and/or the int8
     /// GEMM's.
     Quant {
-        gemv: Option<(Aligned64, hetero_sme::QType)>,
+        gemv: Option<(Aligned64, GgmlType)>,
         int8: Option<hetero_sme::Int8Weight>,
     },
     /// The rows dequantized to f32 (F32/F16/BF16 weights, and quantized ones under the
@@ -164,58 +164,36 @@ struct Prepared {
 
 impl Prepared {
     fn new(w: &WeightView<'_>, kernel: CpuKernel) -> Result<Self, BackendError> {
-        use hetero_sme::{
-            BlockQ4_0, BlockQ4_1, BlockQ8_0, Int8Format, Int8Weight, QType, QuantBlock,
-        };
-        let (n, k) = (w.n, w.k);
+        let (n, k, ty) = (w.n, w.k, w.ty);
         let rb = w.row_bytes()?;
-        let qty = match w.ty {
-            GgmlType::Q4_0 => Some(QType::Q4_0),
-            GgmlType::Q4_1 => Some(QType::Q4_1),
-            GgmlType::Q8_0 => Some(QType::Q8_0),
-            _ => None,
-        };
+        // The types both hetero-sme forms compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+        // Q6_K); the others (and the f32 kernels) take the f32 path.
+        let quant = hetero_sme::qpacked_len(ty, k, n).is_ok();
         let (gemv, int8) = (kernel.uses_gemv(), kernel.uses_int8());
-        let form = match qty {
-            Some(ty) if gemv || int8 => {
-                let gemv = if gemv {
-                    let len = hetero_sme::qpacked_len(ty, k, n)?;
-                    let mut buf = Aligned64::zeroed(len);
-                    let dst = buf.bytes_mut();
-                    match ty {
-                        QType::Q4_0 => BlockQ4_0::slice_from_bytes(w.data)
-                            .and_then(|b| hetero_sme::pack_q4_0(b, k, n, 0..n, dst)),
-                        QType::Q4_1 => BlockQ4_1::slice_from_bytes(w.data)
-                            .and_then(|b| hetero_sme::pack_q4_1(b, k, n, 0..n, dst)),
-                        QType::Q8_0 => BlockQ8_0::slice_from_bytes(w.data)
-                            .and_then(|b| hetero_sme::pack_q8_0(b, k, n, 0..n, dst)),
-                    }?;
-                    Some((buf, ty))
-                } else {
-                    None
-                };
-                let int8 = if int8 {
-                    let format = match ty {
-                        QType::Q4_0 => Int8Format::Q4_0,
-                        QType::Q4_1 => Int8Format::Q4_1,
-                        QType::Q8_0 => Int8Format::Q8_0,
-                    };
-                    Some(Int8Weight::pack_gguf(format, w.data, n, k)?)
-                } else {
-                    None
-                };
-                Form::Quant { gemv, int8 }
+        let form = if quant && (gemv || int8) {
+            let gemv = if gemv {
+                let len = hetero_sme::qpacked_len(ty, k, n)?;
+                let mut buf = Aligned64::zeroed(len);
+                hetero_sme::qpack_gguf(ty, w.data, k, n, 0..n, buf.bytes_mut())?;
+                Some((buf, ty))
+            } else {
+                None
+            };
+            let int8 = if int8 {
+                Some(hetero_sme::Int8Weight::pack_gguf(ty, w.data, n, k)?)
+            } else {
+                None
+            };
+            Form::Quant { gemv, int8 }
+        } else {
+            if k > MAX_K {
+                return Err(BackendError::TooWide { k, max: MAX_K });
             }
-            _ => {
-                if k > MAX_K {
-                    return Err(BackendError::TooWide { k, max: MAX_K });
-                }
-                let mut f = vec![0f32; n * k];
-                for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
-                    hetero_sme::dequantize_row(w.ty, &w.data[r * rb..(r + 1) * rb], row)?;
-                }
-                Form::F32(f)
+            let mut f = vec![0f32; n * k];
+            for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
+                hetero_sme::dequantize_row(ty, &w.data[r * rb..(r + 1) * rb], row)?;
             }
+            Form::F32(f)
         };
         Ok(Prepared { n, k, form })
     }
@@ -432,7 +410,9 @@ impl CpuBackend {
             // Only when `reserve` was not told about this size (not on the engine's path).
             *acts = hetero_sme::QActs::with_capacity(m, w.k());
         }
-        kernel.quantize_acts(x, m, w.k(), &mut acts)?;
+        // The activation scheme(s) this weight's format needs (per 32, or per 256 for the
+        // K-quants).
+        kernel.quantize_acts_for(x, m, w.k(), w.act_blocks(), &mut acts)?;
         // Decode tiles sized to the pool (a 12-group k/v projection would otherwise use three
         // threads).
         let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?

@@ -11,7 +11,7 @@
 
 use core::arch::aarch64::*;
 
-use super::{PCtx, QType, QK, QPACK_ROWS};
+use super::{packed_groups_portable, PCtx, QFmt, QK, QPACK_ROWS};
 
 /// Groups `g0..g1` against every x row.
 ///
@@ -19,14 +19,20 @@ use super::{PCtx, QType, QK, QPACK_ROWS};
 /// `ctx` validated; `g0 < g1 <= ceil(n/16)`; exclusive access to the y columns of those
 /// groups; the CPU has NEON (the caller holds the `Neon` token).
 pub(super) unsafe fn packed_groups(ctx: &PCtx, g0: usize, g1: usize) {
+    if !matches!(ctx.fmt, QFmt::Q4_0 | QFmt::Q4_1 | QFmt::Q8_0) {
+        // No NEON kernel for the 5/6-bit and K-quant layouts: the portable one serves aarch64.
+        // SAFETY: forwarded.
+        unsafe { packed_groups_portable(ctx, g0, g1) };
+        return;
+    }
     for grp in g0..g1 {
         for i in 0..ctx.m {
             // SAFETY: forwarded; x row i < m.
             unsafe {
-                match ctx.ty {
-                    QType::Q4_0 => row::<0>(ctx, grp, i),
-                    QType::Q4_1 => row::<1>(ctx, grp, i),
-                    QType::Q8_0 => row::<2>(ctx, grp, i),
+                match ctx.fmt {
+                    QFmt::Q4_0 => row::<0>(ctx, grp, i),
+                    QFmt::Q4_1 => row::<1>(ctx, grp, i),
+                    _ => row::<2>(ctx, grp, i),
                 }
             }
         }
@@ -58,7 +64,7 @@ fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
 #[target_feature(enable = "neon")]
 unsafe fn row<const T: u8>(ctx: &PCtx, grp: usize, i: usize) {
     let nb = ctx.k / QK;
-    let (db, sb) = (ctx.ty.data_bytes(), ctx.ty.scale_bytes());
+    let (db, sb) = (ctx.fmt.data_bytes(), ctx.fmt.scale_bytes());
     let mut acc = [vdupq_n_f32(0.0); 4];
     // SAFETY: (whole body) x row i < m, values 32b..32b+32 with b < nb: inside x. Group data and
     // scale regions of grp < ceil(n/16) lie inside the validated buffer (block b's quants are

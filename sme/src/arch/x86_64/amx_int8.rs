@@ -46,7 +46,7 @@ use core::arch::x86_64::*;
 use super::amx::{cpuid7_edx, tile_data_granted, AMX_INT8_BIT};
 use super::Vnni;
 use crate::amx_int8::{TileConfig, TileOps};
-use crate::int8::{Ctx, Int8Format, INT8_GROUP};
+use crate::int8::{Ctx, Int8Fmt, INT8_GROUP};
 use crate::quant::QK;
 
 /// Activation rows per plan tile of the AMX kernel: the unpacked weight of a group serves
@@ -140,7 +140,10 @@ impl AmxInt8 {
     /// `rows <= AMX_INT8_TILE_ROWS`, `g0 <= g1 <= ceil(n/16)`, exclusive access to that region
     /// of y.
     pub(crate) unsafe fn tile(self, ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
-        if rows <= self.vnni_rows {
+        // The tile program covers the 4- and 8-bit 32-value formats; Q5 and the K-quants (and
+        // small row chunks) run on the VNNI kernel, whose results are the same integers.
+        let amx_format = matches!(ctx.fmt, Int8Fmt::Q4_0 | Int8Fmt::Q4_1 | Int8Fmt::Q8_0);
+        if rows <= self.vnni_rows || !amx_format {
             // SAFETY: forwarded; the token implies VNNI.
             unsafe { self.vnni.tile(ctx, r0, rows, g0, g1) };
             return;
@@ -230,10 +233,12 @@ pub(crate) unsafe fn tile_dispatch<U: TileOps>(
     let la = lookahead.clamp(1, MAX_LOOKAHEAD);
     // SAFETY: forwarded.
     unsafe {
-        match ctx.format {
-            Int8Format::Q4_0 => program::<U, 0>(tu, ctx, r0, rows, g0, g1, la),
-            Int8Format::Q4_1 => program::<U, 1>(tu, ctx, r0, rows, g0, g1, la),
-            Int8Format::Q8_0 => program::<U, 2>(tu, ctx, r0, rows, g0, g1, la),
+        match ctx.fmt {
+            Int8Fmt::Q4_0 => program::<U, 0>(tu, ctx, r0, rows, g0, g1, la),
+            Int8Fmt::Q4_1 => program::<U, 1>(tu, ctx, r0, rows, g0, g1, la),
+            Int8Fmt::Q8_0 => program::<U, 2>(tu, ctx, r0, rows, g0, g1, la),
+            // `AmxInt8::tile` sends every other format to the VNNI kernel.
+            _ => {}
         }
     }
 }

@@ -6,6 +6,7 @@ mod amx_int8;
 mod avx512;
 mod qgemv_fp16;
 mod vnni;
+mod vnni_k;
 
 pub use amx::AmxBlocking;
 pub(crate) use amx::GROUP as AMX_GROUP;

@@ -30,7 +30,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{PCtx, QType, QK, QPACK_ROWS};
+use super::{PCtx, QFmt, QK, QPACK_ROWS};
 
 const P4: f32 = 1.0 / 16.0;
 const P8: f32 = P4 * P4;
@@ -65,19 +65,23 @@ pub(super) unsafe fn packed_groups(ctx: &PCtx, g0: usize, g1: usize) {
         let g = (ctx.m - m0).min(4);
         // SAFETY: forwarded; x rows m0..m0+g <= m.
         unsafe {
-            match (ctx.ty, g) {
-                (QType::Q4_0, 1) => run::<1, 0>(ctx, m0, g0, g1),
-                (QType::Q4_0, 2) => run::<2, 0>(ctx, m0, g0, g1),
-                (QType::Q4_0, 3) => run::<3, 0>(ctx, m0, g0, g1),
-                (QType::Q4_0, _) => run::<4, 0>(ctx, m0, g0, g1),
-                (QType::Q4_1, 1) => run::<1, 1>(ctx, m0, g0, g1),
-                (QType::Q4_1, 2) => run::<2, 1>(ctx, m0, g0, g1),
-                (QType::Q4_1, 3) => run::<3, 1>(ctx, m0, g0, g1),
-                (QType::Q4_1, _) => run::<4, 1>(ctx, m0, g0, g1),
-                (QType::Q8_0, 1) => run::<1, 2>(ctx, m0, g0, g1),
-                (QType::Q8_0, 2) => run::<2, 2>(ctx, m0, g0, g1),
-                (QType::Q8_0, 3) => run::<3, 2>(ctx, m0, g0, g1),
-                (QType::Q8_0, _) => run::<4, 2>(ctx, m0, g0, g1),
+            match (ctx.fmt, g) {
+                (QFmt::Q4_0, 1) => run::<1, 0>(ctx, m0, g0, g1),
+                (QFmt::Q4_0, 2) => run::<2, 0>(ctx, m0, g0, g1),
+                (QFmt::Q4_0, 3) => run::<3, 0>(ctx, m0, g0, g1),
+                (QFmt::Q4_0, _) => run::<4, 0>(ctx, m0, g0, g1),
+                (QFmt::Q4_1, 1) => run::<1, 1>(ctx, m0, g0, g1),
+                (QFmt::Q4_1, 2) => run::<2, 1>(ctx, m0, g0, g1),
+                (QFmt::Q4_1, 3) => run::<3, 1>(ctx, m0, g0, g1),
+                (QFmt::Q4_1, _) => run::<4, 1>(ctx, m0, g0, g1),
+                (QFmt::Q8_0, 1) => run::<1, 2>(ctx, m0, g0, g1),
+                (QFmt::Q8_0, 2) => run::<2, 2>(ctx, m0, g0, g1),
+                (QFmt::Q8_0, 3) => run::<3, 2>(ctx, m0, g0, g1),
+                (QFmt::Q8_0, _) => run::<4, 2>(ctx, m0, g0, g1),
+                _ => {
+                    super::qgemv_x86_hi::packed_groups(ctx, g0, g1);
+                    return;
+                }
             }
         }
         m0 += g;
@@ -97,7 +101,7 @@ unsafe fn run<const G: usize, const T: u8>(ctx: &PCtx, m0: usize, g0: usize, g1:
     let table = _mm512_setr_ps(
         0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
     );
-    let (db, sb) = (ctx.ty.data_bytes(), ctx.ty.scale_bytes());
+    let (db, sb) = (ctx.fmt.data_bytes(), ctx.fmt.scale_bytes());
     // SAFETY: (whole body) x row m0+g < m, values 32b..32b+32 with b < nb: inside x. Group data
     // and scale regions of g < ceil(n/16) lie inside the validated buffer; a Q4 data vector
     // `64j` of block b < nb reads 64 bytes inside the group's data region, and the loads at byte

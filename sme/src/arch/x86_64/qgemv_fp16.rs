@@ -33,7 +33,8 @@ use core::arch::asm;
 use core::arch::x86_64::*;
 
 use super::amx::cpuid7_edx;
-use crate::quant::{PCtx, QType, GEMV_TILE_ROWS, QK, QPACK_ROWS};
+use crate::qpacked::{PCtx, QFmt, QPACK_ROWS};
+use crate::quant::{GEMV_TILE_ROWS, QK};
 
 /// CPUID leaf 7 EDX bit 23: AVX512-FP16.
 const AVX512_FP16_BIT: u32 = 1 << 23;
@@ -118,7 +119,7 @@ unsafe fn groups<const NATIVE: bool>(ctx: &PCtx, g0: usize, g1: usize) {
         let g = (ctx.m - m0).min(4);
         // SAFETY: forwarded; x rows m0..m0+g <= m.
         unsafe {
-            match (ctx.ty == QType::Q4_1, g) {
+            match (ctx.fmt == QFmt::Q4_1, g) {
                 (false, 1) => run::<NATIVE, 1, 0>(ctx, m0, g0, g1),
                 (false, 2) => run::<NATIVE, 2, 0>(ctx, m0, g0, g1),
                 (false, 3) => run::<NATIVE, 3, 0>(ctx, m0, g0, g1),
@@ -281,7 +282,7 @@ unsafe fn run<const NATIVE: bool, const G: usize, const T: u8>(
     g1: usize,
 ) {
     let nb = ctx.k / QK;
-    let (db, sb) = (ctx.ty.data_bytes(), ctx.ty.scale_bytes());
+    let (db, sb) = (ctx.fmt.data_bytes(), ctx.fmt.scale_bytes());
     let mut acc = [[_mm512_setzero_ps(); G]; TG];
     // Per x row and block of the chunk: 16 FP16 pairs, 2^e, Σx.
     let mut xp = [[0u32; CB * 16]; G];

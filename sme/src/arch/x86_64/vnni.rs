@@ -1,9 +1,11 @@
 //! AVX-512 VNNI int8 GEMM on [`crate::Int8Weight`] (see `src/int8.rs` for the format and the
-//! arithmetic it must reproduce bit for bit).
+//! arithmetic it must reproduce bit for bit). The K-quant micro-kernel is in `vnni_k.rs`.
 //!
 //! Micro-kernel: `MR` (≤ 8) activation rows × one 16-row weight group, over all of K. Per 32-k
 //! block: the group's `u` is 4 (Q4: two nibble operands each, split with `vpand` / `vpsrlw` +
-//! `vpand`) or 8 (Q8) 64-byte `vpdpbusd` operands; each activation row's 4 k-bytes are broadcast
+//! `vpand`; Q5_0/Q5_1 merge bit 4 from the chunk's fifth 64-byte vector, the bit plane, with a
+//! shift and a `vpternlogd`) or 8 (Q8) 64-byte `vpdpbusd` operands; each activation row's 4
+//! k-bytes are broadcast
 //! (`vpbroadcastd` from memory) and `vpdpbusd` accumulates the exact block integer in an i32
 //! vector whose lane `j` is output `j` of the group. Then per row: `vcvtdq2ps`, one `vmulps`
 //! (`d_w · d_x`), one FMA into the f32 accumulator (Q4_1: one more FMA, `m_w · s_x`). For
@@ -15,8 +17,10 @@
 
 use core::arch::x86_64::*;
 
-use crate::int8::{BlockMeta, Ctx, Int8Format, INT8_GROUP};
+use crate::blocks::QK_K;
+use crate::int8::{Ctx, Int8Fmt, INT8_GROUP};
 use crate::quant::QK;
+use crate::{BlockMeta, SuperMeta};
 
 /// Capability token: proves AVX-512F, AVX-512BW and AVX-512 VNNI (the int8 GEMM's `vpdpbusd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,16 +60,41 @@ impl Vnni {
         unsafe { quantize_impl(x, blocks, q, meta) }
     }
 
+    /// Quantizes `blocks` consecutive 256-float super-blocks of `x` into `q` (256 bytes each)
+    /// and `meta`.
+    ///
+    /// # Safety
+    /// `x` readable for `256·blocks` floats, `q` writable for `256·blocks` bytes, `meta` for
+    /// `blocks` records.
+    pub(crate) unsafe fn quantize_super(
+        self,
+        x: *const f32,
+        blocks: usize,
+        q: *mut i8,
+        meta: *mut SuperMeta,
+    ) {
+        for b in 0..blocks {
+            // SAFETY: the token proves the features; super-block b < blocks is inside the
+            // caller's buffers.
+            unsafe { quantize_super_impl(x.add(b * QK_K), q.add(b * QK_K), meta.add(b)) }
+        }
+    }
+
     /// # Safety
     /// As [`crate::Int8Kernel`]'s `tile`: `ctx` validated, `r0 + rows <= ctx.m`,
     /// `g0 <= g1 <= ceil(n/16)`, exclusive access to that region of y.
     pub(crate) unsafe fn tile(self, ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
         // SAFETY: the token proves the features; the rest is forwarded.
         unsafe {
-            match ctx.format {
-                Int8Format::Q4_0 => tile_impl::<0>(ctx, r0, rows, g0, g1),
-                Int8Format::Q4_1 => tile_impl::<1>(ctx, r0, rows, g0, g1),
-                Int8Format::Q8_0 => tile_impl::<2>(ctx, r0, rows, g0, g1),
+            match ctx.fmt {
+                Int8Fmt::Q4_0 => tile_impl::<0>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q4_1 => tile_impl::<1>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q8_0 => tile_impl::<2>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q5_0 => tile_impl::<3>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q5_1 => tile_impl::<4>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q4K => super::vnni_k::tile_k::<0>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q5K => super::vnni_k::tile_k::<1>(ctx, r0, rows, g0, g1),
+                Int8Fmt::Q6K => super::vnni_k::tile_k::<2>(ctx, r0, rows, g0, g1),
             }
         }
     }
@@ -111,6 +140,49 @@ unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut Blo
     }
 }
 
+/// One 256-float super-block: the same IEEE operations as the portable `quantize_super` (the
+/// maximum and the integer sums are exact in any order; the per-16 sums come out of
+/// [`reduce16`] as one vector).
+///
+/// # Safety
+/// `x` readable for 256 floats, `q` writable for 256 bytes, `meta` for one record.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn quantize_super_impl(x: *const f32, q: *mut i8, meta: *mut SuperMeta) {
+    // SAFETY: every load and store is within the super-block the caller provides.
+    unsafe {
+        let mut mx = _mm512_setzero_ps();
+        for i in 0..16 {
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x.add(16 * i))));
+        }
+        let amax = _mm512_reduce_max_ps(mx);
+        let d = amax / 127.0;
+        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let vinv = _mm512_set1_ps(inv);
+        const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        let mut sums = [_mm512_setzero_ps(); 16];
+        for (i, sm) in sums.iter_mut().enumerate() {
+            let v = _mm512_cvt_roundps_epi32::<RNE>(_mm512_mul_ps(
+                _mm512_loadu_ps(x.add(16 * i)),
+                vinv,
+            ));
+            // |x·inv| <= 127·(1 + 3·2⁻²⁴) rounds to at most 127: the saturating pack equals the
+            // portable clamp for finite input.
+            _mm_storeu_si128(q.add(16 * i).cast(), _mm512_cvtsepi32_epi8(v));
+            *sm = _mm512_castsi512_ps(v);
+        }
+        let mut s16 = [0i32; 16];
+        _mm512_storeu_si512(
+            s16.as_mut_ptr().cast(),
+            _mm512_castps_si512(reduce16::<true>(&sums)),
+        );
+        meta.write(SuperMeta {
+            d,
+            bsums32: core::array::from_fn(|j| (s16[2 * j] + s16[2 * j + 1]) as i16),
+            n32: s16.map(|s| -32 * s),
+        });
+    }
+}
+
 /// `max` of floats (`ADD = false`) or wrapping add of i32 lanes (`ADD = true`).
 ///
 /// # Safety
@@ -138,7 +210,7 @@ unsafe fn op2<const ADD: bool>(a: __m512, b: __m512) -> __m512 {
 /// # Safety
 /// AVX-512F.
 #[inline(always)]
-unsafe fn reduce16<const ADD: bool>(v: &[__m512; 16]) -> __m512 {
+pub(super) unsafe fn reduce16<const ADD: bool>(v: &[__m512; 16]) -> __m512 {
     // SAFETY: register-only intrinsics; AVX-512F is the caller's.
     unsafe {
         // Level 1: 256-bit halves. t[i] quadrants 0,1: v[2i] folded; 2,3: v[2i+1] folded.
@@ -237,7 +309,7 @@ unsafe fn quantize16(x: *const f32, q: *mut i8, meta: *mut BlockMeta) {
     }
 }
 
-/// `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q8_0.
+/// `F`: 0 = Q4_0, 1 = Q4_1, 2 = Q8_0, 3 = Q5_0, 4 = Q5_1.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_impl<const F: u8>(ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
     let end = r0 + rows;
@@ -275,7 +347,7 @@ unsafe fn tile_impl<const F: u8>(ctx: &Ctx, r0: usize, rows: usize, g0: usize, g
 /// # Safety
 /// `p` readable for 4 bytes; AVX-512F.
 #[inline(always)]
-unsafe fn bcast4(p: *const i8) -> __m512i {
+pub(super) unsafe fn bcast4(p: *const i8) -> __m512i {
     // SAFETY: forwarded.
     unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
 }
@@ -289,13 +361,14 @@ unsafe fn bcast4(p: *const i8) -> __m512i {
 unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, mask: __mmask16) {
     let nb = ctx.nb;
     let q4 = F != 2;
-    let (qb, sw) = if q4 {
-        (
-            INT8_GROUP * QK / 2,
-            if F == 1 { 2 * INT8_GROUP } else { INT8_GROUP },
-        )
-    } else {
-        (INT8_GROUP * QK, INT8_GROUP)
+    let q5 = F >= 3;
+    let affine = F == 1 || F == 4;
+    let (qb, sw) = match F {
+        2 => (INT8_GROUP * QK, INT8_GROUP),
+        _ => (
+            INT8_GROUP * QK / 2 + if q5 { 64 } else { 0 },
+            if affine { 2 * INT8_GROUP } else { INT8_GROUP },
+        ),
     };
     let split = MR <= 4;
     // SAFETY: every pointer below stays inside the validated buffers: the group's nb records of
@@ -321,22 +394,32 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
                 i0[i] = match F {
                     0 => _mm512_set1_epi32((*mt).n8),
                     2 => _mm512_set1_epi32((*mt).n128),
+                    3 => _mm512_set1_epi32(2 * (*mt).n8),
                     _ => _mm512_setzero_si512(),
                 };
             }
             let xb = b * QK;
             if q4 {
+                let hb = if q5 {
+                    _mm512_load_si512(ub.add(256).cast())
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for v in 0..4 {
                     let raw = _mm512_load_si512(ub.add(v * 64).cast());
-                    let lo = _mm512_and_si512(raw, m0f);
-                    // Split chains: the high nibbles stay in place (16·u, one AND) and their
-                    // chain is divided by 16 once per block (exact: every product is a
-                    // multiple of 16); one chain: shifted down to u.
-                    let hi = if split {
+                    let mut lo = _mm512_and_si512(raw, m0f);
+                    // Split chains on 4-bit formats: the high nibbles stay in place (16·u, one
+                    // AND) and their chain is divided by 16 once per block (exact: every
+                    // product is a multiple of 16). Otherwise (one chain, or Q5's merged fifth
+                    // bit) they are shifted down to u.
+                    let mut hi = if split && !q5 {
                         _mm512_and_si512(raw, mf0)
                     } else {
                         _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m0f)
                     };
+                    if q5 {
+                        (lo, hi) = merge_bit4(lo, hi, hb, v);
+                    }
                     for i in 0..MR {
                         let xa = bcast4(xq[i].add(xb + 4 * v));
                         let xh = bcast4(xq[i].add(xb + 16 + 4 * v));
@@ -361,7 +444,7 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
                     }
                 }
             }
-            let mw = if F == 1 {
+            let mw = if affine {
                 _mm512_cvtph_ps(_mm256_loadu_si256(sb.add(INT8_GROUP).cast()))
             } else {
                 _mm512_setzero_ps()
@@ -369,7 +452,7 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
             for i in 0..MR {
                 let isum = if !split {
                     i0[i]
-                } else if q4 {
+                } else if q4 && !q5 {
                     _mm512_add_epi32(i0[i], _mm512_srai_epi32::<4>(i1[i]))
                 } else {
                     _mm512_add_epi32(i0[i], i1[i])
@@ -378,7 +461,7 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
                 // Same order as the portable oracle: (d_w · d_x), then fma, then Q4_1's fma.
                 let sc = _mm512_mul_ps(dw, _mm512_set1_ps((*mt).d));
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[i]);
-                if F == 1 {
+                if affine {
                     acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps((*mt).s), acc[i]);
                 }
             }
@@ -386,5 +469,36 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
         for (i, a) in acc.iter().enumerate() {
             _mm512_mask_storeu_ps(ctx.y.add((r0 + i) * ctx.ldy + g * INT8_GROUP), mask, *a);
         }
+    }
+}
+
+/// Adds bit 4 to the nibble operands of vector `v` of a Q5 chunk from its plane `hb` (byte
+/// `4j + i`: bit `v` for the low-nibble element, bit `4 + v` for the high one): 16-bit shifts
+/// move each byte's bit into place without crossing bytes (left by `4 − v` ≤ 4 from bit `v`,
+/// right by `v` from bit `4 + v`), one AND keeps it, one `vpternlogd` ORs it in.
+///
+/// # Safety
+/// AVX-512F/BW (the caller's target features).
+#[inline(always)]
+pub(super) unsafe fn merge_bit4(
+    lo: __m512i,
+    hi: __m512i,
+    hb: __m512i,
+    v: usize,
+) -> (__m512i, __m512i) {
+    // SAFETY: register-only intrinsics; AVX-512F/BW are the caller's.
+    unsafe {
+        let m10 = _mm512_set1_epi8(0x10);
+        let (l, h) = match v {
+            0 => (_mm512_slli_epi16::<4>(hb), hb),
+            1 => (_mm512_slli_epi16::<3>(hb), _mm512_srli_epi16::<1>(hb)),
+            2 => (_mm512_slli_epi16::<2>(hb), _mm512_srli_epi16::<2>(hb)),
+            _ => (_mm512_slli_epi16::<1>(hb), _mm512_srli_epi16::<3>(hb)),
+        };
+        // 0xF8: A | (B & C).
+        (
+            _mm512_ternarylogic_epi32::<0xF8>(lo, l, m10),
+            _mm512_ternarylogic_epi32::<0xF8>(hi, h, m10),
+        )
     }
 }
