@@ -1,6 +1,8 @@
 //! The inference engine for one sequence: KV cache, RoPE, grouped-query attention, SwiGLU and
 //! RMSNorm on the CPU pool; every matmul through the [`Executor`] (which runs the plan table).
-//! All buffers are allocated in [`Engine::new`]; `forward` does not allocate.
+//! All buffers are allocated in [`Engine::new`], after their size was checked against the
+//! memory budget; `forward` does not allocate, and its logits are finite or it fails with the
+//! layer and op where non-finite values first appeared ([`crate::guard`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::act::{Buf, StepSlots};
 use crate::backend::BackendError;
 use crate::exec::Executor;
+use crate::guard::{first_non_finite, NonFinite, Probe, Site};
 use crate::layer::{output_weight, Clock, KvCache, Rows, Work};
+use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
 
 pub use crate::layer::{matmul_weights, rmsnorm};
@@ -37,6 +41,12 @@ pub enum EngineError {
     Backend(BackendError),
     /// The activation slots could not be made or taken.
     Uma(hetero_uma::UmaError),
+    /// The KV cache and work buffers would not fit in the memory budget (checked before
+    /// anything is allocated).
+    Memory(BudgetError),
+    /// The step produced NaN or infinite values (where they first appeared; the sequence is
+    /// left as it was before the call).
+    NonFinite(NonFinite),
 }
 
 impl fmt::Display for EngineError {
@@ -51,6 +61,8 @@ impl fmt::Display for EngineError {
             }
             Self::Backend(e) => write!(f, "{e}"),
             Self::Uma(e) => write!(f, "activation slots: {e}"),
+            Self::Memory(e) => write!(f, "{e} (use a smaller --ctx or batch)"),
+            Self::NonFinite(e) => write!(f, "{e}"),
         }
     }
 }
@@ -60,6 +72,8 @@ impl std::error::Error for EngineError {
         match self {
             Self::Backend(e) => Some(e),
             Self::Uma(e) => Some(e),
+            Self::Memory(e) => Some(e),
+            Self::NonFinite(e) => Some(e),
             _ => None,
         }
     }
@@ -129,15 +143,38 @@ impl Rows for Contiguous {
 impl Engine {
     /// An engine for `model` whose matmuls run on `exec` (built for this model's
     /// [`matmul_weights`]); prompts are processed in chunks of the executor's largest row
-    /// count.
+    /// count. Its buffers must fit in the machine's available memory
+    /// ([`MemoryBudget::available`]); see [`Engine::with_budget`].
     pub fn new(
         model: Arc<Model>,
         exec: Executor,
         opts: EngineOptions,
     ) -> Result<Self, EngineError> {
+        Self::with_budget(model, exec, opts, &MemoryBudget::available())
+    }
+
+    /// [`Engine::new`] within `budget`: the KV cache, the work buffers, the activation slots
+    /// and the executor's scratch ([`EngineSize`]) are counted, with checked arithmetic,
+    /// before any of them is allocated; too many is [`EngineError::Memory`] ("needs N GiB,
+    /// limit M GiB").
+    pub fn with_budget(
+        model: Arc<Model>,
+        exec: Executor,
+        opts: EngineOptions,
+        budget: &MemoryBudget,
+    ) -> Result<Self, EngineError> {
         let c = &model.config;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let threads = exec.cpu().pool().threads();
+        EngineSize {
+            ctx,
+            max_batch: exec.max_m(),
+            threads,
+            sequences: 1,
+            processors: Processors::of(&exec),
+        }
+        .check(budget, c)
+        .map_err(EngineError::Memory)?;
         Ok(Self {
             cache: KvCache::new(c, ctx),
             work: Work::new(c, ctx, exec.max_m(), threads)?,
@@ -187,6 +224,11 @@ impl Engine {
 
     /// Appends `tokens` to the sequence and writes logits: for the last token when
     /// `logits.len() == vocab`, for every token when `logits.len() == tokens.len() * vocab`.
+    ///
+    /// The logits written are checked (one pass); when one is NaN or infinite, the call's
+    /// tokens are run again from the same position with a check after every op, and the
+    /// result is [`EngineError::NonFinite`] naming the layer and op where non-finite values
+    /// first appeared. On any error the sequence is left as it was (same [`Engine::pos`]).
     pub fn forward(&mut self, tokens: &[u32], logits: &mut [f32]) -> Result<(), EngineError> {
         let vocab = self.model.config.vocab;
         let all = logits.len() == tokens.len() * vocab && tokens.len() != 1;
@@ -205,19 +247,61 @@ impl Engine {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::BadToken(t));
         }
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let pos0 = self.pos;
+        let r = self.chunks(tokens, logits, all, None);
+        if r.is_err() {
+            self.pos = pos0;
+            return r;
+        }
+        let Some((i, value)) = first_non_finite(logits) else {
+            return Ok(());
+        };
+        // Only now: the same tokens again from the same position, checked after every op.
+        self.pos = pos0;
+        let mut probe = Probe::default();
+        let again = self.chunks(tokens, logits, all, Some(&mut probe));
+        self.pos = pos0;
+        again?;
+        let row = if all { i / vocab } else { tokens.len() - 1 };
+        Err(EngineError::NonFinite(probe.found.unwrap_or(NonFinite {
+            site: None,
+            seq: 0,
+            pos: pos0 + row,
+            index: i % vocab,
+            value,
+        })))
+    }
+
+    /// Runs `tokens` in chunks of the executor's largest row count (logits of every token when
+    /// `all`, else of the last); with a probe, stops after the chunk in which it found a
+    /// non-finite value.
+    fn chunks(
+        &mut self,
+        tokens: &[u32],
+        logits: &mut [f32],
+        all: bool,
+        mut probe: Option<&mut Probe>,
+    ) -> Result<(), EngineError> {
+        let vocab = self.model.config.vocab;
         let max_batch = self.exec.max_m();
         let mut done = 0;
         while done < tokens.len() {
             let m = (tokens.len() - done).min(max_batch);
             let chunk = &tokens[done..done + m];
             let last = done + m == tokens.len();
-            if all {
-                self.step(chunk, Some(&mut logits[done * vocab..(done + m) * vocab]))?;
+            let out = if all {
+                Some(&mut logits[done * vocab..(done + m) * vocab])
             } else if last {
-                self.step(chunk, Some(logits))?;
-                break;
+                Some(&mut logits[..])
             } else {
-                self.step(chunk, None)?;
+                None
+            };
+            self.step(chunk, out, probe.as_deref_mut())?;
+            if probe.as_ref().is_some_and(|p| p.found.is_some()) {
+                break;
             }
             done += m;
         }
@@ -226,9 +310,14 @@ impl Engine {
 
     /// One chunk: takes the step's activation slots, runs it, and gives them back whatever
     /// happened.
-    fn step(&mut self, tokens: &[u32], logits: Option<&mut [f32]>) -> Result<(), EngineError> {
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        logits: Option<&mut [f32]>,
+        probe: Option<&mut Probe>,
+    ) -> Result<(), EngineError> {
         let mut s = self.work.acts().acquire()?;
-        let r = self.step_in(&mut s, tokens, logits);
+        let r = self.step_in(&mut s, tokens, logits, probe);
         let released = self.work.acts().release(s);
         r?;
         Ok(released?)
@@ -239,15 +328,23 @@ impl Engine {
         s: &mut StepSlots,
         tokens: &[u32],
         logits: Option<&mut [f32]>,
+        mut probe: Option<&mut Probe>,
     ) -> Result<(), EngineError> {
         let model = Arc::clone(&self.model);
         let c = &model.config;
         let (d, m) = (c.d_model, tokens.len());
+        let rows = Contiguous { pos0: self.pos };
         let t0 = Instant::now();
         for (t, &tok) in tokens.iter().enumerate() {
             self.work.embed(&model, s, t, tok)?;
         }
         self.timings.host += t0.elapsed();
+        if self
+            .work
+            .probed(&mut probe, s, Buf::X, m, d, Site::Embedding, &rows)?
+        {
+            return Ok(());
+        }
         let Timings { matmul, host } = &mut self.timings;
         let mut clock = Clock {
             host: Some(host),
@@ -258,17 +355,21 @@ impl Engine {
             &self.exec,
             s,
             std::slice::from_mut(&mut self.cache),
-            &Contiguous { pos0: self.pos },
+            &rows,
             m,
             &mut clock,
+            probe.as_deref_mut(),
         )?;
+        if probe.as_ref().is_some_and(|p| p.found.is_some()) {
+            return Ok(());
+        }
         self.pos += m;
         let Some(logits) = logits else { return Ok(()) };
         let vocab = c.vocab;
         let t0 = Instant::now();
         // Normalize only the rows whose logits are wanted, into the first rows of H.
         let first = if logits.len() == vocab { m - 1 } else { 0 };
-        let rows = m - first;
+        let rows_out = m - first;
         {
             let up = self.work.acts().pool();
             let (xh, hh) = s.pair(Buf::X, Buf::H);
@@ -276,19 +377,44 @@ impl Engine {
                 &up.f32s(xh)?[first * d..m * d],
                 &model.output_norm,
                 c.eps,
-                &mut up.f32s_mut(hh)?[..rows * d],
+                &mut up.f32s_mut(hh)?[..rows_out * d],
             );
         }
         self.timings.host += t0.elapsed();
+        let out_rows = Contiguous {
+            pos0: rows.pos0 + first,
+        };
+        if self.work.probed(
+            &mut probe,
+            s,
+            Buf::H,
+            rows_out,
+            d,
+            Site::OutputNorm,
+            &out_rows,
+        )? {
+            return Ok(());
+        }
         let mut clock = Clock {
             host: None,
             matmul: Some(&mut self.timings.matmul),
         };
         let w = output_weight(c.n_layer);
         self.work
-            .matmul(&self.exec, &mut clock, s, w, Buf::H, rows, Buf::Tmp)?;
+            .matmul(&self.exec, &mut clock, s, w, Buf::H, rows_out, Buf::Tmp)?;
+        if self.work.probed(
+            &mut probe,
+            s,
+            Buf::Tmp,
+            rows_out,
+            vocab,
+            Site::Output,
+            &out_rows,
+        )? {
+            return Ok(());
+        }
         let up = self.work.acts().pool();
-        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..rows * vocab]);
+        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..rows_out * vocab]);
         Ok(())
     }
 }
