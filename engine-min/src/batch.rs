@@ -272,10 +272,10 @@ impl BatchEngine {
     /// Appends each entry's tokens to its sequence and writes logits (see [`Logits`]). The
     /// total token count must be <= [`BatchEngine::max_batch`]; each sequence at most once.
     ///
-    /// The logits written are checked (one pass); when one is NaN or infinite the pass is run
-    /// again with a check after every op and the result is [`BatchError::NonFinite`] naming
-    /// the layer and op where non-finite values first appeared. On any error no sequence
-    /// changes length.
+    /// The pass is watched as [`crate::engine::Engine::forward`]'s steps are; when a watched
+    /// value is NaN or infinite the pass is run again with a check after every op and the
+    /// result is [`BatchError::NonFinite`] naming the layer and op where non-finite values
+    /// first appeared. On any error no sequence changes length.
     pub fn forward(
         &mut self,
         batch: &[SeqTokens<'_>],
@@ -326,19 +326,27 @@ impl BatchEngine {
         if m == 0 {
             return Ok(());
         }
-        self.pass(batch, which, m, logits, None)?;
-        if let Some((i, value)) = first_non_finite(logits) {
+        let mut watch = Probe::watch();
+        self.pass(batch, which, m, logits, &mut watch)?;
+        let bad_logits = match watch.found {
+            Some(_) => None,
+            None => first_non_finite(logits).map(|(i, value)| {
+                let (seq, pos) = self.out_row(batch, which, i / vocab);
+                NonFinite {
+                    site: None,
+                    seq,
+                    pos,
+                    index: i % vocab,
+                    value,
+                }
+            }),
+        };
+        if let Some(seen) = watch.found.or(bad_logits) {
             // Only now: the same rows again (same positions), checked after every op.
-            let mut probe = Probe::default();
-            self.pass(batch, which, m, logits, Some(&mut probe))?;
-            let (seq, pos) = self.out_row(batch, which, i / vocab);
-            return Err(BatchError::NonFinite(probe.found.unwrap_or(NonFinite {
-                site: None,
-                seq,
-                pos,
-                index: i % vocab,
-                value,
-            })));
+            let mut probe = Probe::full();
+            self.pass(batch, which, m, logits, &mut probe)?;
+            // Not reproduced (a non-deterministic fault): what the watch saw.
+            return Err(BatchError::NonFinite(probe.found.unwrap_or(seen)));
         }
         for b in batch {
             self.lens[b.seq] += b.tokens.len();
@@ -353,7 +361,7 @@ impl BatchEngine {
         which: Logits,
         m: usize,
         logits: &mut [f32],
-        probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), BatchError> {
         let mut slots = self.work.acts().acquire()?;
         let r = self.forward_in(&mut slots, batch, which, m, logits, probe);
@@ -387,10 +395,10 @@ impl BatchEngine {
         which: Logits,
         m: usize,
         logits: &mut [f32],
-        mut probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), BatchError> {
-        self.layers(s, batch, m, probe.as_deref_mut())?;
-        if probe.as_ref().is_some_and(|p| p.found.is_some()) {
+        self.layers(s, batch, m, probe)?;
+        if probe.found.is_some() {
             return Ok(());
         }
         // Final norm and output head on the wanted rows, gathered into `h`.
@@ -429,7 +437,7 @@ impl BatchEngine {
         };
         if self
             .work
-            .probed(&mut probe, s, Buf::H, out_rows, d, Site::OutputNorm, &at)?
+            .probed(probe, s, Buf::H, out_rows, d, Site::OutputNorm, &at)?
         {
             return Ok(());
         }
@@ -448,15 +456,10 @@ impl BatchEngine {
             batch,
             which,
         };
-        if self.work.probed(
-            &mut probe,
-            s,
-            Buf::Tmp,
-            out_rows,
-            c.vocab,
-            Site::Output,
-            &at,
-        )? {
+        if self
+            .work
+            .probed(probe, s, Buf::Tmp, out_rows, c.vocab, Site::Output, &at)?
+        {
             return Ok(());
         }
         let up = self.work.acts().pool();
@@ -469,7 +472,7 @@ impl BatchEngine {
         s: &mut StepSlots,
         batch: &[SeqTokens<'_>],
         m: usize,
-        mut probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), BatchError> {
         let model = Arc::clone(&self.model);
         let mut t = 0;
@@ -486,7 +489,7 @@ impl BatchEngine {
         let d = model.config.d_model;
         if self
             .work
-            .probed(&mut probe, s, Buf::X, m, d, Site::Embedding, &rows)?
+            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
         {
             return Ok(());
         }

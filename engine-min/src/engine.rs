@@ -225,10 +225,12 @@ impl Engine {
     /// Appends `tokens` to the sequence and writes logits: for the last token when
     /// `logits.len() == vocab`, for every token when `logits.len() == tokens.len() * vocab`.
     ///
-    /// The logits written are checked (one pass); when one is NaN or infinite, the call's
-    /// tokens are run again from the same position with a check after every op, and the
-    /// result is [`EngineError::NonFinite`] naming the layer and op where non-finite values
-    /// first appeared. On any error the sequence is left as it was (same [`Engine::pos`]).
+    /// Each step is watched ([`crate::guard`]: its logits, and in every layer the attention
+    /// output, the SwiGLU output and the residual stream); when a watched value is NaN or
+    /// infinite, the call's tokens are run again from the same position with a check after
+    /// every op, and the result is [`EngineError::NonFinite`] naming the layer and op where
+    /// non-finite values first appeared. On any error the sequence is left as it was (same
+    /// [`Engine::pos`]).
     pub fn forward(&mut self, tokens: &[u32], logits: &mut [f32]) -> Result<(), EngineError> {
         let vocab = self.model.config.vocab;
         let all = logits.len() == tokens.len() * vocab && tokens.len() != 1;
@@ -251,39 +253,44 @@ impl Engine {
             return Ok(());
         }
         let pos0 = self.pos;
-        let r = self.chunks(tokens, logits, all, None);
+        let mut watch = Probe::watch();
+        let r = self.chunks(tokens, logits, all, &mut watch);
         if r.is_err() {
             self.pos = pos0;
             return r;
         }
-        let Some((i, value)) = first_non_finite(logits) else {
+        let bad_logits = match watch.found {
+            Some(_) => None,
+            None => first_non_finite(logits).map(|(i, value)| NonFinite {
+                site: None,
+                seq: 0,
+                pos: pos0 + if all { i / vocab } else { tokens.len() - 1 },
+                index: i % vocab,
+                value,
+            }),
+        };
+        let Some(seen) = watch.found.or(bad_logits) else {
             return Ok(());
         };
         // Only now: the same tokens again from the same position, checked after every op.
         self.pos = pos0;
-        let mut probe = Probe::default();
-        let again = self.chunks(tokens, logits, all, Some(&mut probe));
+        let mut probe = Probe::full();
+        let again = self.chunks(tokens, logits, all, &mut probe);
         self.pos = pos0;
         again?;
-        let row = if all { i / vocab } else { tokens.len() - 1 };
-        Err(EngineError::NonFinite(probe.found.unwrap_or(NonFinite {
-            site: None,
-            seq: 0,
-            pos: pos0 + row,
-            index: i % vocab,
-            value,
-        })))
+        // Not reproduced (a non-deterministic fault): what the watch saw.
+        Err(EngineError::NonFinite(probe.found.unwrap_or(seen)))
     }
 
     /// Runs `tokens` in chunks of the executor's largest row count (logits of every token when
-    /// `all`, else of the last); with a probe, stops after the chunk in which it found a
-    /// non-finite value.
+    /// `all`, else of the last), checked as `probe` says; stops after the chunk in which it
+    /// found a non-finite value.
     fn chunks(
         &mut self,
         tokens: &[u32],
         logits: &mut [f32],
         all: bool,
-        mut probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), EngineError> {
         let vocab = self.model.config.vocab;
         let max_batch = self.exec.max_m();
@@ -299,8 +306,8 @@ impl Engine {
             } else {
                 None
             };
-            self.step(chunk, out, probe.as_deref_mut())?;
-            if probe.as_ref().is_some_and(|p| p.found.is_some()) {
+            self.step(chunk, out, probe)?;
+            if probe.found.is_some() {
                 break;
             }
             done += m;
@@ -314,7 +321,7 @@ impl Engine {
         &mut self,
         tokens: &[u32],
         logits: Option<&mut [f32]>,
-        probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), EngineError> {
         let mut s = self.work.acts().acquire()?;
         let r = self.step_in(&mut s, tokens, logits, probe);
@@ -328,7 +335,7 @@ impl Engine {
         s: &mut StepSlots,
         tokens: &[u32],
         logits: Option<&mut [f32]>,
-        mut probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), EngineError> {
         let model = Arc::clone(&self.model);
         let c = &model.config;
@@ -341,7 +348,7 @@ impl Engine {
         self.timings.host += t0.elapsed();
         if self
             .work
-            .probed(&mut probe, s, Buf::X, m, d, Site::Embedding, &rows)?
+            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
         {
             return Ok(());
         }
@@ -358,9 +365,9 @@ impl Engine {
             &rows,
             m,
             &mut clock,
-            probe.as_deref_mut(),
+            probe,
         )?;
-        if probe.as_ref().is_some_and(|p| p.found.is_some()) {
+        if probe.found.is_some() {
             return Ok(());
         }
         self.pos += m;
@@ -384,15 +391,10 @@ impl Engine {
         let out_rows = Contiguous {
             pos0: rows.pos0 + first,
         };
-        if self.work.probed(
-            &mut probe,
-            s,
-            Buf::H,
-            rows_out,
-            d,
-            Site::OutputNorm,
-            &out_rows,
-        )? {
+        if self
+            .work
+            .probed(probe, s, Buf::H, rows_out, d, Site::OutputNorm, &out_rows)?
+        {
             return Ok(());
         }
         let mut clock = Clock {
@@ -402,15 +404,10 @@ impl Engine {
         let w = output_weight(c.n_layer);
         self.work
             .matmul(&self.exec, &mut clock, s, w, Buf::H, rows_out, Buf::Tmp)?;
-        if self.work.probed(
-            &mut probe,
-            s,
-            Buf::Tmp,
-            rows_out,
-            vocab,
-            Site::Output,
-            &out_rows,
-        )? {
+        if self
+            .work
+            .probed(probe, s, Buf::Tmp, rows_out, vocab, Site::Output, &out_rows)?
+        {
             return Ok(());
         }
         let up = self.work.acts().pool();

@@ -1,8 +1,19 @@
-//! Numerical guards. The engines check the logits they return, one pass per step; only when
-//! one of them is NaN or infinite do they run the step again with a check after every op
-//! ([`Probe`]) to name where non-finite values first appeared — a NaN in a quantized weight's
-//! scale, an overflowing activation — so the normal path pays one scan of the logits and a
-//! branch per op, and a broken model ends in a [`NonFinite`] error instead of empty text.
+//! Numerical guards. The engines watch every step cheaply and, only when something is wrong,
+//! run it again with a check after every op ([`Probe::full`]) to name where non-finite values
+//! first appeared — a NaN in a quantized weight's scale, an overflowing activation — so a
+//! broken model ends in a [`NonFinite`] error instead of empty text.
+//!
+//! The watch ([`Probe::watch`]) is one scan of the logits a step returns plus, in every layer,
+//! of the attention output, the SwiGLU output and the residual stream — the activations that
+//! are not a norm's output. Checking the logits alone would not do: the int8 kernels quantize
+//! each matmul's activations to 8 bits, and hetero-sme's quantizer takes a block's scale from
+//! the largest magnitude with a NaN-ignoring `max` and turns a NaN element into 0, so a NaN
+//! born inside a layer can leave it as finite garbage, and a residual stream that is all NaN
+//! reaches the output head as all-zero activations: finite, all-equal logits, token 0, empty
+//! text. The watched activations are the inputs of the matmuls that do not follow a norm
+//! (`attn_output`, `ffn_down`) and the stream every layer adds into, so whatever a layer
+//! produces is seen before a quantizer can hide it. Their cost is about 2.7 k floats per
+//! token per layer of SmolLM2 beside the 49 k logits, one vectorized pass each.
 
 use std::fmt;
 
@@ -138,14 +149,44 @@ pub fn first_non_finite(x: &[f32]) -> Option<(usize, f32)> {
     x.iter().position(|v| !v.is_finite()).map(|i| (i, x[i]))
 }
 
-/// The per-op check of a step run again after non-finite logits: records the first site whose
-/// output holds a non-finite value.
-#[derive(Debug, Default)]
+/// What a step checks as it runs: the watched sites ([`Probe::watch`], every step) or every
+/// op ([`Probe::full`], a step run again after a failure). Records the first site whose output
+/// holds a non-finite value; the step stops there.
+#[derive(Debug)]
 pub(crate) struct Probe {
+    full: bool,
     pub(crate) found: Option<NonFinite>,
 }
 
 impl Probe {
+    /// The every-step watch: the attention and SwiGLU outputs and the residual stream.
+    pub(crate) fn watch() -> Self {
+        Self {
+            full: false,
+            found: None,
+        }
+    }
+
+    /// A check after every op.
+    pub(crate) fn full() -> Self {
+        Self {
+            full: true,
+            found: None,
+        }
+    }
+
+    /// Whether the output of `site` is checked.
+    pub(crate) fn wants(&self, site: Site) -> bool {
+        self.full
+            || matches!(
+                site,
+                Site::Layer {
+                    op: LayerOp::Attention | LayerOp::Swiglu | LayerOp::FfnResidual,
+                    ..
+                }
+            )
+    }
+
     /// Looks at `data`, rows of `width` floats (row `t` at `(seq, pos) = at(t)`), written by
     /// `site`; records the first non-finite value and returns whether there was one (the step
     /// then stops: what follows can only spread it).
@@ -210,7 +251,7 @@ mod tests {
 
     #[test]
     fn the_probe_names_row_and_element_and_keeps_the_first_site() {
-        let mut p = Probe::default();
+        let mut p = Probe::full();
         let data = [0.0, 1.0, 2.0, 3.0, f32::NAN, 5.0];
         let site = Site::Layer {
             layer: 3,
@@ -224,6 +265,18 @@ mod tests {
         // Later sites do not replace the first.
         assert!(p.check(Site::Output, &[f32::INFINITY], 1, |_| (0, 0)));
         assert_eq!(p.found.expect("kept").site, Some(site));
+        // The watch checks only the activations that are not a norm's output.
+        let w = Probe::watch();
+        for (op, wanted) in [
+            (LayerOp::AttnQ, false),
+            (LayerOp::FfnDown, false),
+            (LayerOp::Attention, true),
+            (LayerOp::Swiglu, true),
+            (LayerOp::FfnResidual, true),
+        ] {
+            assert_eq!(w.wants(Site::Layer { layer: 0, op }), wanted, "{op:?}");
+        }
+        assert!(!w.wants(Site::Output) && !w.wants(Site::Embedding));
         let msg = nf.to_string();
         assert!(
             msg.starts_with("non-finite values first appear in layer 3 after ffn_down"),

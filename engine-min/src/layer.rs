@@ -202,13 +202,13 @@ impl Work {
         Ok(())
     }
 
-    /// With a probe (a step run again after non-finite logits), checks `m` rows of `width`
-    /// floats of `buf`, written by `site`; true when a non-finite value was found (the caller
-    /// stops the step). Without one it does nothing: the normal path pays this branch only.
+    /// When `probe` checks `site`, checks `m` rows of `width` floats of `buf`, written by
+    /// `site`; true when a non-finite value was found (the caller stops the step). Sites the
+    /// probe does not check cost one branch.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn probed<R: Rows>(
         &self,
-        probe: &mut Option<&mut Probe>,
+        p: &mut Probe,
         s: &StepSlots,
         buf: Buf,
         m: usize,
@@ -216,17 +216,17 @@ impl Work {
         site: Site,
         rows: &R,
     ) -> Result<bool, BackendError> {
-        let Some(p) = probe.as_deref_mut() else {
+        if !p.wants(site) {
             return Ok(false);
-        };
+        }
         let x = self.acts.pool().f32s(s.get(buf))?;
         Ok(p.check(site, &x[..m * width], width, |t| (rows.seq(t), rows.pos(t))))
     }
 
     /// Runs every layer over the `m` rows of the residual stream in `s`: each row's key and
     /// value go to `caches[rows.seq(t)]` at `rows.pos(t)`, and each row attends to its own
-    /// sequence's positions `0..=pos`. With a `probe`, every op's output is checked and the
-    /// pass stops at the first non-finite value (recorded in the probe).
+    /// sequence's positions `0..=pos`. The outputs `probe` wants are checked, and the pass
+    /// stops at the first non-finite value (recorded in the probe).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn layers<R: Rows>(
         &mut self,
@@ -237,7 +237,7 @@ impl Work {
         rows: &R,
         m: usize,
         clock: &mut Clock<'_>,
-        mut probe: Option<&mut Probe>,
+        probe: &mut Probe,
     ) -> Result<(), BackendError> {
         let c = &model.config;
         let (d, kv, hd) = (c.d_model, c.kv_dim(), c.head_dim);
@@ -252,7 +252,7 @@ impl Work {
                         layer: l,
                         op: LayerOp::$op,
                     };
-                    if self.probed(&mut probe, s, $buf, m, $width, site, rows)? {
+                    if self.probed(probe, s, $buf, m, $width, site, rows)? {
                         return Ok(());
                     }
                 };

@@ -55,19 +55,20 @@ impl fmt::Display for BudgetError {
     }
 }
 
-/// A byte count in GiB with two decimals, or in MiB or bytes where GiB would print 0.00.
+/// A byte count with two decimals in the largest of GiB, MiB and KiB that is at most the
+/// count, else in bytes (so two different sizes below a GiB, a need and its limit, never print
+/// alike as 0.0x GiB).
 struct Human(u64);
 
 impl fmt::Display for Human {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0 as f64;
-        if b >= GIB / 100.0 {
-            write!(f, "{:.2} GiB", b / GIB)
-        } else if b >= GIB / 1024.0 / 100.0 {
-            write!(f, "{:.2} MiB", b * 1024.0 / GIB)
-        } else {
-            write!(f, "{} bytes", self.0)
+        for (unit, size) in [("GiB", GIB), ("MiB", GIB / 1024.0), ("KiB", 1024.0)] {
+            if b >= size {
+                return write!(f, "{:.2} {unit}", b / size);
+            }
         }
+        write!(f, "{} bytes", self.0)
     }
 }
 
