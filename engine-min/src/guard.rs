@@ -6,14 +6,15 @@
 //! The watch ([`Probe::watch`]) is one scan of the logits a step returns plus, in every layer,
 //! of the attention output, the SwiGLU output and the residual stream — the activations that
 //! are not a norm's output. Checking the logits alone would not do: the int8 kernels quantize
-//! each matmul's activations to 8 bits, and hetero-sme's quantizer takes a block's scale from
-//! the largest magnitude with a NaN-ignoring `max` and turns a NaN element into 0, so a NaN
-//! born inside a layer can leave it as finite garbage, and a residual stream that is all NaN
-//! reaches the output head as all-zero activations: finite, all-equal logits, token 0, empty
-//! text. The watched activations are the inputs of the matmuls that do not follow a norm
-//! (`attn_output`, `ffn_down`) and the stream every layer adds into, so whatever a layer
-//! produces is seen before a quantizer can hide it. Their cost is about 2.7 k floats per
-//! token per layer of SmolLM2 beside the 49 k logits, one vectorized pass each.
+//! each matmul's activations to 8 bits, and hetero-sme's quantizer takes a block's scale with
+//! a `max` that can skip a NaN and then maps a NaN element to an integer (0 in the portable
+//! definition, −127 on AVX-512), so a NaN born inside a layer can leave it as finite garbage,
+//! and a residual stream that is all NaN can reach the output head as all-zero activations:
+//! finite, all-equal logits, token 0, empty text. The watched activations are the inputs of
+//! the matmuls that do not follow a norm (`attn_output`, `ffn_down`) and the stream every
+//! layer adds into, so whatever a layer produces is seen before a quantizer can hide it. On
+//! SmolLM2 that is 2,688 floats per token per layer beside the 49,152 logits: about 20 µs per
+//! decode token on the 2-core dev VM, 0.1% of a decode step there.
 
 use std::fmt;
 
@@ -138,12 +139,20 @@ impl fmt::Display for NonFinite {
 impl std::error::Error for NonFinite {}
 
 /// The first NaN or infinity of `x` (index and value). One branch-free pass decides whether
-/// there is any (it vectorizes); only then is the position searched.
+/// there is any (16 independent lanes, so it vectorizes); only then is the position searched.
 pub fn first_non_finite(x: &[f32]) -> Option<(usize, f32)> {
-    // |v| as bits: at least the all-ones exponent exactly for infinities and NaNs.
+    // |v| as bits is at least the all-ones exponent exactly for infinities and NaNs.
     const EXP: u32 = 0x7f80_0000;
-    let worst = x.iter().fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
-    if worst < EXP {
+    let abs = |v: &f32| v.to_bits() & 0x7fff_ffff;
+    let mut lanes = [0u32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (m, v) in lanes.iter_mut().zip(c) {
+            *m = (*m).max(abs(v));
+        }
+    }
+    let worst = chunks.remainder().iter().map(abs).chain(lanes).max();
+    if worst.unwrap_or(0) < EXP {
         return None;
     }
     x.iter().position(|v| !v.is_finite()).map(|i| (i, x[i]))
