@@ -13,8 +13,9 @@
 //! finite, all-equal logits, token 0, empty text. The watched activations are the inputs of
 //! the matmuls that do not follow a norm (`attn_output`, `ffn_down`) and the stream every
 //! layer adds into, so whatever a layer produces is seen before a quantizer can hide it. On
-//! SmolLM2 that is 2,688 floats per token per layer beside the 49,152 logits: about 20 µs per
-//! decode token on the 2-core dev VM, 0.1% of a decode step there.
+//! SmolLM2 that is 2,688 floats per token per layer beside the 49,152 logits: 20–23 µs per
+//! decode token on the 2-core dev VM, 0.08–0.23% of a decode step there
+//! (`examples/guard_cost.rs`).
 
 use std::fmt;
 

@@ -132,11 +132,11 @@ impl Table {
         let mut command: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         command.push("engine-min".into());
         command.extend(args.iter().map(|a| {
-            let s = a.to_string_lossy();
+            let s = self.short(&a.to_string_lossy());
             match s.len() {
-                n if n > 40 => format!("<{n} bytes>"),
+                n if n > 60 => format!("<{n} bytes>"),
                 _ if s.contains(' ') || s.is_empty() => format!("\"{s}\""),
-                _ => s.into_owned(),
+                _ => s,
             }
         }));
         let message = match o.end {
@@ -166,7 +166,7 @@ impl Table {
         );
         self.rows.push([
             input.to_string(),
-            self.short(&command.join(" ")),
+            command.join(" "),
             format!("{}", o.end),
             self.short(&message),
         ]);
@@ -177,11 +177,12 @@ impl Table {
         let Some(path) = std::env::var_os("ENGINE_MIN_BAD_INPUT_TABLE") else {
             return;
         };
-        let cell = |s: &str| s.replace('|', "\\|").replace('`', "'");
+        let cell = |s: &str| s.replace('|', "\\|");
         let mut md = String::from("| input | command | exit | message |\n|---|---|---|---|\n");
         for [input, cmd, end, msg] in &self.rows {
             md += &format!(
-                "| {input} | `{}` | {end} | ``{}`` |\n",
+                "| {} | `{}` | {end} | ``{}`` |\n",
+                cell(input),
                 cell(cmd),
                 cell(msg)
             );
