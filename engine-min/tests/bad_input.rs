@@ -647,6 +647,53 @@ fn every_hostile_input_ends_in_a_clear_error() {
         &[],
     );
     expect(&o, code(1), &["it is a directory"]);
+    // Every other subcommand that loads a model takes --no-mmap too (and reads through it).
+    // (The profile and the workload written above are read before the model.)
+    let (text, prof, work) = (
+        t.file("text.txt", b"some text"),
+        t.path("hand.json"),
+        t.path("agents.json"),
+    );
+    for args in [
+        &["bench", "--model", "DIR", "--no-mmap"][..],
+        &[
+            "perplexity",
+            "--model",
+            "DIR",
+            "--no-mmap",
+            "--file",
+            "TEXT",
+        ],
+        &["plan", "--profile", "PROF", "--model", "DIR", "--no-mmap"],
+        &[
+            "agents",
+            "run",
+            "--workload",
+            "WORK",
+            "--model",
+            "DIR",
+            "--no-mmap",
+        ],
+    ] {
+        let args: Vec<&OsStr> = args
+            .iter()
+            .map(|a| match *a {
+                "DIR" => dir.as_os_str(),
+                "TEXT" => text.as_os_str(),
+                "PROF" => prof.as_os_str(),
+                "WORK" => work.as_os_str(),
+                a => os(a),
+            })
+            .collect();
+        let o = t.run("--no-mmap", &args, &[]);
+        t.rows.pop();
+        assert_eq!(o.end, code(1), "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("it is a directory"),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
 
     // --- Threads the system refuses: a 1 TiB minimum stack makes every Rust thread spawn fail.
     let no_threads = [("RUST_MIN_STACK", "1099511627776")];
@@ -706,6 +753,9 @@ fn every_hostile_input_ends_in_a_clear_error() {
         let o = finish(child, Instant::now(), input);
         t.record(input, &args, &[], &o);
         assert_eq!(o.end, end, "{input}: {}", o.stderr);
+        if end == code(0) {
+            assert!(o.stdout.contains("(read into memory)"), "{}", o.stdout);
+        }
     }
 
     // --- The GGUF robustness cases, through the binary.
