@@ -6,13 +6,17 @@
 #   scripts/test.sh                 # everything, as root, on Debian 12 with the Rust toolchain
 #   scripts/test.sh host loom       # only the named stages (setup always runs first)
 #
-# Stages: fmt clippy host loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1 opencl qnn model demo
+# Stages: fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
+#         aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo
+# (`*-release`: the same tests in the plain `release` profile users build with, whose code
+# generation differs from `ci`'s: register allocation around `asm!` blocks, for one.)
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-ALL_STAGES=(fmt clippy host loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1 opencl qnn model demo)
+ALL_STAGES=(fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
+  aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo)
 WANT=("$@")
 [[ ${#WANT[@]} -eq 0 ]] && WANT=("${ALL_STAGES[@]}")
 for w in "${WANT[@]}"; do
@@ -35,10 +39,10 @@ export CARGO_TERM_COLOR=never
 export REQUIRE_ALL=sme-emu,opencl,qnn,model
 AARCH64=aarch64-unknown-linux-gnu
 # Debian's rustc builds the aarch64 side (rustup cannot add targets here): its own target dir.
-aarch64_test() { # RUNNER REQUIRE
-  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$1" HETERO_REQUIRE="$2" \
+aarch64_test() { # PROFILE RUNNER REQUIRE
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$2" HETERO_REQUIRE="$3" \
     RUSTC="$RUSTC_AARCH64" RUSTDOC="$RUSTDOC_AARCH64" \
-    cargo test --profile ci --target "$AARCH64" --target-dir target/aarch64-emu \
+    cargo test --profile "$1" --target "$AARCH64" --target-dir target/aarch64-emu \
       -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
@@ -52,12 +56,17 @@ run_stage() { # NAME
                 -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests ;;
     host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci --workspace \
             --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
+    host-release) HETERO_REQUIRE=$REQUIRE_ALL cargo test --release --workspace \
+            --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
     loom) RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
             cargo test --release --target-dir target/loom \
               -p hetero-sync -p hetero-uma -p hetero-sme --test loom ;;
-    aarch64-sme2-512) aarch64_test "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
-    aarch64-sme2-256) aarch64_test "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
-    aarch64-sme1) aarch64_test "$QEMU_SME1 -cpu max,sme512=on" sme1-emu ;;
+    aarch64-sme2-512) aarch64_test ci "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
+    aarch64-sme2-256) aarch64_test ci "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
+    aarch64-sme1) aarch64_test ci "$QEMU_SME1 -cpu max,sme512=on" sme1-emu ;;
+    aarch64-sme2-512-release) aarch64_test release "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
+    aarch64-sme2-256-release) aarch64_test release "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
+    aarch64-sme1-release) aarch64_test release "$QEMU_SME1 -cpu max,sme512=on" sme1-emu ;;
     opencl) HETERO_REQUIRE=opencl cargo test --profile ci -p hetero-opencl-kernels ;;
     qnn) HETERO_REQUIRE=qnn cargo test --profile ci -p qnn-sys ;;
     model) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci -p engine-min ;;

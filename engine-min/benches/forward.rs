@@ -12,7 +12,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool;
 
 fn setup() -> Option<(Engine, Vec<u32>)> {
     let Ok(path) = std::env::var("HETERO_MODEL") else {
@@ -31,7 +31,7 @@ fn setup() -> Option<(Engine, Vec<u32>)> {
         ids.extend(model.tokenizer.encode(text, false));
     }
     ids.truncate(128);
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(ThreadPool::new(threads).expect("pool"));
     let kernel = CpuKernel::best();
     eprintln!("forward bench: {threads} thread(s), kernel {kernel:?}");
     let exec = engine_min::compose::cpu_executor(&model, pool, kernel, 128).expect("executor");

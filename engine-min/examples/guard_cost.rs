@@ -13,7 +13,7 @@ use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::guard::first_non_finite;
 use engine_min::model::Model;
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = Arc::new(Model::load(&path)?);
     let c = &model.config;
     let exec =
-        engine_min::compose::cpu_executor(&model, Arc::new(Pool::new(2)), CpuKernel::best(), 128)?;
+        engine_min::compose::cpu_executor(&model, Arc::new(Pool::new(2)?), CpuKernel::best(), 128)?;
     let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 512 })?;
     let mut logits = vec![0f32; c.vocab];
     let watched = vec![0.5f32; c.n_layer * (2 * c.d_model + c.d_ff)];

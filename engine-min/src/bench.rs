@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, HostTimes};
 
 /// Throughput of repeated runs (tokens per second, one entry per repetition).
 #[derive(Clone, Debug, Default)]
@@ -26,6 +26,73 @@ pub fn median(v: &[f64]) -> f64 {
         n if n % 2 == 1 => s[n / 2],
         n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
+}
+
+/// Where the time of one phase went.
+#[derive(Clone, Debug, Default)]
+pub struct PhaseBreakdown {
+    /// Tokens processed.
+    pub tokens: usize,
+    /// Forward calls (each runs every layer once).
+    pub steps: usize,
+    /// Wall time of the phase.
+    pub wall: Duration,
+    /// Matmul time per weight shape `((k, n), time, calls)`.
+    pub matmuls: Vec<((usize, usize), Duration, u64)>,
+    /// Host op times.
+    pub host: HostTimes,
+    /// Matmul time in all.
+    pub matmul: Duration,
+}
+
+/// Runs one `pp` forward and `tg` one-token forwards (from empty caches) with the engine's
+/// clocks on and returns where each phase's time went.
+pub fn breakdown(
+    engine: &mut Engine,
+    pp: usize,
+    tg: usize,
+    seed: u64,
+) -> Result<(PhaseBreakdown, PhaseBreakdown), EngineError> {
+    let vocab = engine.model().config.vocab as u64;
+    let mut state = seed | 1;
+    let mut next_token = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as u32
+    };
+    let mut logits = vec![0f32; engine.model().config.vocab];
+    let mut phase =
+        |engine: &mut Engine, steps: &[Vec<u32>]| -> Result<PhaseBreakdown, EngineError> {
+            engine.reset();
+            engine.reset_timings();
+            let t0 = Instant::now();
+            for s in steps {
+                engine.forward(s, &mut logits)?;
+            }
+            let t = engine.timings().clone();
+            Ok(PhaseBreakdown {
+                tokens: steps.iter().map(Vec::len).sum(),
+                steps: steps.len(),
+                wall: t0.elapsed(),
+                matmuls: engine.executor().shape_times(),
+                host: t.host,
+                matmul: t.matmul,
+            })
+        };
+    let prompt: Vec<Vec<u32>> = vec![(0..pp).map(|_| next_token()).collect()];
+    let pp_b = if pp > 0 {
+        phase(engine, &prompt)?
+    } else {
+        PhaseBreakdown::default()
+    };
+    let gen: Vec<Vec<u32>> = (0..tg).map(|_| vec![next_token()]).collect();
+    let tg_b = if tg > 0 {
+        phase(engine, &gen)?
+    } else {
+        PhaseBreakdown::default()
+    };
+    Ok((pp_b, tg_b))
 }
 
 /// Runs `reps` repetitions of `pp` then `tg` (after one untimed warm-up of each) and returns

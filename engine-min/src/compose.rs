@@ -14,7 +14,7 @@ use crate::backend::npu::{NpuBackend, NpuError, NpuOptions};
 use crate::backend::{BackendError, CpuBackend, CpuKernel};
 use crate::exec::{Backends, Executor};
 use crate::model::Model;
-use crate::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 /// A `--plan` value.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -217,7 +217,7 @@ pub fn model_shapes(model: &Model) -> Vec<(u32, u32)> {
 /// Builds the executor for `model` under `opts`.
 pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, ComposeError> {
     let mut notes = Vec::new();
-    let pool = Arc::new(Pool::new(opts.threads.max(1)));
+    let pool = Arc::new(Pool::new(opts.threads.max(1)).map_err(BackendError::from)?);
     let cpu = CpuBackend::new(pool, opts.kernel);
     let (mut profile, want_gpu, want_npu) = match (opts.plan, &opts.profile) {
         (PlanChoice::Auto, None) => return Err(ComposeError::NoProfile),

@@ -16,7 +16,7 @@ use crate::layer::{output_weight, Clock, KvCache, Rows, Work};
 use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
 
-pub use crate::layer::{matmul_weights, rmsnorm};
+pub use crate::layer::{matmul_weights, rmsnorm, HostOp, HostTimes};
 
 /// Why a forward pass failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,10 +94,10 @@ impl From<hetero_uma::UmaError> for EngineError {
 /// Time spent, by where it was spent.
 #[derive(Clone, Debug, Default)]
 pub struct Timings {
-    /// Matmuls (all processors; [`Executor::times`] splits them by kind).
+    /// Matmuls (all processors; [`Executor::times`] splits them by kind and by shape).
     pub matmul: Duration,
-    /// Host ops on the CPU pool (norms, RoPE, attention, SwiGLU, embedding).
-    pub host: Duration,
+    /// Host ops on the CPU pool (norms, RoPE, attention, SwiGLU, embedding), per op.
+    pub host: HostTimes,
 }
 
 /// Engine settings.
@@ -219,7 +219,7 @@ impl Engine {
     /// Clears the timings (and the executor's).
     pub fn reset_timings(&mut self) {
         self.timings = Timings::default();
-        self.exec.times().reset();
+        self.exec.reset_times();
     }
 
     /// Appends `tokens` to the sequence and writes logits: for the last token when
@@ -345,7 +345,7 @@ impl Engine {
         for (t, &tok) in tokens.iter().enumerate() {
             self.work.embed(&model, s, t, tok)?;
         }
-        self.timings.host += t0.elapsed();
+        self.timings.host.add(HostOp::Embed, t0.elapsed());
         if self
             .work
             .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
@@ -387,7 +387,7 @@ impl Engine {
                 &mut up.f32s_mut(hh)?[..rows_out * d],
             );
         }
-        self.timings.host += t0.elapsed();
+        self.timings.host.add(HostOp::Norm, t0.elapsed());
         let out_rows = Contiguous {
             pos0: rows.pos0 + first,
         };

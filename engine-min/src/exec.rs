@@ -178,9 +178,17 @@ impl Prepared {
     }
 }
 
+/// Matmul time and count per weight shape, in the plan table's shape order.
+#[derive(Debug, Default)]
+struct ShapeTimes {
+    ns: Vec<AtomicU64>,
+    calls: Vec<AtomicU64>,
+}
+
 /// Runs a model's matmuls by a [`PlanTable`].
 pub struct Executor {
     table: PlanTable,
+    shape_times: ShapeTimes,
     /// Per planned shape (the table's order), the execution at `m = 1..=max_m`.
     execs: Vec<((usize, usize), Vec<Exec>)>,
     weights: Vec<Prepared>,
@@ -343,7 +351,12 @@ impl Executor {
         let spawn = |name: &str| Helper::spawn(name).map_err(|e| BackendError::Spawn(e.kind()));
         let gpu_helper = gpu.as_ref().map(|_| spawn("engine-min-gpu")).transpose()?;
         let npu_helper = npu.as_ref().map(|_| spawn("engine-min-npu")).transpose()?;
+        let n_shapes = execs.len();
         Ok(Executor {
+            shape_times: ShapeTimes {
+                ns: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
+                calls: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
+            },
             table,
             execs,
             weights: prepared,
@@ -389,6 +402,15 @@ impl Executor {
         &self.times
     }
 
+    /// Sets the matmul times (per kind and per shape) to zero.
+    pub fn reset_times(&self) {
+        self.times.reset();
+        for (a, b) in self.shape_times.ns.iter().zip(&self.shape_times.calls) {
+            a.store(0, Ordering::Relaxed);
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Names of the processors open, e.g. `cpu, gpu (NVIDIA H200)`.
     pub fn backend_names(&self) -> String {
         let mut v = vec![self.cpu.name().to_owned()];
@@ -399,11 +421,33 @@ impl Executor {
 
     /// How a matmul of weight shape `(k, n)` on `m` rows runs.
     pub fn exec(&self, k: usize, n: usize, m: usize) -> Result<&Exec, BackendError> {
+        self.exec_at(k, n, m).map(|x| x.1)
+    }
+
+    /// [`Executor::exec`] and the shape's index.
+    fn exec_at(&self, k: usize, n: usize, m: usize) -> Result<(usize, &Exec), BackendError> {
         self.execs
             .iter()
-            .find(|e| e.0 == (k, n))
-            .and_then(|e| e.1.get(m.checked_sub(1)?))
+            .enumerate()
+            .find(|e| e.1 .0 == (k, n))
+            .and_then(|(i, e)| Some((i, e.1.get(m.checked_sub(1)?)?)))
             .ok_or(BackendError::NoPlan { k, n, m })
+    }
+
+    /// `((k, n), time, calls)` of every weight shape that ran.
+    pub fn shape_times(&self) -> Vec<((usize, usize), std::time::Duration, u64)> {
+        self.execs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (
+                    e.0,
+                    std::time::Duration::from_nanos(self.shape_times.ns[i].load(Ordering::Relaxed)),
+                    self.shape_times.calls[i].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|x| x.2 > 0)
+            .collect()
     }
 
     fn backend(&self, who: Pb) -> Result<&dyn Backend, BackendError> {
@@ -435,12 +479,15 @@ impl Executor {
         if m == 0 {
             return Ok(());
         }
-        let ex = self.exec(k, n, m)?;
+        let (si, ex) = self.exec_at(k, n, m)?;
         let t0 = Instant::now();
         let r = self.run(p, ex, x, m, uma, out);
+        let ns = t0.elapsed().as_nanos() as u64;
         let i = ex.kind.index();
-        self.times.ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.times.ns[i].fetch_add(ns, Ordering::Relaxed);
         self.times.calls[i].fetch_add(1, Ordering::Relaxed);
+        self.shape_times.ns[si].fetch_add(ns, Ordering::Relaxed);
+        self.shape_times.calls[si].fetch_add(1, Ordering::Relaxed);
         r
     }
 

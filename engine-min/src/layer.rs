@@ -17,7 +17,7 @@ use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
 use crate::guard::{LayerOp, Probe, Site};
 use crate::model::{Config, Model};
-use crate::pool::{Pool, SharedMut};
+use hetero_sme::ThreadPool as Pool;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -44,24 +44,86 @@ pub(crate) trait Rows: Sync {
     fn seq(&self, t: usize) -> usize;
 }
 
+/// The host ops of a step (everything but the matmuls), for the time breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostOp {
+    /// Token embedding lookup.
+    Embed,
+    /// RMSNorms (attention, FFN, output).
+    Norm,
+    /// RoPE on q and k, and the KV-cache append.
+    RopeKv,
+    /// Causal attention over the cache.
+    Attention,
+    /// SwiGLU.
+    Swiglu,
+    /// Residual adds.
+    Residual,
+}
+
+impl HostOp {
+    /// Every host op, in [`HostTimes`] order.
+    pub const ALL: [HostOp; 6] = [
+        HostOp::Embed,
+        HostOp::Norm,
+        HostOp::RopeKv,
+        HostOp::Attention,
+        HostOp::Swiglu,
+        HostOp::Residual,
+    ];
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostOp::Embed => "embed",
+            HostOp::Norm => "rmsnorm",
+            HostOp::RopeKv => "rope+kv",
+            HostOp::Attention => "attention",
+            HostOp::Swiglu => "swiglu",
+            HostOp::Residual => "residual",
+        }
+    }
+}
+
+/// Host time per [`HostOp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostTimes(pub [Duration; 6]);
+
+impl HostTimes {
+    /// All host ops together.
+    pub fn total(&self) -> Duration {
+        self.0.iter().sum()
+    }
+
+    /// The time of one op.
+    pub fn get(&self, op: HostOp) -> Duration {
+        self.0[op as usize]
+    }
+
+    /// Adds `d` to `op`.
+    pub fn add(&mut self, op: HostOp, d: Duration) {
+        self.0[op as usize] += d;
+    }
+}
+
 /// Where time goes; `None` fields are not measured (and no clock is read for them).
 #[derive(Default)]
 pub(crate) struct Clock<'a> {
     /// Host ops (norms, RoPE, attention, SwiGLU, residuals, embedding).
-    pub(crate) host: Option<&'a mut Duration>,
+    pub(crate) host: Option<&'a mut HostTimes>,
     /// Matmuls.
     pub(crate) matmul: Option<&'a mut Duration>,
 }
 
 impl Clock<'_> {
-    fn start(&self) -> Option<Instant> {
+    pub(crate) fn start(&self) -> Option<Instant> {
         (self.host.is_some() || self.matmul.is_some()).then(Instant::now)
     }
 
-    /// Adds the time since `t0` to the host time.
-    pub(crate) fn host(&mut self, t0: Option<Instant>) {
+    /// Adds the time since `t0` to host op `op`.
+    pub(crate) fn host(&mut self, t0: Option<Instant>, op: HostOp) {
         if let (Some(h), Some(t0)) = (self.host.as_deref_mut(), t0) {
-            *h += t0.elapsed();
+            h.add(op, t0.elapsed());
         }
     }
 
@@ -169,9 +231,12 @@ impl Work {
         Ok(())
     }
 
-    /// `out = rmsnorm(in) * w` over `m` rows of `n`.
+    /// `out = rmsnorm(in) * w` over `m` rows of `n` (rows spread over the pool when there are
+    /// several: a prompt chunk's norms are as wide as its matmuls).
+    #[allow(clippy::too_many_arguments)]
     fn norm(
         &self,
+        pool: &Pool,
         s: &mut StepSlots,
         from: Buf,
         to: Buf,
@@ -181,13 +246,17 @@ impl Work {
     ) -> Result<(), BackendError> {
         let n = w.len();
         let (a, b) = s.pair(from, to);
-        let pool = self.acts.pool();
-        rmsnorm(
-            &pool.f32s(a)?[..m * n],
-            w,
-            eps,
-            &mut pool.f32s_mut(b)?[..m * n],
-        );
+        let up = self.acts.pool();
+        let (x, o) = (&up.f32s(a)?[..m * n], &mut up.f32s_mut(b)?[..m * n]);
+        if m < PAR_ROWS {
+            rmsnorm(x, w, eps, o);
+            return Ok(());
+        }
+        let rows = rows_per_task(m, pool.threads());
+        pool.run_chunks_mut(o, rows * n, &|t, _, o: &mut [f32]| {
+            let r0 = t * rows * n;
+            rmsnorm(&x[r0..r0 + o.len()], w, eps, o);
+        })?;
         Ok(())
     }
 
@@ -258,8 +327,8 @@ impl Work {
                 };
             }
             let t0 = clock.start();
-            self.norm(s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
-            clock.host(t0);
+            self.norm(pool, s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
+            clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, AttnNorm);
             self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
             checked!(Buf::Q, d, AttnQ);
@@ -290,18 +359,20 @@ impl Work {
                     cache.v[at..at + kv].copy_from_slice(&v[t * kv..(t + 1) * kv]);
                 }
             }
+            clock.host(t0, HostOp::RopeKv);
+            let t0 = clock.start();
             self.attention(c, pool, s, caches, rows, l, m)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Attention);
             checked!(Buf::Att, d, Attention);
             self.matmul(exec, clock, s, weight(l, Op::O), Buf::Att, m, Buf::Tmp)?;
             checked!(Buf::Tmp, d, AttnOutput);
             let t0 = clock.start();
             self.residual(s, m, d)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Residual);
             checked!(Buf::X, d, AttnResidual);
             let t0 = clock.start();
-            self.norm(s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
-            clock.host(t0);
+            self.norm(pool, s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
+            clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, FfnNorm);
             self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
             checked!(Buf::G, c.d_ff, FfnGate);
@@ -312,17 +383,25 @@ impl Work {
                 let up = self.acts.pool();
                 let (uh, gh) = s.pair(Buf::U, Buf::G);
                 let u = &up.f32s(uh)?[..m * c.d_ff];
-                for (g, u) in up.f32s_mut(gh)?[..m * c.d_ff].iter_mut().zip(u) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
+                let g = &mut up.f32s_mut(gh)?[..m * c.d_ff];
+                if m < PAR_ROWS {
+                    swiglu(g, u);
+                } else {
+                    let rows = rows_per_task(m, pool.threads());
+                    let ff = c.d_ff;
+                    pool.run_chunks_mut(g, rows * ff, &|t, _, g: &mut [f32]| {
+                        let r0 = t * rows * ff;
+                        swiglu(g, &u[r0..r0 + g.len()]);
+                    })?;
                 }
             }
-            clock.host(t0);
+            clock.host(t0, HostOp::Swiglu);
             checked!(Buf::G, c.d_ff, Swiglu);
             self.matmul(exec, clock, s, weight(l, Op::Down), Buf::G, m, Buf::Tmp)?;
             checked!(Buf::Tmp, d, FfnDown);
             let t0 = clock.start();
             self.residual(s, m, d)?;
-            clock.host(t0);
+            clock.host(t0, HostOp::Residual);
             checked!(Buf::X, d, FfnResidual);
         }
         Ok(())
@@ -370,9 +449,9 @@ impl Work {
         let up = self.acts.pool();
         let (qh, ah) = s.pair(Buf::Q, Buf::Att);
         let q = up.f32s(qh)?;
-        let att = SharedMut::new(&mut up.f32s_mut(ah)?[..m * d]);
-        let scores = SharedMut::new(&mut self.scores[..]);
-        let task = |task: usize, thread: usize| {
+        // Task t·nh + h writes chunk (t, h) of `att` (d = nh·hd, checked at model load) and
+        // scores into its thread's row of `scores` (the pool runs one task per thread at once).
+        let task = |task: usize, _thread: usize, o: &mut [f32], scores: &mut [f32]| {
             let (t, h) = (task / nh, task % nh);
             let p = rows.pos(t);
             let cache = &caches[rows.seq(t)];
@@ -380,9 +459,7 @@ impl Work {
             let vc = &cache.v[l * ctx * kv..(l + 1) * ctx * kv];
             let kvh = h / group;
             let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-            // SAFETY: the pool runs one task at a time per thread index, so the per-thread
-            // score rows `[thread * ctx, thread * ctx + p + 1)` (p < ctx) never overlap.
-            let s = unsafe { scores.slice(thread * ctx, p + 1) };
+            let s = &mut scores[..p + 1];
             let mut max = f32::NEG_INFINITY;
             for (j, sj) in s.iter_mut().enumerate() {
                 let kj = &kc[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
@@ -394,9 +471,6 @@ impl Work {
                 *sj = (*sj - max).exp();
                 sum += *sj;
             }
-            // SAFETY: each task writes only its own (row, head) slice of `att`; tasks have
-            // distinct (t, h), so the slices are disjoint.
-            let o = unsafe { att.slice(t * d + h * hd, hd) };
             o.fill(0.0);
             let inv = 1.0 / sum;
             for (j, &sj) in s.iter().enumerate() {
@@ -407,8 +481,25 @@ impl Work {
                 }
             }
         };
-        pool.run(m * nh, &task);
+        let att = &mut up.f32s_mut(ah)?[..m * d];
+        pool.run_chunks_mut_with_scratch(att, hd, &mut self.scores, ctx, &task)?;
         Ok(())
+    }
+}
+
+/// From this many rows on, the row-wise host ops (norms, SwiGLU) spread over the pool: below
+/// it (decode) a pool job would cost more than the op.
+const PAR_ROWS: usize = 4;
+
+/// Rows per task so every thread gets about two tasks (work stealing evens out the rest).
+fn rows_per_task(m: usize, threads: usize) -> usize {
+    m.div_ceil(2 * threads.max(1)).max(1)
+}
+
+/// `g = silu(g) * u`, element by element.
+fn swiglu(g: &mut [f32], u: &[f32]) {
+    for (g, u) in g.iter_mut().zip(u) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
     }
 }
 

@@ -17,7 +17,6 @@ pub mod limits;
 pub mod model;
 pub mod perplexity;
 pub mod planning;
-pub mod pool;
 pub mod quant;
 pub mod reference;
 pub mod sample;

@@ -14,7 +14,7 @@ use hetero_partition::{
 
 use crate::backend::{Backend, CpuBackend, CpuKernel};
 use crate::model::{Config, Model};
-use crate::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 /// Sequence lengths (activation rows) profiled: decode, speculative drafts and prefill chunks.
 pub const STANDARD_M: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -40,7 +40,7 @@ pub fn measure_cpu(
     reps: usize,
     progress: impl FnMut(usize, usize, &str),
 ) -> Result<BackendProfile, String> {
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(Pool::new(threads).map_err(|e| e.to_string())?);
     let mut be = CpuBackend::new(Arc::clone(&pool), CpuKernel::best());
     let points = measure(model, &mut be, "cpu", &STANDARD_M, reps, progress)?;
     Ok(BackendProfile {
@@ -51,6 +51,7 @@ pub fn measure_cpu(
         bandwidth_gbps: Some(measure_bandwidth_gbps()),
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -93,6 +94,7 @@ pub fn measure_gpu(
         bandwidth_gbps: None,
         standard_m: Vec::new(),
         graph_prepare_us: None,
+        ..BackendProfile::default()
     })
 }
 
@@ -108,12 +110,9 @@ pub const NPU_M: [u32; 2] = [32, 128];
 /// inside the measured times.
 pub fn measure_npu(
     model: &Model,
-    threads: usize,
     reps: usize,
     progress: impl FnMut(usize, usize, &str),
 ) -> Result<BackendProfile, String> {
-    let pool = Arc::new(Pool::new(threads));
-    drop(pool);
     let opts = crate::backend::npu::NpuOptions {
         seq: NPU_M[0] as usize,
         extra_seqs: [NPU_M[1] as usize, 0, 0],
@@ -138,6 +137,7 @@ pub fn measure_npu(
         bandwidth_gbps: None,
         standard_m: NPU_M.to_vec(),
         graph_prepare_us: Some(stats.prepare_time().as_secs_f64() * 1e6 / graphs as f64),
+        ..BackendProfile::default()
     })
 }
 
@@ -232,6 +232,7 @@ pub fn profile(device: &str, backends: Vec<BackendProfile>) -> Profile {
     Profile {
         device: device.into(),
         backends,
+        ..Profile::default()
     }
 }
 

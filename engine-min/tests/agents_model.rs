@@ -12,7 +12,7 @@ use engine_min::batch::{BatchEngine, BatchOptions, Logits, SeqTokens};
 use engine_min::compose::cpu_executor;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool;
 
 fn model() -> Option<Arc<Model>> {
     let probe = std::env::var("HETERO_MODEL")
@@ -30,7 +30,7 @@ fn batched_rows_are_batch_invariant() {
     let tok = &m.tokenizer;
     let a = tok.encode_prompt("The capital of France is");
     let b = tok.encode_prompt("def add(a, b):\n    return a + b\n\ndef mul(a, b):");
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(ThreadPool::new(2).expect("pool"));
     for kernel in CpuKernel::available() {
         let exec = cpu_executor(&m, Arc::clone(&pool), kernel, 64).unwrap();
         let opts = BatchOptions {

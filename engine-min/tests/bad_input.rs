@@ -711,13 +711,11 @@ fn every_hostile_input_ends_in_a_clear_error() {
         &run_args(&model, PROMPT, &["--threads", "2"]),
         &no_threads,
     );
-    // The pool (`engine_min::pool::Pool::new`) still panics until it moves to hetero-sme's
-    // ThreadPool (typed spawn errors); then this is exit 1 with a message.
-    match o.end {
-        End::Code(1) => assert!(o.stderr.contains("thread"), "{}", o.stderr),
-        End::Code(101) => assert!(o.stderr.contains("failed to spawn thread"), "{}", o.stderr),
-        other => panic!("{other}: {}", o.stderr),
-    }
+    expect(
+        &o,
+        code(1),
+        &["thread pool: could not start worker thread 1 of a 2-thread pool"],
+    );
 
     // --- The model file truncated while the program runs.
     for (input, extra, end) in [

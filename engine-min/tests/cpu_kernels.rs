@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use engine_min::backend::{Backend, CpuBackend, CpuKernel, WeightView};
 use engine_min::gguf::GgmlType;
-use engine_min::pool::Pool;
 use engine_min::reference::dequantize_bytes;
 use engine_min::sample::{argmax, Sampler, SamplerOptions};
 use half::{bf16, f16};
+use hetero_sme::ThreadPool as Pool;
 use rand::{Rng, SeedableRng};
 
 fn random_weight(rng: &mut impl Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
@@ -44,7 +44,7 @@ fn random_weight(rng: &mut impl Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8
 #[test]
 fn every_kernel_matches_reference() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(Pool::new(2).expect("pool"));
     let types = [
         GgmlType::F32,
         GgmlType::F16,
@@ -121,7 +121,7 @@ fn every_kernel_matches_reference() {
 #[test]
 fn bad_weights_and_shapes_are_typed_errors() {
     use engine_min::backend::BackendError;
-    let pool = Arc::new(Pool::new(1));
+    let pool = Arc::new(Pool::new(1).expect("pool"));
     let mut be = CpuBackend::new(pool, CpuKernel::Portable);
     let data = vec![0u8; 20];
     let w = WeightView {
@@ -162,7 +162,7 @@ fn bad_weights_and_shapes_are_typed_errors() {
     assert!(matches!(be.prepare(&w3), Err(BackendError::Shape(_))));
     assert_eq!(be.prepared_count(), 1, "refused weights are not kept");
     // An id another backend handed out.
-    let mut be2 = CpuBackend::new(Arc::new(Pool::new(1)), CpuKernel::Portable);
+    let mut be2 = CpuBackend::new(Arc::new(Pool::new(1).expect("pool")), CpuKernel::Portable);
     for _ in 0..3 {
         be2.prepare(&w).expect("prepare");
     }
@@ -177,7 +177,7 @@ fn bad_weights_and_shapes_are_typed_errors() {
 fn pool_runs_every_task_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     for threads in 1..=3 {
-        let pool = Pool::new(threads);
+        let pool = Pool::new(threads).expect("pool");
         for n in [0, 1, 2, 7, 100] {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
             pool.run(n, &|t, th| {
@@ -251,7 +251,7 @@ fn block_step(row: &[f32], i: usize) -> f64 {
 fn sme_paths_equal_single_threaded_sme() {
     use hetero_sme::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock};
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let pool = Arc::new(Pool::new(3));
+    let pool = Arc::new(Pool::new(3).expect("pool"));
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         for &(n, k) in &[(1, 64), (33, 1536), (70, 576), (200, 96)] {
             let data = random_weight(&mut rng, ty, n, k);
@@ -331,7 +331,7 @@ fn sme_paths_equal_single_threaded_sme() {
 fn strided_output_equals_contiguous() {
     use hetero_uma::{Block, MatrixLayout};
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(Pool::new(2).expect("pool"));
     let uma = hetero_uma::Pool::new(hetero_uma::PoolConfig {
         slots: 1,
         slot_size: hetero_uma::round_slot_size(17 * 80 * 4).unwrap(),

@@ -8,10 +8,10 @@ use engine_min::compose::{ComposeOptions, PlanChoice};
 use engine_min::engine::{Engine, EngineError, EngineOptions};
 use engine_min::exec::Kind;
 use engine_min::model::Model;
-use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
 use hetero_partition::Backend as Pb;
+use hetero_sme::ThreadPool as Pool;
 
 mod common;
 
@@ -21,7 +21,7 @@ fn load() -> Option<Arc<Model>> {
 }
 
 fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usize) -> Engine {
-    let pool = Arc::new(Pool::new(threads));
+    let pool = Arc::new(Pool::new(threads).expect("pool"));
     let exec = engine_min::compose::cpu_executor(model, pool, kernel, max_batch).expect("exec");
     Engine::new(Arc::clone(model), exec, EngineOptions { context: 256 }).expect("engine")
 }

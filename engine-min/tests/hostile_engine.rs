@@ -13,7 +13,7 @@ use engine_min::engine::{Engine, EngineError, EngineOptions};
 use engine_min::guard::{LayerOp, NonFinite, Site};
 use engine_min::limits::{self, BudgetError, EngineSize, MemoryBudget, Processors};
 use engine_min::model::Model;
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 mod common;
 mod synth;
@@ -63,7 +63,7 @@ fn with_scale(base: &[u8], tensor: &str, bits: u16) -> Arc<Model> {
 }
 
 fn engine(model: &Arc<Model>, kernel: CpuKernel) -> Engine {
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(Pool::new(2).expect("pool"));
     let exec = cpu_executor(model, pool, kernel, 16).expect("executor");
     Engine::new(Arc::clone(model), exec, EngineOptions { context: 64 }).expect("engine")
 }
@@ -195,7 +195,7 @@ fn the_batch_engine_names_the_sequence_and_changes_no_length() {
         let name = format!("blk.{}.ffn_down.weight", base.layer);
         let model = with_scale(base.bytes, &name, synth::F16_NAN);
         let vocab = model.config.vocab;
-        let pool = Arc::new(Pool::new(2));
+        let pool = Arc::new(Pool::new(2).expect("pool"));
         let exec = cpu_executor(&model, pool, CpuKernel::best(), 16).expect("executor");
         let mut e = BatchEngine::new(
             Arc::clone(&model),
@@ -249,7 +249,7 @@ fn engines_refuse_buffers_over_the_budget_before_allocating() {
         let model = Arc::new(Model::from_bytes(&b).expect("loads"));
         let c = &model.config;
         let exec = || {
-            let pool = Arc::new(Pool::new(2));
+            let pool = Arc::new(Pool::new(2).expect("pool"));
             cpu_executor(&model, pool, CpuKernel::best(), 16).expect("executor")
         };
         let limit = MemoryBudget::with_limit(64 << 20);
@@ -354,7 +354,7 @@ fn the_budget_counts_what_the_processors_reserve() {
         Err(BudgetError::Overflow { .. })
     ));
     // A CPU executor holds no other processor.
-    let pool = Arc::new(Pool::new(1));
+    let pool = Arc::new(Pool::new(1).expect("pool"));
     let exec = cpu_executor(&model, pool, CpuKernel::Portable, 4).expect("executor");
     assert_eq!(Processors::of(&exec), Processors::default());
 }

@@ -14,10 +14,10 @@ use engine_min::engine::{Engine, EngineOptions};
 use engine_min::exec::{Backends, Executor, Kind};
 use engine_min::gguf::GgmlType;
 use engine_min::model::Model;
-use engine_min::pool::Pool;
 use engine_min::reference;
 use engine_min::sample::argmax;
 use hetero_partition::{Backend as Pb, PlanTable, Policy, Profile};
+use hetero_sme::ThreadPool as Pool;
 use rand::{Rng, SeedableRng};
 
 mod common;
@@ -123,7 +123,7 @@ fn npu_plan_matches_reference_forward() {
     let Some(path) = hetero_tests::require("model", common::model_path()) else {
         return;
     };
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(Pool::new(2).expect("pool"));
     let opts = NpuOptions {
         seq: S,
         ..NpuOptions::default()

@@ -8,7 +8,7 @@ use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::perplexity::{perplexity, PerplexityError};
-use engine_min::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 mod common;
 
@@ -53,7 +53,7 @@ fn perplexity_equals_the_reference_computed_by_hand() {
         .into_iter()
         .find(|&k| k == CpuKernel::SmeGemv)
         .unwrap_or(CpuKernel::Portable);
-    let pool = Arc::new(Pool::new(2));
+    let pool = Arc::new(Pool::new(2).expect("pool"));
     let exec = engine_min::compose::cpu_executor(&model, pool, kernel, 8).expect("exec");
     let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
     let mut logits = vec![f32::NAN; ctx * vocab];

@@ -19,8 +19,8 @@
 
 use half::f16;
 use hetero_opencl_kernels::{
-    reference, relayout_q4_0, relayout_q4_0_len, relayout_q4_t, relayout_q4_t_len, Api, Buffer,
-    Device, Kernels, Launch, RowShape, WeightFormat,
+    self as ocl, reference, relayout_q4_0, relayout_q4_0_len, relayout_q4_t, relayout_q4_t_len,
+    Api, Buffer, Device, GgmlType, Kernels, Launch, RowShape,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,21 +55,21 @@ impl Rng {
 
 /// Random but realistic weights: f16 values in +-[0.5, 1) (no NaN/denormals), block formats
 /// with random quants, small positive scales (and Q4_1 mins in +-0.1).
-fn weights(r: &mut Rng, f: WeightFormat, n: usize, k: usize) -> Vec<u8> {
-    let mut w = vec![0u8; f.matrix_bytes(n, k).unwrap()];
+fn weights(r: &mut Rng, f: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let mut w = vec![0u8; ocl::matrix_bytes(f, n, k).unwrap()];
     r.fill(&mut w);
     match f {
-        WeightFormat::F16 => {
+        GgmlType::F16 => {
             for c in w.chunks_exact_mut(2) {
                 let bits = (u16::from_le_bytes([c[0], c[1]]) & 0x83ff) | 0x3800;
                 c.copy_from_slice(&bits.to_le_bytes());
             }
         }
         _ => {
-            for b in w.chunks_exact_mut(f.block_bytes()) {
+            for b in w.chunks_exact_mut(f.block().map_or(2, |b| b.1)) {
                 let d = 0.001 + (b[0] as f32) / 255.0 * 0.05;
                 b[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-                if f == WeightFormat::Q4_1 {
+                if f == GgmlType::Q4_1 {
                     let m = ((b[2] as f32) / 255.0 - 0.5) * 0.2;
                     b[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
                 }
@@ -82,7 +82,7 @@ fn weights(r: &mut Rng, f: WeightFormat, n: usize, k: usize) -> Vec<u8> {
 /// Times `launches` rotated until at least `min_s` seconds; returns seconds per launch
 /// measured two ways: host wall clock over back-to-back launches (includes launch gaps), and
 /// the median device time of the kernels themselves (profiling events).
-fn time(dev: &Device, launches: &mut [Launch<'_>], min_s: f64) -> Res<(f64, f64)> {
+fn time(dev: &Device, launches: &mut [Launch], min_s: f64) -> Res<(f64, f64)> {
     for l in launches.iter_mut() {
         l.enqueue()?;
     }
@@ -266,7 +266,7 @@ fn main() -> Res<()> {
                        want: &[f32],
                        bound: f64,
                        by: &Buffer,
-                       ls: &mut [Launch<'_>]|
+                       ls: &mut [Launch]|
      -> Res<()> {
         by.write(&vec![f32::NAN; n])?;
         ls[0].enqueue()?;
@@ -347,14 +347,14 @@ fn main() -> Res<()> {
             kt * 1e6
         );
     }
-    let formats: &[WeightFormat] = if legacy {
-        &[WeightFormat::F16, WeightFormat::Q4_0]
+    let formats: &[GgmlType] = if legacy {
+        &[GgmlType::F16, GgmlType::Q4_0]
     } else {
         &[
-            WeightFormat::F16,
-            WeightFormat::Q4_0,
-            WeightFormat::Q4_1,
-            WeightFormat::Q8_0,
+            GgmlType::F16,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
         ]
     };
     for &(n, kk) in &shapes {
@@ -370,13 +370,13 @@ fn main() -> Res<()> {
             let want = reference::gemm(f, &w, &x, 1, n, kk)?;
             // The ceiling for this many bytes: a read-only stream of the same size (rotated
             // copies as for the GEMVs), launch costs included.
-            if f != WeightFormat::Q4_1 {
+            if f != GgmlType::Q4_1 {
                 let sb = wb / 16 * 16;
                 let srcs: Vec<Buffer> = (0..copies)
                     .map(|_| dev.alloc(sb))
                     .collect::<Result<_, _>>()?;
                 let out = dev.alloc(64)?;
-                let mut ls: Vec<Launch<'_>> = Vec::new();
+                let mut ls: Vec<Launch> = Vec::new();
                 for b in &srcs {
                     ls.push(k.stream_read(b, &out, sb, 0x9e37_79b9)?);
                 }
@@ -403,13 +403,9 @@ fn main() -> Res<()> {
                 let bufs: Vec<Buffer> = (0..copies)
                     .map(|_| dev.upload(&w))
                     .collect::<Result<_, _>>()?;
-                let per_items: &[usize] = if f == WeightFormat::F16 {
-                    &[1, 2]
-                } else {
-                    &[1]
-                };
+                let per_items: &[usize] = if f == GgmlType::F16 { &[1, 2] } else { &[1] };
                 let f16_sweep = std::env::var_os("BW_F16_SWEEP").is_some();
-                let sw: &[Option<RowShape>] = if legacy || (f == WeightFormat::F16 && f16_sweep) {
+                let sw: &[Option<RowShape>] = if legacy || (f == GgmlType::F16 && f16_sweep) {
                     &sweep
                 } else {
                     &sweep[..1]
@@ -420,7 +416,7 @@ fn main() -> Res<()> {
                     .filter(|(p, s)| *p == 1 || s.is_some())
                 {
                     let s = s.map(|s| RowShape { per_item, ..s });
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for b in &bufs {
                         ls.push(k.gemv_with(f, b, &bx, &by, n, kk, s)?);
                     }
@@ -437,7 +433,7 @@ fn main() -> Res<()> {
                 }
             }
             // T layout (Q4_0, Q4_1): the full sweep.
-            if matches!(f, WeightFormat::Q4_0 | WeightFormat::Q4_1) {
+            if matches!(f, GgmlType::Q4_0 | GgmlType::Q4_1) {
                 let (nq, nd) = relayout_q4_t_len(f, n, kk)?;
                 let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
                 relayout_q4_t(f, &w, n, kk, &mut q, &mut d)?;
@@ -446,13 +442,13 @@ fn main() -> Res<()> {
                         Ok::<_, hetero_opencl_kernels::Error>((dev.upload(&q)?, dev.upload(&d)?))
                     })
                     .collect::<Result<_, _>>()?;
-                let sw: &[Option<RowShape>] = if f == WeightFormat::Q4_0 {
+                let sw: &[Option<RowShape>] = if f == GgmlType::Q4_0 {
                     &t_sweep
                 } else {
                     &t_sweep[..t_sweep.len().min(1)]
                 };
                 for s in sw {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_t(f, bq, bd, &bx, &by, n, kk, *s)?);
                     }
@@ -462,7 +458,7 @@ fn main() -> Res<()> {
             }
             // NVIDIA-only dp4a variant on the T layout (int8 activations: NMSE bound 1e-4;
             // uniform activations quantized to 8 bits give ~1.5e-5).
-            if f == WeightFormat::Q4_0 && k.has_dp4a() {
+            if f == GgmlType::Q4_0 && k.has_dp4a() {
                 let (nq, nd) = relayout_q4_t_len(f, n, kk)?;
                 let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
                 relayout_q4_t(f, &w, n, kk, &mut q, &mut d)?;
@@ -486,7 +482,7 @@ fn main() -> Res<()> {
                     t_sweep.clone()
                 };
                 for s in sw {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_0_t_dp4a(bq, bd, &bxq, &bxs, &by, n, kk, s)?);
                     }
@@ -494,7 +490,7 @@ fn main() -> Res<()> {
                     measure(n, kk, name, bytes, &want, 1e-4, &by, &mut ls)?;
                 }
             }
-            if f == WeightFormat::Q4_0 && legacy {
+            if f == GgmlType::Q4_0 && legacy {
                 let (nq, nd) = relayout_q4_0_len(n, kk)?;
                 let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
                 relayout_q4_0(&w, n, kk, &mut q, &mut d)?;
@@ -506,7 +502,7 @@ fn main() -> Res<()> {
                 for per_item in [1, 2, 4] {
                     for s in sweep.iter().filter(|s| per_item == 1 || s.is_some()) {
                         let s = s.map(|s| RowShape { per_item, ..s });
-                        let mut ls: Vec<Launch<'_>> = Vec::new();
+                        let mut ls: Vec<Launch> = Vec::new();
                         for (bq, bd) in &bufs {
                             ls.push(k.gemv_q4_0_soa(bq, bd, &bx, &by, n, kk, s)?);
                         }
@@ -524,7 +520,7 @@ fn main() -> Res<()> {
                     })
                     .collect::<Result<_, _>>()?;
                 for s in &sweep {
-                    let mut ls: Vec<Launch<'_>> = Vec::new();
+                    let mut ls: Vec<Launch> = Vec::new();
                     for (bq, bd) in &bufs {
                         ls.push(k.gemv_q4_0_x4(bq, bd, &bx, &by, n, kk, *s)?);
                     }

@@ -74,8 +74,12 @@ pub struct DeviceInfo {
     pub local_mem_size: u64,
     /// `CL_DEVICE_GLOBAL_MEM_SIZE` in bytes.
     pub global_mem_size: u64,
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` in bytes (the largest single buffer).
+    pub max_mem_alloc_size: u64,
     /// `CL_DEVICE_HOST_UNIFIED_MEMORY` (true for integrated GPUs and CPU devices).
     pub host_unified_memory: bool,
+    /// Whether `CL_DEVICE_TYPE` says CPU (e.g. PoCL's pthread device).
+    pub is_cpu: bool,
 }
 
 impl DeviceInfo {
@@ -240,11 +244,18 @@ impl Device {
     /// Opens OpenCL the default way ([`Api::load`]) and picks platform and device from
     /// `HETERO_OPENCL_PLATFORM` / `HETERO_OPENCL_DEVICE` (default: the first of each).
     pub fn from_env() -> Result<Arc<Device>> {
+        Device::from_env_with(false)
+    }
+
+    /// [`Device::from_env`] with a profiling queue when `profiling` (a second device opened
+    /// this way has its own context and queue).
+    pub fn from_env_with(profiling: bool) -> Result<Arc<Device>> {
         let api = Arc::new(Api::load()?);
-        Device::open(
+        Device::open_with(
             api,
             Selector::from_env(PLATFORM_ENV).as_ref(),
             Selector::from_env(DEVICE_ENV).as_ref(),
+            profiling,
         )
     }
 
@@ -305,8 +316,12 @@ impl Device {
             max_work_group_size: device_scalar::<usize>(&api, d, CL_DEVICE_MAX_WORK_GROUP_SIZE)?,
             local_mem_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_LOCAL_MEM_SIZE)?,
             global_mem_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_GLOBAL_MEM_SIZE)?,
+            max_mem_alloc_size: device_scalar::<cl_ulong>(&api, d, CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             host_unified_memory: device_scalar::<cl_bool>(&api, d, CL_DEVICE_HOST_UNIFIED_MEMORY)
                 .unwrap_or(0)
+                != 0,
+            is_cpu: device_scalar::<cl_device_type>(&api, d, CL_DEVICE_TYPE).unwrap_or(0)
+                & CL_DEVICE_TYPE_CPU
                 != 0,
         };
         let mut err: cl_int = 0;
@@ -407,6 +422,33 @@ impl Device {
         })
     }
 
+    /// Allocates a buffer the host reads and writes by mapping it (`CL_MEM_ALLOC_HOST_PTR`): on
+    /// a device with host-unified memory a map is zero-copy (the pointer is the buffer's own
+    /// memory); elsewhere the driver stages it.
+    pub fn alloc_host_visible(self: &Arc<Self>, len: usize) -> Result<Buffer> {
+        if len == 0 {
+            return Err(Error::BadShape("zero-length buffer".into()));
+        }
+        let mut err = 0;
+        // SAFETY: valid context, no host pointer, nonzero size.
+        let mem = unsafe {
+            clf!(self.api, clCreateBuffer)(
+                self.context,
+                CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                len,
+                ptr::null_mut(),
+                &mut err,
+            )
+        };
+        check("clCreateBuffer", err)?;
+        Ok(Buffer {
+            device: self.clone(),
+            mem,
+            len,
+            host: None,
+        })
+    }
+
     /// Allocates a device buffer and fills it with `data`.
     pub fn upload<T: Copy>(self: &Arc<Self>, data: &[T]) -> Result<Buffer> {
         let b = self.alloc(std::mem::size_of_val(data))?;
@@ -420,7 +462,8 @@ impl Device {
     ///
     /// # Safety
     /// `ptr..ptr+len` must be valid for reads and writes, and stay allocated and unmoved for as
-    /// long as the returned buffer (and any launch bound to it) lives. While a launch that uses
+    /// long as the returned buffer, any [`Buffer::try_clone`] of it and any launch bound to it
+    /// live. While a launch that uses
     /// it may be running, the host must not access the memory except through the completion
     /// protocol (see [`crate::Flag`]) or after [`Device::finish`] / [`Buffer::sync_to_host`].
     pub unsafe fn wrap_host(self: &Arc<Self>, ptr: *mut u8, len: usize) -> Result<Buffer> {
@@ -744,15 +787,33 @@ impl std::fmt::Debug for Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(f) = self.device.api.clReleaseMemObject {
-            // SAFETY: created by this Buffer and released once. Kernels that still hold it as
-            // an argument keep their own reference (clSetKernelArg retains nothing, but the
-            // Launch borrows the Buffer, so it cannot outlive it).
+            // SAFETY: each Buffer value owns one reference to the memory object (taken by
+            // clCreateBuffer or, for a clone, by clRetainMemObject) and releases it once, here.
+            // clSetKernelArg retains nothing, so a Launch keeps clones of the buffers it binds.
             unsafe { f(self.mem) };
         }
     }
 }
 
 impl Buffer {
+    /// Another reference to the same memory object (`clRetainMemObject`), not a copy of the
+    /// data: the memory lives until the last reference is dropped. This is how a
+    /// [`crate::Launch`] owns the buffers it binds. A zero-copy buffer's host memory is not
+    /// kept alive by it (see [`Device::wrap_host`]).
+    pub fn try_clone(&self) -> Result<Buffer> {
+        // SAFETY: `mem` is a live memory object (self holds a reference); the matching release
+        // is the new value's Drop.
+        check("clRetainMemObject", unsafe {
+            clf!(self.device.api, clRetainMemObject)(self.mem)
+        })?;
+        Ok(Buffer {
+            device: self.device.clone(),
+            mem: self.mem,
+            len: self.len,
+            host: self.host,
+        })
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -52,6 +52,64 @@ pub enum Error {
     NotApplicable(&'static str),
     /// Waiting for a completion flag ran past its deadline.
     Timeout,
+    /// The GGML type is not one the kernels compute (see [`crate::COMPUTABLE`]).
+    UnsupportedFormat(hetero_sme::GgmlType),
+    /// The shared dequantizer (`hetero_sme::dequantize_row`) refused a row.
+    Dequantize(hetero_sme::Error),
+    /// The device stopped working: a command ended with an error status, or an enqueue
+    /// returned a code that means the device is gone (`CL_OUT_OF_RESOURCES`,
+    /// `CL_DEVICE_NOT_AVAILABLE`, an error in a wait list, NVIDIA's -9999). An object that saw
+    /// it refuses further work with the same error.
+    DeviceLost {
+        /// What was running or being enqueued.
+        during: &'static str,
+        /// The OpenCL status or error code.
+        code: i32,
+    },
+    /// A command did not complete within the caller's bound (a hung or lost device); the
+    /// object that waited refuses further work.
+    WaitTimeout {
+        /// What was waited for.
+        what: &'static str,
+        /// The bound, in milliseconds.
+        after_ms: u64,
+    },
+    /// The device has too little memory for what was asked; checked before anything is
+    /// uploaded. Sizes in bytes.
+    OutOfDeviceMemory {
+        /// The model's weights as uploaded.
+        weights: u64,
+        /// The KV cache for the asked context.
+        kv_cache: u64,
+        /// Activations, readback and tables.
+        scratch: u64,
+        /// What the device offers (`CL_DEVICE_GLOBAL_MEM_SIZE`, or a smaller budget given).
+        available: u64,
+    },
+    /// One buffer would exceed the device's largest allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`).
+    AllocTooLarge {
+        /// Which buffer.
+        what: String,
+        /// Its size in bytes.
+        bytes: u64,
+        /// The device's largest allocation in bytes.
+        max_alloc: u64,
+    },
+}
+
+impl Error {
+    /// The error an enqueue call's `code` means: [`Error::DeviceLost`] for the codes that say
+    /// the device is gone, [`Error::Cl`] otherwise.
+    pub fn from_enqueue(call: &'static str, code: i32) -> Error {
+        // -2 CL_DEVICE_NOT_AVAILABLE, -5 CL_OUT_OF_RESOURCES (what NVIDIA's driver returns
+        // after a kernel fault), -14 CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, -9999
+        // (NVIDIA: illegal memory access in an earlier kernel).
+        if matches!(code, -2 | -5 | -14 | -9999) {
+            Error::DeviceLost { during: call, code }
+        } else {
+            Error::Cl { call, code }
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -81,7 +139,51 @@ impl fmt::Display for Error {
             ),
             Error::NotApplicable(s) => write!(f, "not applicable: {s}"),
             Error::Timeout => write!(f, "timed out waiting for a completion flag"),
+            Error::UnsupportedFormat(t) => {
+                write!(f, "the OpenCL kernels do not compute {t} weights (F16, Q4_0, Q4_1, Q8_0 only)")
+            }
+            Error::Dequantize(e) => write!(f, "dequantize: {e}"),
+            Error::DeviceLost { during, code } => {
+                write!(f, "the OpenCL device failed during {during} (status {code}); it is treated as lost")
+            }
+            Error::WaitTimeout { what, after_ms } => write!(
+                f,
+                "{what} did not complete within {after_ms} ms; the device is treated as hung or lost"
+            ),
+            Error::OutOfDeviceMemory {
+                weights,
+                kv_cache,
+                scratch,
+                available,
+            } => write!(
+                f,
+                "the device has {} but this needs {}: weights {}, KV cache {}, activations and readback {}",
+                size(*available),
+                size(weights + kv_cache + scratch),
+                size(*weights),
+                size(*kv_cache),
+                size(*scratch)
+            ),
+            Error::AllocTooLarge {
+                what,
+                bytes,
+                max_alloc,
+            } => write!(
+                f,
+                "{what} needs one buffer of {bytes} bytes, over the device's largest allocation of {max_alloc} bytes"
+            ),
         }
+    }
+}
+
+/// A byte count as MiB (or KiB, or bytes, when small), for messages.
+fn size(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    } else if b >= 1 << 10 {
+        format!("{:.1} KiB", b as f64 / (1 << 10) as f64)
+    } else {
+        format!("{b} B")
     }
 }
 

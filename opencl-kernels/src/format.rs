@@ -1,72 +1,64 @@
 //! Weight formats: GGUF block layouts and the load-time Q4_0 re-layout.
 
 use crate::error::{Error, Result};
+pub use hetero_sme::GgmlType;
 
 /// Elements per block of the GGUF block formats.
 pub const BLOCK: usize = 32;
 
-/// How a weight matrix `W[N][K]` (row-major, one row per output) is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WeightFormat {
-    /// IEEE half, `K` values per row.
-    F16,
-    /// GGUF Q4_0: per 32 values, f16 `d` then 16 bytes; byte `i` holds element `i` in its low
-    /// nibble and element `i + 16` in its high nibble; value = (q - 8) * d. 18 bytes.
-    Q4_0,
-    /// GGUF Q4_1: f16 `d`, f16 `m`, 16 bytes of nibbles as Q4_0; value = q * d + m. 20 bytes.
-    Q4_1,
-    /// GGUF Q8_0: f16 `d`, 32 signed bytes; value = q * d. 34 bytes.
-    Q8_0,
+/// The GGML types the kernels compute: F16 (`K` halves a row) and the 32-element block formats
+/// Q4_0 (f16 `d` + 16 nibble bytes, `(q - 8) d`), Q4_1 (f16 `d`, f16 `m` + 16 nibble bytes,
+/// `q d + m`) and Q8_0 (f16 `d` + 32 signed bytes, `q d`), all exactly as GGUF stores them
+/// (nibble byte `i`: element `i` low, `i + 16` high). Every other [`GgmlType`] is refused with
+/// [`Error::UnsupportedFormat`].
+pub const COMPUTABLE: [GgmlType; 4] = [
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+];
+
+/// `Ok` when the kernels compute `ty` (one of [`COMPUTABLE`]), else [`Error::UnsupportedFormat`].
+pub fn check_computable(ty: GgmlType) -> Result<()> {
+    if COMPUTABLE.contains(&ty) {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedFormat(ty))
+    }
 }
 
-impl WeightFormat {
-    /// Bytes of one block (F16: of one element).
-    pub fn block_bytes(self) -> usize {
-        match self {
-            WeightFormat::F16 => 2,
-            WeightFormat::Q4_0 => 18,
-            WeightFormat::Q4_1 => 20,
-            WeightFormat::Q8_0 => 34,
-        }
-    }
+/// Bytes of one block of a computable block format (F16: of one element).
+pub(crate) fn block_bytes(ty: GgmlType) -> usize {
+    ty.block().map_or(0, |(_, b)| b)
+}
 
-    /// Whether the format is made of 32-element blocks.
-    pub fn is_block(self) -> bool {
-        self != WeightFormat::F16
+/// Bytes of one row of `k` elements of a computable type; errors if the type is not computable,
+/// `k` is 0 or, for block formats, not a multiple of 32.
+pub fn row_bytes(ty: GgmlType, k: usize) -> Result<usize> {
+    check_computable(ty)?;
+    if k == 0 {
+        return Err(Error::BadShape("K must be positive".into()));
     }
+    ty.row_bytes(k).ok_or_else(|| {
+        Error::BadShape(format!(
+            "K = {k} is not a multiple of 32, as {ty} blocks need"
+        ))
+    })
+}
 
-    /// Bytes of one row of `k` elements; errors if `k` is 0 or, for block formats, not a
-    /// multiple of 32.
-    pub fn row_bytes(self, k: usize) -> Result<usize> {
-        if k == 0 {
-            return Err(Error::BadShape("K must be positive".into()));
-        }
-        if self.is_block() {
-            if !k.is_multiple_of(BLOCK) {
-                return Err(Error::BadShape(format!(
-                    "K = {k} is not a multiple of 32, as {self:?} blocks need"
-                )));
-            }
-            Ok(k / BLOCK * self.block_bytes())
-        } else {
-            Ok(k * 2)
-        }
+/// Bytes of an `n` x `k` matrix of a computable type.
+pub fn matrix_bytes(ty: GgmlType, n: usize, k: usize) -> Result<usize> {
+    if n == 0 {
+        return Err(Error::BadShape("N must be positive".into()));
     }
-
-    /// Bytes of an `n` x `k` matrix.
-    pub fn matrix_bytes(self, n: usize, k: usize) -> Result<usize> {
-        if n == 0 {
-            return Err(Error::BadShape("N must be positive".into()));
-        }
-        self.row_bytes(k)?
-            .checked_mul(n)
-            .ok_or_else(|| Error::BadShape("matrix size overflows".into()))
-    }
+    row_bytes(ty, k)?
+        .checked_mul(n)
+        .ok_or_else(|| Error::BadShape("matrix size overflows".into()))
 }
 
 /// Sizes `(quant bytes, scale bytes)` of the re-laid-out Q4_0 matrix ([`relayout_q4_0`]).
 pub fn relayout_q4_0_len(n: usize, k: usize) -> Result<(usize, usize)> {
-    WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    matrix_bytes(GgmlType::Q4_0, n, k)?;
     let blocks = n * (k / BLOCK);
     Ok((blocks * 16, blocks * 2))
 }
@@ -75,7 +67,7 @@ pub fn relayout_q4_0_len(n: usize, k: usize) -> Result<(usize, usize)> {
 /// (so a GPU work-item reads one aligned 16-byte word and neighbours read neighbouring words),
 /// `d` gets each block's f16 scale bytes, both in the original block order. Done once at load.
 pub fn relayout_q4_0(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]) -> Result<()> {
-    let need = WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let need = matrix_bytes(GgmlType::Q4_0, n, k)?;
     let (nq, nd) = relayout_q4_0_len(n, k)?;
     for (what, needed, got) in [
         ("src", need, src.len()),
@@ -96,7 +88,7 @@ pub fn relayout_q4_0(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]
 /// Sizes `(quant bytes, scale bytes)` of the four-row interleaved Q4_0 layout
 /// ([`relayout_q4_0_x4`]); rows are padded to a multiple of four.
 pub fn relayout_q4_0_x4_len(n: usize, k: usize) -> Result<(usize, usize)> {
-    WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    matrix_bytes(GgmlType::Q4_0, n, k)?;
     let blocks = n.div_ceil(4) * 4 * (k / BLOCK);
     Ok((blocks * 16, blocks * 2))
 }
@@ -107,7 +99,7 @@ pub fn relayout_q4_0_x4_len(n: usize, k: usize) -> Result<(usize, usize)> {
 /// four rows' f16 scales of block `b` side by side (`d[((g * nb + b) * 4 + j) * 2..][..2]`).
 /// Padding rows get zero scales. Done once at load.
 pub fn relayout_q4_0_x4(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [u8]) -> Result<()> {
-    let need = WeightFormat::Q4_0.matrix_bytes(n, k)?;
+    let need = matrix_bytes(GgmlType::Q4_0, n, k)?;
     let (nq, nd) = relayout_q4_0_x4_len(n, k)?;
     for (what, needed, got) in [
         ("src", need, src.len()),
@@ -141,17 +133,17 @@ pub fn relayout_q4_0_x4(src: &[u8], n: usize, k: usize, qs: &mut [u8], d: &mut [
 /// Sizes `(quant bytes, scale bytes)` of the "T" layout of a Q4_0 or Q4_1 matrix
 /// ([`relayout_q4_t`]): 16 quant bytes per block, and per block 2 scale bytes (Q4_0: `d`) or
 /// 4 (Q4_1: `d`, `m`). Errors for other formats and for `k % 32 != 0`.
-pub fn relayout_q4_t_len(format: WeightFormat, n: usize, k: usize) -> Result<(usize, usize)> {
+pub fn relayout_q4_t_len(format: GgmlType, n: usize, k: usize) -> Result<(usize, usize)> {
     let per = match format {
-        WeightFormat::Q4_0 => 2,
-        WeightFormat::Q4_1 => 4,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 4,
         _ => {
             return Err(Error::NotApplicable(
                 "the T layout is defined for Q4_0 and Q4_1",
             ))
         }
     };
-    format.matrix_bytes(n, k)?;
+    matrix_bytes(format, n, k)?;
     let blocks = n * (k / BLOCK);
     Ok((blocks * 16, blocks * per))
 }
@@ -166,7 +158,7 @@ pub fn relayout_q4_t_len(format: WeightFormat, n: usize, k: usize) -> Result<(us
 ///   neighbouring 32-byte slices of the activations.
 /// * scale plane: per row, per block in order, the f16 `d` (Q4_0) or `d`, `m` (Q4_1) bytes.
 pub fn relayout_q4_t(
-    format: WeightFormat,
+    format: GgmlType,
     src: &[u8],
     n: usize,
     k: usize,
@@ -174,7 +166,7 @@ pub fn relayout_q4_t(
     d: &mut [u8],
 ) -> Result<()> {
     let (nq, nd) = relayout_q4_t_len(format, n, k)?;
-    let need = format.matrix_bytes(n, k)?;
+    let need = matrix_bytes(format, n, k)?;
     for (what, needed, got) in [
         ("src", need, src.len()),
         ("qs", nq, qs.len()),
@@ -184,7 +176,7 @@ pub fn relayout_q4_t(
             return Err(Error::BufferTooSmall { what, needed, got });
         }
     }
-    let bb = format.block_bytes();
+    let bb = block_bytes(format);
     let hdr = bb - 16; // 2 (d) or 4 (d, m)
     let nb = k / BLOCK;
     for row in 0..n {

@@ -3,18 +3,22 @@
 
 use crate::device::{check, Buffer, Device, Program};
 use crate::error::{Error, Result};
-use crate::format::{relayout_q4_0_len, relayout_q4_0_x4_len, relayout_q4_t_len, WeightFormat};
+use crate::format::{
+    matrix_bytes, relayout_q4_0_len, relayout_q4_0_x4_len, relayout_q4_t_len, GgmlType,
+};
 use crate::loader::clf;
 use opencl_sys::*;
-use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The OpenCL C source of every kernel (embedded).
-pub const SOURCE: &str = include_str!("../kernels/layer.cl");
+/// The OpenCL C source of every layer kernel (embedded): the shared helpers, then the kernels.
+pub const SOURCE: &str = concat!(
+    include_str!("../kernels/common.cl"),
+    include_str!("../kernels/layer.cl")
+);
 
 /// Build options used for [`SOURCE`].
 pub const OPTIONS: &str = "-cl-std=CL1.2";
@@ -250,13 +254,7 @@ impl Kernels {
     /// `xq` gets per 8 activations two words (even- and odd-indexed bytes), `xs` per 8
     /// activations (block scale, 8 x scale x sum of the 8 quantized values). Needs
     /// [`Kernels::enable_dp4a`].
-    pub fn quantize_x_q8w<'a>(
-        &'a self,
-        x: &'a Buffer,
-        xq: &'a Buffer,
-        xs: &'a Buffer,
-        k: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn quantize_x_q8w(&self, x: &Buffer, xq: &Buffer, xs: &Buffer, k: usize) -> Result<Launch> {
         let prog = self
             .dp4a
             .as_ref()
@@ -276,7 +274,7 @@ impl Kernels {
         )?;
         l.mem(x)?.mem(xq)?.mem(xs)?;
         l.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -284,22 +282,22 @@ impl Kernels {
     /// [`Kernels::quantize_x_q8w`], with NVIDIA's `dp4a` (four int8 products per instruction).
     /// Results carry the int8 rounding of the activations. Needs [`Kernels::enable_dp4a`].
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_t_dp4a<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        xq: &'a Buffer,
-        xs: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_t_dp4a(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        xq: &Buffer,
+        xs: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let prog = self
             .dp4a
             .as_ref()
             .ok_or(Error::NotApplicable("call enable_dp4a first (NVIDIA only)"))?;
-        let (nq, nd) = relayout_q4_t_len(WeightFormat::Q4_0, n, k)?;
+        let (nq, nd) = relayout_q4_t_len(GgmlType::Q4_0, n, k)?;
         let (nxq, nxs) = Self::quantize_x_q8w_len(k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -313,7 +311,7 @@ impl Kernels {
         let mut l = self.launch_in(prog, name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(xq)?.mem(xs)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -336,43 +334,25 @@ impl Kernels {
         self.device.info().max_work_group_size.clamp(1, MAX_WG)
     }
 
-    fn launch<'a>(
-        &'a self,
+    fn launch(
+        &self,
         name: &'static str,
         dims: u32,
         global: [usize; 2],
         local: [usize; 2],
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         self.launch_in(&self.program, name, dims, global, local)
     }
 
-    fn launch_in<'a>(
-        &'a self,
+    fn launch_in(
+        &self,
         program: &Program,
         name: &'static str,
         dims: u32,
         global: [usize; 2],
         local: [usize; 2],
-    ) -> Result<Launch<'a>> {
-        let mut err = 0;
-        let cname = format!("{name}\0");
-        // SAFETY: valid program; NUL-terminated kernel name.
-        let kernel = unsafe {
-            clf!(self.device.api, clCreateKernel)(program.program, cname.as_ptr().cast(), &mut err)
-        };
-        check("clCreateKernel", err)?;
-        Ok(Launch {
-            kernels: self,
-            kernel,
-            dims,
-            global,
-            local,
-            nargs: 0,
-            epoch: 0,
-            position_arg: None,
-            len_arg: None,
-            _bufs: PhantomData,
-        })
+    ) -> Result<Launch> {
+        Launch::create(&self.device, program, name, dims, global, local)
     }
 
     fn fit(&self, s: RowShape) -> RowShape {
@@ -391,40 +371,41 @@ impl Kernels {
     /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
     /// file), `x` of `k` f32, `y` of `n` f32. Block formats need `k % 32 == 0`. FP16 with
     /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
-    pub fn gemv<'a>(
-        &'a self,
-        format: WeightFormat,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv(
+        &self,
+        format: GgmlType,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         self.gemv_with(format, w, x, y, n, k, None)
     }
 
     /// [`Kernels::gemv`] with an explicit work-group shape (for tuning; `None` = default).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_with<'a>(
-        &'a self,
-        format: WeightFormat,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_with(
+        &self,
+        format: GgmlType,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
-        need("w", w, format.matrix_bytes(n, k)?)?;
+    ) -> Result<Launch> {
+        need("w", w, matrix_bytes(format, n, k)?)?;
         need("x", x, k * 4)?;
         need("y", y, n * 4)?;
         let (name, units) = match format {
-            WeightFormat::F16 if k.is_multiple_of(8) => ("gemv_f16", k / 8),
-            WeightFormat::F16 => ("gemv_f16_any", k),
+            GgmlType::F16 if k.is_multiple_of(8) => ("gemv_f16", k / 8),
+            GgmlType::F16 => ("gemv_f16_any", k),
             // Block formats: four work-items per block (k / 8 parts a row).
-            WeightFormat::Q4_0 => ("gemv_q4_0", k / 8),
-            WeightFormat::Q4_1 => ("gemv_q4_1", k / 8),
-            WeightFormat::Q8_0 => ("gemv_q8_0", k / 8),
+            GgmlType::Q4_0 => ("gemv_q4_0", k / 8),
+            GgmlType::Q4_1 => ("gemv_q4_1", k / 8),
+            GgmlType::Q8_0 => ("gemv_q8_0", k / 8),
+            other => return Err(Error::UnsupportedFormat(other)),
         };
         let default = if name == "gemv_f16" {
             RowShape::multi_row(units, 16, 2)
@@ -445,23 +426,23 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// GEMV over Q4_0 weights re-laid out by [`crate::relayout_q4_0`] (`qs`: 16 bytes per block,
     /// `d`: 2 bytes per block).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_soa<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_soa(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_0_len(n, k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -478,7 +459,7 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -486,16 +467,16 @@ impl Kernels {
     /// one 16-byte word holding the same quant word of four rows, and shares its activation
     /// loads among them. `shape.per_item` is ignored (always four rows per work-item).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_0_x4<'a>(
-        &'a self,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_0_x4(
+        &self,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_0_x4_len(n, k)?;
         need("qs", qs, nq)?;
         need("d", d, nd)?;
@@ -507,7 +488,7 @@ impl Kernels {
         let mut l = self.launch("gemv_q4_0_x4", 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -557,17 +538,17 @@ impl Kernels {
     /// `shape.per_item` is 1, 2 or 4 rows per work-item (`None`:
     /// [`Kernels::gemv_q4_t_default`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_q4_t<'a>(
-        &'a self,
-        format: WeightFormat,
-        qs: &'a Buffer,
-        d: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemv_q4_t(
+        &self,
+        format: GgmlType,
+        qs: &Buffer,
+        d: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         n: usize,
         k: usize,
         shape: Option<RowShape>,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         let (nq, nd) = relayout_q4_t_len(format, n, k)?;
         // The kernel indexes 16-byte units and scale entries with 32-bit integers.
         if nq / 16 > u32::MAX as usize {
@@ -582,7 +563,7 @@ impl Kernels {
         let s = self.fit(shape.unwrap_or(Self::gemv_q4_t_default(k)));
         let name = t_kernel_name(
             match format {
-                WeightFormat::Q4_0 => TFamily::Q4_0,
+                GgmlType::Q4_0 => TFamily::Q4_0,
                 _ => TFamily::Q4_1,
             },
             s,
@@ -592,34 +573,35 @@ impl Kernels {
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(qs)?.mem(d)?.mem(x)?.mem(y)?;
         l.scalar(to_u32(n, "N")?)?.scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// Small-M GEMM for prefill: `Y[m][n] = sum_k X[m][k] * W[n][k]`, `X` is `m x k` f32,
-    /// `Y` is `m x n` f32; every [`WeightFormat`] (GGUF bytes as stored).
+    /// `Y` is `m x n` f32; every type of [`crate::COMPUTABLE`] (GGUF bytes as stored).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm<'a>(
-        &'a self,
-        format: WeightFormat,
-        w: &'a Buffer,
-        x: &'a Buffer,
-        y: &'a Buffer,
+    pub fn gemm(
+        &self,
+        format: GgmlType,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
         m: usize,
         n: usize,
         k: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if m == 0 {
             return Err(Error::BadShape("M must be positive".into()));
         }
-        need("w", w, format.matrix_bytes(n, k)?)?;
+        need("w", w, matrix_bytes(format, n, k)?)?;
         need("x", x, m * k * 4)?;
         need("y", y, m * n * 4)?;
         let (name, units) = match format {
-            WeightFormat::F16 => ("gemm_f16", k),
-            WeightFormat::Q4_0 => ("gemm_q4_0", k / 32),
-            WeightFormat::Q4_1 => ("gemm_q4_1", k / 32),
-            WeightFormat::Q8_0 => ("gemm_q8_0", k / 32),
+            GgmlType::F16 => ("gemm_f16", k),
+            GgmlType::Q4_0 => ("gemm_q4_0", k / 32),
+            GgmlType::Q4_1 => ("gemm_q4_1", k / 32),
+            GgmlType::Q8_0 => ("gemm_q8_0", k / 32),
+            other => return Err(Error::UnsupportedFormat(other)),
         };
         let s = self.fit(RowShape::for_units(units, 64));
         let (global, local) = s.grid(n);
@@ -628,20 +610,20 @@ impl Kernels {
         l.scalar(to_u32(m, "M")?)?
             .scalar(to_u32(n, "N")?)?
             .scalar(to_u32(k, "K")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// RMSNorm over `rows` rows of `n`: `y = x / sqrt(mean(x^2) + eps) * g` (`g` has `n`).
-    pub fn rms_norm<'a>(
-        &'a self,
-        x: &'a Buffer,
-        g: &'a Buffer,
-        y: &'a Buffer,
+    pub fn rms_norm(
+        &self,
+        x: &Buffer,
+        g: &Buffer,
+        y: &Buffer,
         rows: usize,
         n: usize,
         eps: f32,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if rows == 0 || n == 0 {
             return Err(Error::BadShape("rows and n must be positive".into()));
         }
@@ -654,18 +636,18 @@ impl Kernels {
         l.scalar(to_u32(rows, "rows")?)?
             .scalar(to_u32(n, "n")?)?
             .scalar(eps)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
-    fn elementwise<'a>(
-        &'a self,
+    fn elementwise(
+        &self,
         name: &'static str,
-        a: &'a Buffer,
-        b: &'a Buffer,
-        out: &'a Buffer,
+        a: &Buffer,
+        b: &Buffer,
+        out: &Buffer,
         n: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if n == 0 {
             return Err(Error::BadShape("n must be positive".into()));
         }
@@ -676,45 +658,33 @@ impl Kernels {
         let mut l = self.launch(name, 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(a)?.mem(b)?.mem(out)?;
         l.scalar(to_u32(n, "n")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` over `n` f32.
-    pub fn swiglu<'a>(
-        &'a self,
-        gate: &'a Buffer,
-        up: &'a Buffer,
-        out: &'a Buffer,
-        n: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn swiglu(&self, gate: &Buffer, up: &Buffer, out: &Buffer, n: usize) -> Result<Launch> {
         self.elementwise("swiglu", gate, up, out, n)
     }
 
     /// Residual add: `out[i] = a[i] + b[i]` over `n` f32 (`out` may be `a`).
-    pub fn add<'a>(
-        &'a self,
-        a: &'a Buffer,
-        b: &'a Buffer,
-        out: &'a Buffer,
-        n: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn add(&self, a: &Buffer, b: &Buffer, out: &Buffer, n: usize) -> Result<Launch> {
         self.elementwise("add", a, b, out, n)
     }
 
     /// RoPE in place on `x[t][heads][head_dim]` for `t` tokens at positions `pos0 + t`;
     /// angle = pos * base^(-2i/head_dim). Change `pos0` per step with [`Launch::set_position`].
     #[allow(clippy::too_many_arguments)]
-    pub fn rope<'a>(
-        &'a self,
-        x: &'a Buffer,
+    pub fn rope(
+        &self,
+        x: &Buffer,
         tokens: usize,
         heads: usize,
         head_dim: usize,
         pos0: u32,
         base: f32,
         mode: RopeMode,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if tokens == 0 || heads == 0 || head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(Error::BadShape(format!(
                 "rope needs tokens, heads > 0 and an even head_dim (got {tokens}, {heads}, {head_dim})"
@@ -733,7 +703,7 @@ impl Kernels {
             RopeMode::Normal => 0u32,
             RopeMode::Neox => 1u32,
         })?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
@@ -748,19 +718,19 @@ impl Kernels {
     /// `h / (heads / kv_heads)`. `scratch` holds [`Kernels::attention_scratch_len`] floats.
     /// Change `len` per step with [`Launch::set_len`].
     #[allow(clippy::too_many_arguments)]
-    pub fn attention<'a>(
-        &'a self,
-        q: &'a Buffer,
-        k: &'a Buffer,
-        v: &'a Buffer,
-        out: &'a Buffer,
-        scratch: &'a Buffer,
+    pub fn attention(
+        &self,
+        q: &Buffer,
+        k: &Buffer,
+        v: &Buffer,
+        out: &Buffer,
+        scratch: &Buffer,
         heads: usize,
         kv_heads: usize,
         head_dim: usize,
         max_seq: usize,
         len: usize,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(Error::BadShape(format!(
                 "heads ({heads}) must be a positive multiple of kv_heads ({kv_heads})"
@@ -795,20 +765,20 @@ impl Kernels {
         l.len_arg = Some((l.nargs, max_seq));
         l.scalar(to_u32(len, "len")?)?
             .scalar(1.0f32 / (head_dim as f32).sqrt())?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// A read-only stream over `bytes` (a multiple of 16) of `src`, four 16-byte words per
     /// work-item, writing at most 64 bytes of `out` (only if an XOR of the data equals `never`):
     /// what a kernel that reads as many bytes as a GEMV can reach, launch costs included.
-    pub fn stream_read<'a>(
-        &'a self,
-        src: &'a Buffer,
-        out: &'a Buffer,
+    pub fn stream_read(
+        &self,
+        src: &Buffer,
+        out: &Buffer,
         bytes: usize,
         never: u32,
-    ) -> Result<Launch<'a>> {
+    ) -> Result<Launch> {
         if bytes == 0 || !bytes.is_multiple_of(16) {
             return Err(Error::BadShape(
                 "stream size must be a positive multiple of 16".into(),
@@ -822,18 +792,13 @@ impl Kernels {
         let mut l = self.launch("stream_read", 1, [items.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(src)?.mem(out)?;
         l.scalar(to_u32(n, "n")?)?.scalar(never)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 
     /// A plain 16-byte-word copy kernel `dst = src` over `bytes` (a multiple of 16), for
     /// measuring what a kernel can stream.
-    pub fn copy_kernel<'a>(
-        &'a self,
-        src: &'a Buffer,
-        dst: &'a Buffer,
-        bytes: usize,
-    ) -> Result<Launch<'a>> {
+    pub fn copy_kernel(&self, src: &Buffer, dst: &Buffer, bytes: usize) -> Result<Launch> {
         if bytes == 0 || !bytes.is_multiple_of(16) {
             return Err(Error::BadShape(
                 "copy size must be a positive multiple of 16".into(),
@@ -846,16 +811,21 @@ impl Kernels {
         let mut l = self.launch("copy_u4", 1, [n.div_ceil(ls) * ls, 1], [ls, 1])?;
         l.mem(src)?.mem(dst)?;
         l.scalar(to_u32(n, "n")?)?;
-        l.finish_args()?;
+        l.finish_args(&self.dummy_sig)?;
         Ok(l)
     }
 }
 
 /// One prepared kernel launch: its kernel object, arguments and NDRange are fixed at creation,
 /// so [`Launch::enqueue`] makes one `clEnqueueNDRangeKernel` call and allocates nothing.
-/// It borrows its buffers, so none can be freed while it exists.
-pub struct Launch<'a> {
-    kernels: &'a Kernels,
+///
+/// It owns what it uses: a reference to every buffer it binds ([`Buffer::try_clone`], taken at
+/// creation), to the device, and to a bound [`Flag`]'s memory, so it is `'static` and `Send`
+/// and can be cached anywhere (the kernel object keeps its program alive, as OpenCL
+/// specifies). Zero-copy buffers over caller memory are the exception the caller answers for
+/// ([`Device::wrap_host`]).
+pub struct Launch {
+    device: Arc<Device>,
     kernel: cl_kernel,
     dims: u32,
     global: [usize; 2],
@@ -864,10 +834,18 @@ pub struct Launch<'a> {
     epoch: u32,
     position_arg: Option<u32>,
     len_arg: Option<(u32, usize)>,
-    _bufs: PhantomData<&'a Buffer>,
+    /// References to the buffers bound as arguments (kept alive, never read).
+    bufs: Vec<Buffer>,
+    /// The bound completion flag's memory, kept alive while the kernel may write it.
+    flag: Option<Arc<FlagMem>>,
 }
 
-impl std::fmt::Debug for Launch<'_> {
+// SAFETY: the kernel handle is an OpenCL object usable from any thread; the only entry point
+// that is not thread-safe on it, clSetKernelArg, is called through `&mut self` alone, so moving
+// the Launch to another thread cannot race. Every other field is Send.
+unsafe impl Send for Launch {}
+
+impl std::fmt::Debug for Launch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Launch")
             .field("global", &self.global)
@@ -876,52 +854,112 @@ impl std::fmt::Debug for Launch<'_> {
     }
 }
 
-impl Drop for Launch<'_> {
+impl Drop for Launch {
     fn drop(&mut self) {
-        if let Some(f) = self.kernels.device.api.clReleaseKernel {
-            // SAFETY: the kernel was created for this Launch and is released once.
+        if let Some(f) = self.device.api.clReleaseKernel {
+            // SAFETY: the kernel was created for this Launch and is released once; the buffers
+            // it names are released after it (fields drop after this body).
             unsafe { f(self.kernel) };
         }
     }
 }
 
-impl<'a> Launch<'a> {
+impl Launch {
+    /// A launch of kernel `name` of `program` (arguments still unset).
+    pub(crate) fn create(
+        device: &Arc<Device>,
+        program: &Program,
+        name: &str,
+        dims: u32,
+        global: [usize; 2],
+        local: [usize; 2],
+    ) -> Result<Launch> {
+        let mut err = 0;
+        let cname = std::ffi::CString::new(name)
+            .map_err(|_| Error::BadShape("kernel name contains a NUL byte".into()))?;
+        // SAFETY: valid program; NUL-terminated kernel name.
+        let kernel =
+            unsafe { clf!(device.api, clCreateKernel)(program.program, cname.as_ptr(), &mut err) };
+        check("clCreateKernel", err)?;
+        Ok(Launch {
+            device: device.clone(),
+            kernel,
+            dims,
+            global,
+            local,
+            nargs: 0,
+            epoch: 0,
+            position_arg: None,
+            len_arg: None,
+            bufs: Vec::with_capacity(12),
+            flag: None,
+        })
+    }
+
     fn arg_raw(&mut self, idx: u32, size: usize, p: *const libc::c_void) -> Result<()> {
         // SAFETY: `p` points to `size` readable bytes holding a value of the argument's type
         // (callers pass a cl_mem or a scalar matching the kernel's signature); `&mut self`
         // gives exclusive use of the kernel object, as clSetKernelArg requires.
         check("clSetKernelArg", unsafe {
-            clf!(self.kernels.device.api, clSetKernelArg)(self.kernel, idx, size, p)
+            clf!(self.device.api, clSetKernelArg)(self.kernel, idx, size, p)
         })
     }
 
-    fn mem(&mut self, b: &'a Buffer) -> Result<&mut Self> {
+    /// Binds `b` as the next argument and keeps a reference to it.
+    pub(crate) fn mem(&mut self, b: &Buffer) -> Result<&mut Self> {
         let idx = self.nargs;
+        let owned = b.try_clone()?;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&b.mem as *const cl_mem).cast(),
+            (&owned.mem as *const cl_mem).cast(),
         )?;
+        self.bufs.push(owned);
         self.nargs += 1;
         Ok(self)
     }
 
-    fn scalar<T: Copy>(&mut self, v: T) -> Result<&mut Self> {
+    /// Sets the next argument to a scalar.
+    pub(crate) fn scalar<T: Copy>(&mut self, v: T) -> Result<&mut Self> {
         let idx = self.nargs;
         self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())?;
         self.nargs += 1;
         Ok(self)
     }
 
-    /// Binds the default (unused) signal buffer and epoch 0, the last two arguments.
-    fn finish_args(&mut self) -> Result<()> {
-        let sig = &self.kernels.dummy_sig;
+    /// Sets the next argument to `bytes` of local memory (a `__local` pointer argument).
+    pub(crate) fn local_mem(&mut self, bytes: usize) -> Result<&mut Self> {
         let idx = self.nargs;
+        self.arg_raw(idx, bytes, ptr::null())?;
+        self.nargs += 1;
+        Ok(self)
+    }
+
+    /// The index the next argument will take.
+    pub(crate) fn next_arg(&self) -> u32 {
+        self.nargs
+    }
+
+    /// Replaces scalar argument `idx` (one set by [`Launch::scalar`] with the same type).
+    pub(crate) fn set_scalar<T: Copy>(&mut self, idx: u32, v: T) -> Result<()> {
+        self.arg_raw(idx, std::mem::size_of::<T>(), (&v as *const T).cast())
+    }
+
+    /// Replaces the global NDRange (each dimension a multiple of the local size).
+    pub(crate) fn set_global(&mut self, global: [usize; 2]) {
+        self.global = global;
+    }
+
+    /// Binds the default (unused) signal buffer and epoch 0, the last two arguments.
+    pub(crate) fn finish_args(&mut self, dummy_sig: &Buffer) -> Result<()> {
+        let idx = self.nargs;
+        let owned = dummy_sig.try_clone()?;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&sig.mem as *const cl_mem).cast(),
+            (&owned.mem as *const cl_mem).cast(),
         )?;
+        self.bufs.push(owned);
         self.arg_raw(idx + 1, 4, (&0u32 as *const u32).cast())?;
         Ok(())
     }
@@ -937,14 +975,16 @@ impl<'a> Launch<'a> {
     }
 
     /// Binds a completion flag: from now on [`Launch::enqueue_signaled`] makes the launch's
-    /// last work-group store the epoch into it.
-    pub fn bind_flag(&mut self, flag: &'a Flag) -> Result<()> {
+    /// last work-group store the epoch into it. The launch keeps the flag's memory alive.
+    pub fn bind_flag(&mut self, flag: &Flag) -> Result<()> {
         let idx = self.nargs;
         self.arg_raw(
             idx,
             std::mem::size_of::<cl_mem>(),
-            (&flag.buf.mem as *const cl_mem).cast(),
-        )
+            (&flag.mem.buf.mem as *const cl_mem).cast(),
+        )?;
+        self.flag = Some(flag.mem.clone());
+        Ok(())
     }
 
     fn set_epoch(&mut self, e: u32) -> Result<()> {
@@ -978,10 +1018,12 @@ impl<'a> Launch<'a> {
         self.arg_raw(idx, 4, (&v as *const u32).cast())
     }
 
-    fn nd(&self) -> Result<()> {
-        let dev = &self.kernels.device;
+    /// One `clEnqueueNDRangeKernel`; with `event`, the command's event is returned through it.
+    pub(crate) fn nd_event(&self, event: *mut cl_event) -> Result<()> {
+        let dev = &self.device;
         // SAFETY: the kernel's arguments are all set (creation sets every one) to buffers this
-        // Launch borrows; global is a multiple of local in each dimension.
+        // Launch holds references to; global is a multiple of local in each dimension; `event`
+        // is null or a writable cl_event slot the caller releases.
         check("clEnqueueNDRangeKernel", unsafe {
             clf!(dev.api, clEnqueueNDRangeKernel)(
                 dev.queue,
@@ -992,9 +1034,13 @@ impl<'a> Launch<'a> {
                 self.local.as_ptr(),
                 0,
                 ptr::null(),
-                ptr::null_mut(),
+                event,
             )
         })
+    }
+
+    fn nd(&self) -> Result<()> {
+        self.nd_event(ptr::null_mut())
     }
 
     /// Enqueues the kernel on the device's in-order queue (no flag written).
@@ -1007,7 +1053,7 @@ impl<'a> Launch<'a> {
     /// device's start/end timestamps. Needs a device opened with profiling
     /// ([`Device::open_with`]); for measurement, not the hot path.
     pub fn enqueue_profiled(&mut self) -> Result<Profiled> {
-        let dev = self.kernels.device.clone();
+        let dev = self.device.clone();
         if !dev.profiling {
             return Err(Error::NotApplicable(
                 "enqueue_profiled needs a device opened with profiling",
@@ -1015,20 +1061,7 @@ impl<'a> Launch<'a> {
         }
         self.set_epoch(0)?;
         let mut ev: cl_event = ptr::null_mut();
-        // SAFETY: as in `nd`, plus an event out-pointer that the returned Profiled releases.
-        check("clEnqueueNDRangeKernel", unsafe {
-            clf!(dev.api, clEnqueueNDRangeKernel)(
-                dev.queue,
-                self.kernel,
-                self.dims,
-                ptr::null(),
-                self.global.as_ptr(),
-                self.local.as_ptr(),
-                0,
-                ptr::null(),
-                &mut ev,
-            )
-        })?;
+        self.nd_event(&mut ev)?;
         Ok(Profiled { device: dev, ev })
     }
 
@@ -1052,15 +1085,22 @@ impl<'a> Launch<'a> {
 /// It needs a device that writes host memory in place (`CL_DEVICE_HOST_UNIFIED_MEMORY`: CPU
 /// devices, integrated GPUs); [`Flag::new`] refuses others with [`Error::NotApplicable`].
 pub struct Flag {
+    mem: Arc<FlagMem>,
+}
+
+/// A flag's buffer and words; shared by the flag and the launches bound to it, so the host
+/// memory stays allocated while any kernel may still write it.
+pub(crate) struct FlagMem {
     buf: Buffer,
     word: *const AtomicU32,
     _owned: Option<OwnedHost>,
 }
 
-// SAFETY: the flag word is accessed only atomically; the buffer is a thread-safe CL object.
-unsafe impl Send for Flag {}
+// SAFETY: the flag word is accessed only atomically; the buffer is a thread-safe CL object; the
+// owned allocation is freed only by the last reference's drop.
+unsafe impl Send for FlagMem {}
 // SAFETY: see Send.
-unsafe impl Sync for Flag {}
+unsafe impl Sync for FlagMem {}
 
 struct OwnedHost {
     ptr: *mut u8,
@@ -1070,7 +1110,8 @@ struct OwnedHost {
 impl Drop for OwnedHost {
     fn drop(&mut self) {
         // SAFETY: allocated with this layout in Flag::new, freed once after the Buffer that
-        // wraps it (field order in Flag: buf drops first).
+        // wraps it (field order in FlagMem: buf drops first) and after every launch bound to
+        // it (they hold the Arc<FlagMem>).
         unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
 }
@@ -1089,18 +1130,41 @@ impl Flag {
         }
         let owned = OwnedHost { ptr, layout };
         // SAFETY: ptr..ptr+size is our allocation, kept alive in `_owned` after the buffer.
-        let mut f = unsafe { Flag::from_raw(device, ptr, size)? };
-        f._owned = Some(owned);
-        Ok(f)
+        let (buf, word) = unsafe { Flag::wrap(device, ptr, size)? };
+        Ok(Flag {
+            mem: Arc::new(FlagMem {
+                buf,
+                word,
+                _owned: Some(owned),
+            }),
+        })
     }
 
     /// Wraps caller-owned host memory (e.g. a uma slot's flag words) as a flag.
     ///
     /// # Safety
     /// `ptr` must point to at least `len >= 8` bytes, zeroed, valid for reads and writes, aligned
-    /// to the device's base address alignment, and outlive the returned flag; the host touches
-    /// the words only through [`Flag::word`] / [`Flag::load`].
+    /// to the device's base address alignment, and outlive the returned flag and every launch
+    /// bound to it; the host touches the words only through [`Flag::word`] / [`Flag::load`].
     pub unsafe fn from_raw(device: &Arc<Device>, ptr: *mut u8, len: usize) -> Result<Flag> {
+        // SAFETY: forwarded from this function's contract.
+        let (buf, word) = unsafe { Flag::wrap(device, ptr, len)? };
+        Ok(Flag {
+            mem: Arc::new(FlagMem {
+                buf,
+                word,
+                _owned: None,
+            }),
+        })
+    }
+
+    /// # Safety
+    /// As [`Flag::from_raw`].
+    unsafe fn wrap(
+        device: &Arc<Device>,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<(Buffer, *const AtomicU32)> {
         if !device.info().host_unified_memory {
             return Err(Error::NotApplicable(
                 "completion flags need a device with host-unified memory",
@@ -1115,19 +1179,16 @@ impl Flag {
         }
         // SAFETY: forwarded from this function's contract.
         let buf = unsafe { device.wrap_host(ptr, len)? };
-        Ok(Flag {
-            buf,
-            // SAFETY: ptr + 4 is inside the len >= 8 bytes and 4-aligned (ptr is aligned).
-            word: unsafe { ptr.add(4) }.cast(),
-            _owned: None,
-        })
+        // SAFETY: ptr + 4 is inside the len >= 8 bytes and 4-aligned (ptr is aligned).
+        let word = unsafe { ptr.add(4) }.cast::<AtomicU32>();
+        Ok((buf, word))
     }
 
     /// The 32-bit flag word (what `hetero-sync` waits on).
     pub fn word(&self) -> &AtomicU32 {
-        // SAFETY: `word` points into memory that lives as long as self, 4-aligned, accessed
+        // SAFETY: `word` points into memory that lives as long as self.mem, 4-aligned, accessed
         // only atomically by the host.
-        unsafe { &*self.word }
+        unsafe { &*self.mem.word }
     }
 
     /// Loads the flag with Acquire ordering.

@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 
+pub mod decoder;
 mod device;
 mod error;
+mod event;
 mod format;
 mod kernels;
 mod loader;
@@ -12,9 +14,10 @@ pub use device::{
     PLATFORM_ENV,
 };
 pub use error::{Error, Result};
+pub use event::QueueGate;
 pub use format::{
-    relayout_q4_0, relayout_q4_0_len, relayout_q4_0_x4, relayout_q4_0_x4_len, relayout_q4_t,
-    relayout_q4_t_len, WeightFormat, BLOCK,
+    check_computable, matrix_bytes, relayout_q4_0, relayout_q4_0_len, relayout_q4_0_x4,
+    relayout_q4_0_x4_len, relayout_q4_t, relayout_q4_t_len, row_bytes, GgmlType, BLOCK, COMPUTABLE,
 };
 pub use kernels::{
     Flag, Kernels, Launch, Profiled, RopeMode, RowShape, MAX_WG, OPTIONS, SOURCE, SOURCE_NV_DP4A,

@@ -175,6 +175,21 @@ macro_rules! paste_t {
     (clGetEventProfilingInfo) => {
         ft::clGetEventProfilingInfo_t
     };
+    (clRetainMemObject) => {
+        ft::clRetainMemObject_t
+    };
+    (clGetEventInfo) => {
+        ft::clGetEventInfo_t
+    };
+    (clCreateUserEvent) => {
+        ft::clCreateUserEvent_t
+    };
+    (clSetUserEventStatus) => {
+        ft::clSetUserEventStatus_t
+    };
+    (clEnqueueBarrierWithWaitList) => {
+        ft::clEnqueueBarrierWithWaitList_t
+    };
 }
 
 api_table!(
@@ -208,6 +223,11 @@ api_table!(
     clWaitForEvents,
     clReleaseEvent,
     clGetEventProfilingInfo,
+    clRetainMemObject,
+    clGetEventInfo,
+    clCreateUserEvent,
+    clSetUserEventStatus,
+    clEnqueueBarrierWithWaitList,
 );
 
 // SAFETY: the table holds plain function pointers into a library that stays loaded while the

@@ -1,18 +1,17 @@
 //! Plain CPU references for every kernel (f64 accumulation), used by the tests and usable as a
-//! fallback. They allocate; they are not hot-path code.
+//! fallback. They allocate; they are not hot-path code. Weights are dequantized by the family's
+//! one dequantizer (`hetero_sme::dequantize_row`); the matmuls, norms and attention here are
+//! this crate's own oracle code, written plainly on purpose.
 
 use crate::error::{Error, Result};
-use crate::format::{WeightFormat, BLOCK};
+use crate::format::{row_bytes, GgmlType};
 use crate::kernels::RopeMode;
-use half::f16;
 
-fn h(b: &[u8]) -> f32 {
-    f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
-
-/// Dequantizes one row of `k` values stored in `format` into `out`.
-pub fn dequantize_row(format: WeightFormat, row: &[u8], k: usize, out: &mut [f32]) -> Result<()> {
-    let need = format.row_bytes(k)?;
+/// Dequantizes one row of `k` values stored as `format` into `out[..k]`, through the family's
+/// one dequantizer (`hetero_sme::dequantize_row`); only the types the kernels compute are
+/// accepted, so the oracle never silently covers a format the device cannot run.
+pub fn dequantize_row(format: GgmlType, row: &[u8], k: usize, out: &mut [f32]) -> Result<()> {
+    let need = row_bytes(format, k)?;
     if row.len() < need || out.len() < k {
         return Err(Error::BufferTooSmall {
             what: "dequantize_row",
@@ -20,57 +19,19 @@ pub fn dequantize_row(format: WeightFormat, row: &[u8], k: usize, out: &mut [f32
             got: row.len(),
         });
     }
-    match format {
-        WeightFormat::F16 => {
-            for (o, c) in out[..k].iter_mut().zip(row.chunks_exact(2)) {
-                *o = h(c);
-            }
-        }
-        WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-            let bb = format.block_bytes();
-            for (b, blk) in row[..need].chunks_exact(bb).enumerate() {
-                let d = h(&blk[0..2]);
-                let (m, qs) = if format == WeightFormat::Q4_1 {
-                    (h(&blk[2..4]), &blk[4..20])
-                } else {
-                    (0.0, &blk[2..18])
-                };
-                let o = &mut out[b * BLOCK..(b + 1) * BLOCK];
-                for i in 0..16 {
-                    let lo = (qs[i] & 0xf) as f32;
-                    let hi = (qs[i] >> 4) as f32;
-                    if format == WeightFormat::Q4_0 {
-                        o[i] = (lo - 8.0) * d;
-                        o[i + 16] = (hi - 8.0) * d;
-                    } else {
-                        o[i] = lo * d + m;
-                        o[i + 16] = hi * d + m;
-                    }
-                }
-            }
-        }
-        WeightFormat::Q8_0 => {
-            for (b, blk) in row[..need].chunks_exact(34).enumerate() {
-                let d = h(&blk[0..2]);
-                for i in 0..32 {
-                    out[b * BLOCK + i] = (blk[2 + i] as i8) as f32 * d;
-                }
-            }
-        }
-    }
-    Ok(())
+    hetero_sme::dequantize_row(format, &row[..need], &mut out[..k]).map_err(Error::Dequantize)
 }
 
 /// `Y[m][n] = sum_k X[m][k] W[n][k]` with `W` in `format`; `x` is `m x k`.
 pub fn gemm(
-    format: WeightFormat,
+    format: GgmlType,
     w: &[u8],
     x: &[f32],
     m: usize,
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>> {
-    let rb = format.row_bytes(k)?;
+    let rb = row_bytes(format, k)?;
     if w.len() < rb * n || x.len() < m * k {
         return Err(Error::BufferTooSmall {
             what: "gemm reference",

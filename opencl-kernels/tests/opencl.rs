@@ -6,11 +6,15 @@
 //! as llama.cpp's test-backend-ops. Each threshold is stated where it is used, with its reason.
 
 use half::f16;
-use hetero_opencl_kernels::{self as ocl, reference, Buffer, Device, Error, Kernels, WeightFormat};
+use hetero_opencl_kernels::{self as ocl, reference, Buffer, Device, Error, GgmlType, Kernels};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::num::NonZeroU32;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+// Counts this thread's Rust allocations, for "enqueue does not allocate" checks.
+#[global_allocator]
+static ALLOC: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
 
 fn kernels() -> Option<&'static Kernels> {
     static K: OnceLock<Result<Kernels, String>> = OnceLock::new();
@@ -51,21 +55,21 @@ fn f16_bytes(v: f32) -> [u8; 2] {
 }
 
 /// Random weights in `format`: random quant bytes, scales in a realistic range.
-fn rand_weights(r: &mut StdRng, format: WeightFormat, n: usize, k: usize) -> Vec<u8> {
-    let bytes = format.matrix_bytes(n, k).unwrap();
+fn rand_weights(r: &mut StdRng, format: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let bytes = ocl::matrix_bytes(format, n, k).unwrap();
     let mut w = vec![0u8; bytes];
     match format {
-        WeightFormat::F16 => {
+        GgmlType::F16 => {
             for c in w.chunks_exact_mut(2) {
                 c.copy_from_slice(&f16_bytes(r.gen_range(-1.0..1.0)));
             }
         }
         _ => {
-            let bb = format.block_bytes();
+            let bb = format.block().map_or(2, |b| b.1);
             for blk in w.chunks_exact_mut(bb) {
                 r.fill(&mut blk[..]);
                 blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
-                if format == WeightFormat::Q4_1 {
+                if format == GgmlType::Q4_1 {
                     blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
                 }
             }
@@ -116,8 +120,8 @@ const MATMUL_NMSE: f64 = 1e-8;
 const MATMUL_MAG: f64 = 1e-10;
 
 /// sum_k |W[n][k] x[m][k]| per output, the scale for the magnitude-normalized error.
-fn magnitudes(format: WeightFormat, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-    let rb = format.row_bytes(k).unwrap();
+fn magnitudes(format: GgmlType, w: &[u8], x: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    let rb = ocl::row_bytes(format, k).unwrap();
     let mut row = vec![0f32; k];
     let mut out = vec![0f32; m * n];
     for r in 0..n {
@@ -138,7 +142,7 @@ fn check_mm(
     what: &str,
     got: &[f32],
     want: &[f32],
-    format: WeightFormat,
+    format: GgmlType,
     w: &[u8],
     x: &[f32],
     m: usize,
@@ -167,16 +171,67 @@ fn check_mm(
     );
 }
 
+/// A Launch owns what it uses: it is `'static + Send`, it keeps working after the caller drops
+/// its own handles to the buffers (and the Kernels it came from), it can move to another thread,
+/// and enqueueing it allocates nothing.
+#[test]
+fn launch_owns_its_buffers_and_enqueue_does_not_allocate() {
+    fn owned<T: Send + 'static>(_: &T) {}
+    let Some(k) = kernels() else { return };
+    let d = k.device().clone();
+    let mut r = rng(13);
+    let (n, kk, f) = (37, 96, GgmlType::Q4_1);
+    let w = rand_weights(&mut r, f, n, kk);
+    let x = randn(&mut r, kk);
+    let want = reference::gemm(f, &w, &x, 1, n, kk).unwrap();
+    let by = poisoned(k, n);
+    let mut l = {
+        let k2 = Kernels::new(&d).unwrap();
+        let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
+        k2.gemv(f, &bw, &bx, &by, n, kk).unwrap()
+        // k2, bw and bx are dropped here; the launch holds its own references.
+    };
+    owned(&l);
+    let l2 = std::thread::spawn(move || {
+        l.enqueue().unwrap();
+        l
+    })
+    .join()
+    .unwrap();
+    l = l2;
+    d.finish().unwrap();
+    check_mm(
+        "gemv after drops",
+        &read(&by, n),
+        &want,
+        f,
+        &w,
+        &x,
+        1,
+        n,
+        kk,
+    );
+    // The counter moves on something that allocates (so a zero below means something).
+    assert!(hetero_tests::count_allocations(|| drop(std::hint::black_box(vec![1u8; 64]))) > 0);
+    let allocs = hetero_tests::count_allocations(|| {
+        for _ in 0..10 {
+            l.enqueue().unwrap();
+        }
+    });
+    assert_eq!(allocs, 0, "Launch::enqueue allocated");
+    d.finish().unwrap();
+}
+
 #[test]
 fn gemv_all_formats_match_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(1);
     for format in [
-        WeightFormat::F16,
-        WeightFormat::Q4_0,
-        WeightFormat::Q4_1,
-        WeightFormat::Q8_0,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
     ] {
         for &(n, kk) in &[(1, 32), (37, 64), (257, 96), (100, 576), (67, 4096)] {
             let w = rand_weights(&mut r, format, n, kk);
@@ -202,11 +257,11 @@ fn gemv_all_formats_match_reference() {
     }
     // FP16 with K not a multiple of 8: the element-wise kernel.
     for &(n, kk) in &[(5, 3), (33, 1003)] {
-        let w = rand_weights(&mut r, WeightFormat::F16, n, kk);
+        let w = rand_weights(&mut r, GgmlType::F16, n, kk);
         let x = randn(&mut r, kk);
-        let want = reference::gemm(WeightFormat::F16, &w, &x, 1, n, kk).unwrap();
+        let want = reference::gemm(GgmlType::F16, &w, &x, 1, n, kk).unwrap();
         let (bw, bx, by) = (d.upload(&w).unwrap(), d.upload(&x).unwrap(), poisoned(k, n));
-        k.gemv(WeightFormat::F16, &bw, &bx, &by, n, kk)
+        k.gemv(GgmlType::F16, &bw, &bx, &by, n, kk)
             .unwrap()
             .enqueue()
             .unwrap();
@@ -214,7 +269,7 @@ fn gemv_all_formats_match_reference() {
             &format!("gemv_f16_any {n}x{kk}"),
             &read(&by, n),
             &want,
-            WeightFormat::F16,
+            GgmlType::F16,
             &w,
             &x,
             1,
@@ -230,7 +285,7 @@ fn gemv_explicit_shapes_match_reference() {
     let d = k.device();
     let mut r = rng(2);
     let (n, kk) = (45, 512);
-    for format in [WeightFormat::F16, WeightFormat::Q4_0] {
+    for format in [GgmlType::F16, GgmlType::Q4_0] {
         let w = rand_weights(&mut r, format, n, kk);
         let x = randn(&mut r, kk);
         let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
@@ -243,7 +298,7 @@ fn gemv_explicit_shapes_match_reference() {
             (1, 1, 2),
             (8, 8, 2),
         ] {
-            if per_item == 2 && format != WeightFormat::F16 {
+            if per_item == 2 && format != GgmlType::F16 {
                 continue;
             }
             let by = poisoned(k, n);
@@ -278,12 +333,12 @@ fn gemv_q4_0_relayout_matches_reference() {
     let d = k.device();
     let mut r = rng(3);
     for &(n, kk) in &[(1, 32), (2, 64), (3, 96), (77, 160), (130, 2048)] {
-        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
+        let w = rand_weights(&mut r, GgmlType::Q4_0, n, kk);
         let (nq, nd) = ocl::relayout_q4_0_len(n, kk).unwrap();
         let (mut qs, mut ds) = (vec![0u8; nq], vec![0u8; nd]);
         ocl::relayout_q4_0(&w, n, kk, &mut qs, &mut ds).unwrap();
         let x = randn(&mut r, kk);
-        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let want = reference::gemm(GgmlType::Q4_0, &w, &x, 1, n, kk).unwrap();
         let (bq, bd, bx, by) = (
             d.upload(&qs).unwrap(),
             d.upload(&ds).unwrap(),
@@ -298,7 +353,7 @@ fn gemv_q4_0_relayout_matches_reference() {
             &format!("gemv_q4_0_soa {n}x{kk}"),
             &read(&by, n),
             &want,
-            WeightFormat::Q4_0,
+            GgmlType::Q4_0,
             &w,
             &x,
             1,
@@ -329,7 +384,7 @@ fn gemv_q4_0_relayout_matches_reference() {
                 &what,
                 &read(&by, n),
                 &want,
-                WeightFormat::Q4_0,
+                GgmlType::Q4_0,
                 &w,
                 &x,
                 1,
@@ -346,12 +401,12 @@ fn gemv_q4_0_x4_relayout_matches_reference() {
     let d = k.device();
     let mut r = rng(9);
     for &(n, kk) in &[(1, 32), (2, 64), (3, 96), (5, 160), (77, 160), (130, 2048)] {
-        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
+        let w = rand_weights(&mut r, GgmlType::Q4_0, n, kk);
         let (nq, nd) = ocl::relayout_q4_0_x4_len(n, kk).unwrap();
         let (mut qs, mut ds) = (vec![0xAAu8; nq], vec![0xAAu8; nd]);
         ocl::relayout_q4_0_x4(&w, n, kk, &mut qs, &mut ds).unwrap();
         let x = randn(&mut r, kk);
-        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let want = reference::gemm(GgmlType::Q4_0, &w, &x, 1, n, kk).unwrap();
         let (bq, bd, bx) = (
             d.upload(&qs).unwrap(),
             d.upload(&ds).unwrap(),
@@ -374,7 +429,7 @@ fn gemv_q4_0_x4_relayout_matches_reference() {
                 &what,
                 &read(&by, n),
                 &want,
-                WeightFormat::Q4_0,
+                GgmlType::Q4_0,
                 &w,
                 &x,
                 1,
@@ -396,7 +451,7 @@ fn gemv_q4_t_layout_matches_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(11);
-    for format in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+    for format in [GgmlType::Q4_0, GgmlType::Q4_1] {
         for &(n, kk) in &[
             (1, 32),
             (2, 96),
@@ -448,7 +503,7 @@ fn gemv_q4_t_layout_matches_reference() {
     // Formats without a T layout, and a bad per_item, are typed errors.
     let b = d.alloc(1 << 12).unwrap();
     let e = k
-        .gemv_q4_t(WeightFormat::Q8_0, &b, &b, &b, &b, 4, 32, None)
+        .gemv_q4_t(GgmlType::Q8_0, &b, &b, &b, &b, 4, 32, None)
         .unwrap_err();
     assert!(matches!(e, Error::NotApplicable(_)), "{e}");
     for (per_item, unroll) in [(3, 0), (1, 3)] {
@@ -459,7 +514,7 @@ fn gemv_q4_t_layout_matches_reference() {
             unroll,
         };
         let e = k
-            .gemv_q4_t(WeightFormat::Q4_0, &b, &b, &b, &b, 4, 32, Some(bad))
+            .gemv_q4_t(GgmlType::Q4_0, &b, &b, &b, &b, 4, 32, Some(bad))
             .unwrap_err();
         assert!(matches!(e, Error::NotApplicable(_)), "{e}");
     }
@@ -497,12 +552,12 @@ fn gemv_q4_0_t_dp4a_matches_reference_where_it_runs() {
     }
     let mut r = rng(12);
     for &(n, kk) in &[(1, 32), (5, 160), (37, 576), (77, 2048), (130, 1024)] {
-        let w = rand_weights(&mut r, WeightFormat::Q4_0, n, kk);
-        let (nq, nd) = ocl::relayout_q4_t_len(WeightFormat::Q4_0, n, kk).unwrap();
+        let w = rand_weights(&mut r, GgmlType::Q4_0, n, kk);
+        let (nq, nd) = ocl::relayout_q4_t_len(GgmlType::Q4_0, n, kk).unwrap();
         let (mut qs, mut ds) = (vec![0u8; nq], vec![0u8; nd]);
-        ocl::relayout_q4_t(WeightFormat::Q4_0, &w, n, kk, &mut qs, &mut ds).unwrap();
+        ocl::relayout_q4_t(GgmlType::Q4_0, &w, n, kk, &mut qs, &mut ds).unwrap();
         let x = randn(&mut r, kk);
-        let want = reference::gemm(WeightFormat::Q4_0, &w, &x, 1, n, kk).unwrap();
+        let want = reference::gemm(GgmlType::Q4_0, &w, &x, 1, n, kk).unwrap();
         let (nxq, nxs) = Kernels::quantize_x_q8w_len(kk).unwrap();
         let (bq, bd, bx) = (
             dev.upload(&qs).unwrap(),
@@ -543,7 +598,7 @@ fn gemv_q4_0_t_dp4a_matches_reference_where_it_runs() {
                 // Few outputs: error relative to the outputs' magnitudes sum |w x| instead; each
                 // activation is off by at most half a step (max|x| / 254), at most ~0.8% of
                 // sum |w x| when |x| averages max|x| / 2: bound 1%.
-                let mag = magnitudes(WeightFormat::Q4_0, &w, &x, 1, n, kk);
+                let mag = magnitudes(GgmlType::Q4_0, &w, &x, 1, n, kk);
                 for ((g, e), m) in got.iter().zip(&want).zip(&mag) {
                     assert!(
                         (g - e).abs() <= 1e-2 * m,
@@ -561,10 +616,10 @@ fn gemm_small_m_matches_reference() {
     let d = k.device();
     let mut r = rng(4);
     for format in [
-        WeightFormat::F16,
-        WeightFormat::Q4_0,
-        WeightFormat::Q4_1,
-        WeightFormat::Q8_0,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
     ] {
         for &(m, n, kk) in &[(1, 19, 64), (3, 70, 96), (5, 33, 576), (9, 129, 256)] {
             let w = rand_weights(&mut r, format, n, kk);
@@ -731,8 +786,8 @@ fn zero_copy_and_completion_flag() {
     };
     xs.copy_from_slice(&randn(&mut r, kk));
     ys.fill(f32::NAN);
-    let w = rand_weights(&mut r, WeightFormat::Q4_1, n, kk);
-    let want = reference::gemm(WeightFormat::Q4_1, &w, xs, 1, n, kk).unwrap();
+    let w = rand_weights(&mut r, GgmlType::Q4_1, n, kk);
+    let want = reference::gemm(GgmlType::Q4_1, &w, xs, 1, n, kk).unwrap();
     let xcopy = xs.to_vec();
     {
         let bw = d.upload(&w).unwrap();
@@ -748,7 +803,7 @@ fn zero_copy_and_completion_flag() {
             Err(e) => panic!("{e}"),
         };
         let flag = ocl::Flag::new(d).unwrap();
-        let mut l = k.gemv(WeightFormat::Q4_1, &bw, &bx, &by, n, kk).unwrap();
+        let mut l = k.gemv(GgmlType::Q4_1, &bw, &bx, &by, n, kk).unwrap();
         l.bind_flag(&flag).unwrap();
         let yp = ys.as_mut_ptr();
         for epoch in 1..=3u32 {
@@ -769,7 +824,7 @@ fn zero_copy_and_completion_flag() {
                 &format!("flagged gemv epoch {epoch}"),
                 &got,
                 &want,
-                WeightFormat::Q4_1,
+                GgmlType::Q4_1,
                 &w,
                 &xcopy,
                 1,
@@ -790,17 +845,28 @@ fn bad_inputs_are_typed_errors() {
     let b = d.alloc(64).unwrap();
     let big = d.alloc(1 << 16).unwrap();
     // K not a multiple of 32 for a block format.
-    for f in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+    for f in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let e = k.gemv(f, &big, &big, &big, 4, 48).unwrap_err();
         assert!(
             matches!(e, Error::BadShape(ref s) if s.contains("multiple of 32")),
             "{e}"
         );
     }
+    // Types the kernels do not compute are typed errors, for the GEMV, the GEMM and the sizes.
+    for f in [
+        GgmlType::Q5_0,
+        GgmlType::Q4K,
+        GgmlType::F32,
+        GgmlType::Other(16),
+    ] {
+        let e = k.gemv(f, &big, &big, &big, 4, 64).unwrap_err();
+        assert_eq!(e, Error::UnsupportedFormat(f));
+        let e = k.gemm(f, &big, &big, &big, 2, 4, 64).unwrap_err();
+        assert_eq!(e, Error::UnsupportedFormat(f));
+        assert_eq!(ocl::row_bytes(f, 64), Err(Error::UnsupportedFormat(f)));
+    }
     // Buffer too small names the argument.
-    let e = k
-        .gemv(WeightFormat::F16, &big, &b, &big, 4, 64)
-        .unwrap_err();
+    let e = k.gemv(GgmlType::F16, &big, &b, &big, 4, 64).unwrap_err();
     assert!(
         matches!(
             e,
@@ -812,9 +878,7 @@ fn bad_inputs_are_typed_errors() {
         ),
         "{e}"
     );
-    let e = k
-        .gemv(WeightFormat::F16, &b, &big, &big, 4, 64)
-        .unwrap_err();
+    let e = k.gemv(GgmlType::F16, &b, &big, &big, 4, 64).unwrap_err();
     assert!(matches!(e, Error::BufferTooSmall { what: "w", .. }), "{e}");
     // Not applicable calls.
     let mut l = k.add(&b, &b, &b, 16).unwrap();
@@ -912,11 +976,11 @@ fn loader_errors_without_opencl() {
 
 #[test]
 fn relayout_and_format_sizes() {
-    assert_eq!(WeightFormat::Q4_0.row_bytes(64).unwrap(), 36);
-    assert_eq!(WeightFormat::Q4_1.row_bytes(64).unwrap(), 40);
-    assert_eq!(WeightFormat::Q8_0.row_bytes(64).unwrap(), 68);
-    assert_eq!(WeightFormat::F16.row_bytes(7).unwrap(), 14);
-    assert!(WeightFormat::Q8_0.row_bytes(33).is_err());
+    assert_eq!(ocl::row_bytes(GgmlType::Q4_0, 64).unwrap(), 36);
+    assert_eq!(ocl::row_bytes(GgmlType::Q4_1, 64).unwrap(), 40);
+    assert_eq!(ocl::row_bytes(GgmlType::Q8_0, 64).unwrap(), 68);
+    assert_eq!(ocl::row_bytes(GgmlType::F16, 7).unwrap(), 14);
+    assert!(ocl::row_bytes(GgmlType::Q8_0, 33).is_err());
     let src: Vec<u8> = (0..36).map(|i| i as u8).collect();
     let (mut q, mut dd) = (vec![0; 32], vec![0; 4]);
     ocl::relayout_q4_0(&src, 1, 64, &mut q, &mut dd).unwrap();
@@ -951,10 +1015,10 @@ fn relayout_q4_t_layout_is_as_documented() {
             b as u32
         }
     };
-    let (nq, nd) = ocl::relayout_q4_t_len(WeightFormat::Q4_0, 1, 64).unwrap();
+    let (nq, nd) = ocl::relayout_q4_t_len(GgmlType::Q4_0, 1, 64).unwrap();
     assert_eq!((nq, nd), (32, 4));
     let (mut q, mut dd) = (vec![0u8; nq], vec![0u8; nd]);
-    ocl::relayout_q4_t(WeightFormat::Q4_0, &src, 1, 64, &mut q, &mut dd).unwrap();
+    ocl::relayout_q4_t(GgmlType::Q4_0, &src, 1, 64, &mut q, &mut dd).unwrap();
     assert_eq!(dd, [0x10, 0x20, 0x11, 0x21]);
     for w in 0..8 {
         let want = (0..8).fold(0u32, |a, e| a | (nib(8 * w + e) << (4 * e)));
@@ -964,14 +1028,14 @@ fn relayout_q4_t_layout_is_as_documented() {
         assert_eq!(got, want, "word {w}");
     }
     assert_eq!(
-        ocl::relayout_q4_t_len(WeightFormat::Q4_1, 3, 64).unwrap(),
+        ocl::relayout_q4_t_len(GgmlType::Q4_1, 3, 64).unwrap(),
         (96, 24)
     );
-    assert!(ocl::relayout_q4_t_len(WeightFormat::F16, 1, 64).is_err());
-    assert!(ocl::relayout_q4_t_len(WeightFormat::Q4_0, 1, 48).is_err());
+    assert!(ocl::relayout_q4_t_len(GgmlType::F16, 1, 64).is_err());
+    assert!(ocl::relayout_q4_t_len(GgmlType::Q4_0, 1, 48).is_err());
     let mut small = vec![0u8; 31];
     assert!(matches!(
-        ocl::relayout_q4_t(WeightFormat::Q4_0, &src, 1, 64, &mut small, &mut dd),
+        ocl::relayout_q4_t(GgmlType::Q4_0, &src, 1, 64, &mut small, &mut dd),
         Err(Error::BufferTooSmall { what: "qs", .. })
     ));
 }
@@ -1007,8 +1071,7 @@ fn profiled_launch_reports_device_time() {
     let b = k.device().upload(&[1f32; 64]).unwrap();
     let mut l = k.add(&b, &b, &b, 64).unwrap();
     assert!(matches!(l.enqueue_profiled(), Err(Error::NotApplicable(_))));
-    let api = Arc::new(ocl::Api::load().unwrap());
-    let dev = Device::open_with(api, None, None, true).unwrap();
+    let dev = Device::from_env_with(true).unwrap();
     let k2 = Kernels::new(&dev).unwrap();
     let b2 = dev.upload(&[1f32; 64]).unwrap();
     let mut l2 = k2.add(&b2, &b2, &b2, 64).unwrap();

@@ -1,7 +1,8 @@
 //! Layer-level placement and whole-model plans.
 
-use crate::plan::{solve_with, Families, OpPlan, PlanError};
-use crate::profile::{Backend, CheckedProfile, Order};
+use crate::checked::CheckedProfile;
+use crate::plan::{plan_with, Extrapolation, OpPlan, PlanError};
+use crate::profile::{Backend, Order, Phase};
 
 /// Most ops one layer description may hold (fixed capacity: no allocation).
 pub const MAX_LAYER_OPS: usize = 24;
@@ -186,15 +187,6 @@ fn op_ok(o: &LayerOp) -> bool {
     }
 }
 
-/// Prefill (the prompt, many rows) or decode (one token, or a few draft tokens).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Processing the prompt.
-    Prefill,
-    /// Generating.
-    Decode,
-}
-
 /// Which matmul plans a model plan uses.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Policy {
@@ -251,6 +243,19 @@ impl ModelPlan {
     pub fn placements(&self) -> &[Placement] {
         &self.places[..self.len]
     }
+
+    /// The farthest extrapolation any of the model's matmul plans (LM head included) leans
+    /// on, if one does (see [`OpPlan::extrapolation`]).
+    pub fn extrapolation(&self) -> Option<Extrapolation> {
+        self.placements()
+            .iter()
+            .filter_map(|pl| match pl {
+                Placement::MatMul(p) => p.extrapolation,
+                _ => None,
+            })
+            .chain(self.lm_head.extrapolation)
+            .max_by(|a, b| a.factor.total_cmp(&b.factor))
+    }
 }
 
 /// Splits `n_heads` query heads between CPU and GPU at the two rates, in whole KV groups
@@ -275,43 +280,14 @@ pub fn split_heads(
     Ok((cpu, n_heads - cpu))
 }
 
-pub(crate) fn plan_matmul(
-    p: &CheckedProfile,
-    policy: Policy,
-    k: u32,
-    n: u32,
-    m: u32,
-) -> Result<OpPlan, PlanError> {
-    match policy {
-        Policy::Auto => solve_with(p, k, n, m, Families::ALL),
-        Policy::Single(b) => OpPlan::single(p, b, k, n, m),
-        Policy::NpuActivation(other) => {
-            let rows = match OpPlan::npu_activation(p, other, k, n, m) {
-                Err(PlanError::Infeasible) => OpPlan::single(p, other, k, n, m),
-                r => r,
-            }?;
-            // Rows that are a whole number of standard chunks leave nothing for the partner:
-            // the NPU alone (its pipe), when that is cheaper.
-            if p.standard_m().iter().any(|&s| m.is_multiple_of(s)) {
-                let npu = OpPlan::single(p, Backend::Npu, k, n, m)?;
-                if npu.predicted_us() < rows.predicted_us() {
-                    return Ok(npu);
-                }
-            }
-            Ok(rows)
-        }
-        Policy::WeightCentric(a, b, r) => OpPlan::weight_centric(p, a, b, r, k, n, m),
-        Policy::CpuGpuColumns => OpPlan::cpu_gpu_columns(p, k, n, m),
-    }
-}
-
 /// Plans a whole model at `m` rows.
 ///
 /// Matmuls follow `policy`. Other ops run on the host accelerator: the GPU if the profile has
-/// one, else the CPU (the NPU runs matmuls only: static graphs, no dynamic KV length). In
-/// decode, attention is split by heads between CPU and GPU when both exist (EdgeAgent), at
-/// rates inverse to their predicted latency on the layer's first matmul; in prefill it runs on
-/// the host accelerator. Identical matmul shapes in a layer are planned once. No allocation.
+/// one with a path for `phase`, else the CPU (the NPU runs matmuls only: static graphs, no dynamic KV length). In
+/// decode, attention is split by heads between CPU and GPU when both have a decode path and do
+/// not run one after the other (pair overlap > 0; EdgeAgent), at rates inverse to their
+/// predicted latency on the layer's first matmul; in prefill it runs on the host accelerator.
+/// Every matmul uses the curves of `phase`; the LM head too. Identical matmul shapes in a layer are planned once. No allocation.
 pub fn plan_model(
     p: &CheckedProfile,
     model: &ModelDesc,
@@ -322,9 +298,9 @@ pub fn plan_model(
     if m == 0 {
         return Err(PlanError::ZeroShape);
     }
-    let host = if p.has(Backend::Gpu) {
+    let host = if p.has_phase(Backend::Gpu, phase) {
         Backend::Gpu
-    } else if p.has(Backend::Cpu) {
+    } else if p.has_phase(Backend::Cpu, phase) {
         Backend::Cpu
     } else {
         return Err(PlanError::MissingBackend(Backend::Gpu));
@@ -343,17 +319,21 @@ pub fn plan_model(
             });
             let plan = match prev {
                 Some(q) => q,
-                None => plan_matmul(p, policy, k, n, m)?,
+                None => plan_with(p, phase, policy, k, n, m)?,
             };
             layer_us += plan.predicted_us();
             places[i] = Placement::MatMul(plan);
         }
     }
-    let both = p.has(Backend::Cpu) && p.has(Backend::Gpu);
+    // Splitting heads between two backends that run one after the other gains nothing.
+    let both = p.has_phase(Backend::Cpu, phase)
+        && p.has_phase(Backend::Gpu, phase)
+        && p.pair(Backend::Cpu, Backend::Gpu)
+            .is_some_and(|(_, overlap, _)| overlap > 0.0);
     if phase == Phase::Decode && both {
         let (k, n) = first_mm.unwrap_or((model.hidden, model.hidden));
-        let t_cpu = p.latency_us(Backend::Cpu, k, n, m, Order::ActivationFirst)?;
-        let t_gpu = p.latency_us(Backend::Gpu, k, n, m, Order::ActivationFirst)?;
+        let t_cpu = p.latency_us_in(Backend::Cpu, phase, k, n, m, Order::ActivationFirst)?;
+        let t_gpu = p.latency_us_in(Backend::Gpu, phase, k, n, m, Order::ActivationFirst)?;
         for (i, op) in ops.iter().enumerate() {
             if let LayerOp::Attention {
                 n_heads,
@@ -371,7 +351,7 @@ pub fn plan_model(
         }
     }
     let head_m = if phase == Phase::Prefill { 1 } else { m };
-    let lm_head = plan_matmul(p, policy, model.hidden, model.vocab, head_m)?;
+    let lm_head = plan_with(p, phase, policy, model.hidden, model.vocab, head_m)?;
     Ok(ModelPlan {
         places,
         len: ops.len(),

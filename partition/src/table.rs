@@ -3,9 +3,11 @@
 //! table has one plan path whatever the user chose; a forced plan is just a table the user
 //! picked. Forced plans need no measurements: [`Profile::nominal`] supplies placeholder costs.
 
-use crate::model::{plan_matmul, Policy};
-use crate::plan::{OpPlan, PlanError};
-use crate::profile::{Backend, BackendProfile, LatencyPoint, Order, Profile};
+use crate::checked::CheckedProfile;
+use crate::model::Policy;
+use crate::opmodel::{OpModel, ShapeModel};
+use crate::plan::{plan_policy, OpPlan, PlanError};
+use crate::profile::{Backend, BackendProfile, LatencyPoint, Order, Phase, Profile};
 
 /// Largest row count a table plans (beyond it an executor chunks its rows).
 pub const MAX_TABLE_M: u32 = 1 << 16;
@@ -17,6 +19,8 @@ pub const MAX_TABLE_SHAPES: usize = 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanTable {
     policy: Policy,
+    /// The phase of every plan, or `None`: [`Phase::of_rows`] for each row count.
+    phase: Option<Phase>,
     max_m: u32,
     /// Sorted, distinct `(k, n)` shapes.
     shapes: Vec<(u32, u32)>,
@@ -61,9 +65,33 @@ impl std::error::Error for TableError {}
 
 impl PlanTable {
     /// Plans every shape in `shapes` (duplicates allowed) at every `m` in `1..=max_m` under
-    /// `policy` on `profile`.
+    /// `policy` on `profile`, each row count in the phase [`Phase::of_rows`] gives it (1 row:
+    /// decode). Use [`PlanTable::build_phase`] when the phase is known.
     pub fn build(
-        profile: &crate::CheckedProfile,
+        profile: &CheckedProfile,
+        policy: Policy,
+        shapes: &[(u32, u32)],
+        max_m: u32,
+    ) -> Result<PlanTable, TableError> {
+        Self::build_inner(profile, None, policy, shapes, max_m)
+    }
+
+    /// Plans every shape in `shapes` (duplicates allowed) at every `m` in `1..=max_m` under
+    /// `policy` on `profile`, all in `phase`: an engine builds one table per phase (prefill
+    /// chunks, decode steps with their draft rows).
+    pub fn build_phase(
+        profile: &CheckedProfile,
+        phase: Phase,
+        policy: Policy,
+        shapes: &[(u32, u32)],
+        max_m: u32,
+    ) -> Result<PlanTable, TableError> {
+        Self::build_inner(profile, Some(phase), policy, shapes, max_m)
+    }
+
+    fn build_inner(
+        profile: &CheckedProfile,
+        phase: Option<Phase>,
         policy: Policy,
         shapes: &[(u32, u32)],
         max_m: u32,
@@ -77,14 +105,27 @@ impl PlanTable {
         }
         let mut plans = Vec::with_capacity(sorted.len() * max_m as usize);
         for &(k, n) in &sorted {
+            let err = |m: u32| move |error| TableError::Plan { k, n, m, error };
+            // The shape's curves are found once per phase; each row count only reads them.
+            let shape = |ph: Phase| ShapeModel::new(profile, ph, k, n).map_err(err(1));
+            let (first, rest) = match phase {
+                Some(ph) => (shape(ph)?, None),
+                None => (shape(Phase::Decode)?, Some(shape(Phase::Prefill)?)),
+            };
             for m in 1..=max_m {
-                let p = plan_matmul(profile, policy, k, n, m)
-                    .map_err(|error| TableError::Plan { k, n, m, error })?;
-                plans.push(p);
+                let sm = match &rest {
+                    Some(prefill) if m > 1 => prefill,
+                    _ => &first,
+                };
+                let plan = OpModel::new(sm, m)
+                    .and_then(|om| plan_policy(&om, policy))
+                    .map_err(err(m))?;
+                plans.push(plan);
             }
         }
         Ok(PlanTable {
             policy,
+            phase,
             max_m,
             shapes: sorted,
             plans,
@@ -94,6 +135,11 @@ impl PlanTable {
     /// The policy the table was built under.
     pub fn policy(&self) -> Policy {
         self.policy
+    }
+
+    /// The phase of every plan, or `None` when each row count took [`Phase::of_rows`].
+    pub fn phase(&self) -> Option<Phase> {
+        self.phase
     }
 
     /// Largest planned row count.
@@ -121,7 +167,7 @@ impl PlanTable {
 
     /// Every backend some plan of the table uses.
     pub fn backends(&self) -> Vec<Backend> {
-        let mut v: Vec<Backend> = Backend::ALL
+        Backend::ALL
             .into_iter()
             .filter(|&b| {
                 self.plans.iter().any(|p| {
@@ -129,9 +175,13 @@ impl PlanTable {
                     a == b || o == Some(b)
                 })
             })
-            .collect();
-        v.dedup();
-        v
+            .collect()
+    }
+
+    /// The plans that lean on an extrapolation beyond [`crate::FAR`] (their
+    /// [`OpPlan::extrapolation`] is set), in shape then row order.
+    pub fn extrapolated(&self) -> impl Iterator<Item = &OpPlan> {
+        self.plans.iter().filter(|p| p.extrapolation.is_some())
     }
 }
 
@@ -141,7 +191,7 @@ impl Profile {
     /// `standard_m` graphs (default `[32]`) far cheaper per row than the others and never
     /// prepares a graph online, so a forced NPU policy puts as many whole standard chunks on
     /// the NPU as fit. The costs are placeholders: plans from it execute a policy, they do not
-    /// predict time.
+    /// predict time (and their extrapolation warnings mean nothing either).
     pub fn nominal(backends: &[Backend], standard_m: &[u32]) -> Profile {
         const K: u32 = 1024;
         let std_m: Vec<u32> = if standard_m.is_empty() {
@@ -189,6 +239,7 @@ impl Profile {
         Profile {
             device: "nominal (forced plans; costs are placeholders)".into(),
             backends: out,
+            ..Profile::default()
         }
     }
 }

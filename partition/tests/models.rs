@@ -139,6 +139,7 @@ fn bad_profiles_are_typed_errors() {
             p.check().unwrap_err(),
             ProfileError::BadLatency {
                 backend: Backend::Gpu,
+                path: None,
                 point: 1
             }
         );
@@ -149,6 +150,7 @@ fn bad_profiles_are_typed_errors() {
         p.check().unwrap_err(),
         ProfileError::ZeroShape {
             backend: Backend::Cpu,
+            path: None,
             point: 0
         }
     );
@@ -206,9 +208,20 @@ fn json_roundtrip() {
     let readme = include_str!("../README.md");
     let start = readme.find("```json").unwrap() + 7;
     let end = start + readme[start..].find("```").unwrap();
-    let p: Profile = serde_json::from_str(&readme[start..end]).unwrap();
+    let p = Profile::from_json(&readme[start..end]).unwrap();
     let c = p.check().unwrap();
     assert!(plan_op(&c, 2048, 2048, 300).is_ok());
+    assert_eq!(c.path_name(Backend::Gpu, Phase::Decode), Some("gemv"));
+    assert_eq!(
+        c.pair(Backend::Gpu, Backend::Npu),
+        Some((15.0, 1.0, Some(59.5)))
+    );
+    // CPU and NPU record no concurrent bandwidth: the roofline of the CPU's 20 GB/s and the
+    // NPU's unknown one is the bus, memory_gbps.
+    assert_eq!(
+        c.pair(Backend::Cpu, Backend::Npu),
+        Some((0.0, 1.0, Some(60.0)))
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Proves the planning path does not allocate: a counting global allocator
+//! Proves the planning path (and the prediction bookkeeping) does not allocate: a counting global allocator
 //! (`hetero_tests::CountingAlloc`) wraps the system one, and planning calls run between two
 //! reads of this thread's count.
 
@@ -38,6 +38,23 @@ fn planning_does_not_allocate() {
                 .unwrap();
             let plan = plan_op(&p, 1024, 1024, m).unwrap();
             sink += plan.pieces().as_slice().len() as f64;
+            for phase in Phase::ALL {
+                sink += plan_op_in(&p, phase, 1024, 1024, m).unwrap().predicted_us();
+                sink += plan_with(&p, phase, Policy::CpuGpuColumns, 1024, 1024, m)
+                    .unwrap()
+                    .predicted_us();
+                sink += p
+                    .latency_us_in(Backend::Gpu, phase, 1024, 1024, m, Order::ActivationFirst)
+                    .unwrap();
+                sink += p
+                    .cost_in(phase, 1024, 1024, m, &plan.split)
+                    .unwrap()
+                    .total_us;
+            }
+            let mut pr = Prediction::new(1024, 1024, Phase::Prefill);
+            pr.record(&plan, 1.0).unwrap();
+            let mut errs = [pr.relative_error().unwrap(), 0.1, -0.2];
+            sink += ErrorStats::of(&mut errs).unwrap().median;
             budget.update(0, 3.0).unwrap();
             sink += budget.allocate(&active, &mut out).unwrap() as f64;
         }

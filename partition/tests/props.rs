@@ -1,4 +1,5 @@
-//! Property tests: solver = brute force, determinism, monotonicity, exact tiling, allocator bounds.
+//! Property tests: solver = brute force (with phases, shared cores, split costs, the shared bus
+//! and hysteresis), determinism, monotonicity, table = solver, exact tiling, allocator bounds.
 
 mod common;
 use common::*;
@@ -21,82 +22,170 @@ impl Rng {
     fn f(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
+    /// Log-uniform in `[lo, hi)`: bandwidths over decades, so the shared-bus term sometimes
+    /// dominates, sometimes crosses the compute times, sometimes vanishes.
+    fn log(&mut self, lo: f64, hi: f64) -> f64 {
+        (self.f(lo.ln(), hi.ln())).exp()
+    }
     fn chance(&mut self, pct: u64) -> bool {
         self.below(100) < pct
     }
 }
 
-/// A random valid profile on small shapes: any non-empty subset of backends, 1-2 measured
-/// shapes each, 1-6 points per curve (not necessarily monotone), random sync/copy/prep costs.
+/// Random latency points for one curve set: 1-2 measured shapes (or the shared one), 1-6 points
+/// per curve (not necessarily monotone), both NPU orders half the time.
+fn random_points(r: &mut Rng, npu: bool, shared: Option<(u32, u32)>) -> Vec<LatencyPoint> {
+    let mut points = Vec::new();
+    let shapes = if shared.is_some() { 1 } else { 1 + r.below(2) };
+    let (floor, rate) = (r.f(1.0, 100.0), r.f(0.1, 5.0));
+    for _ in 0..shapes {
+        let (k, n) = shared.unwrap_or_else(|| (8 + r.below(500) as u32, 8 + r.below(500) as u32));
+        let orders: &[Order] = if npu && r.chance(50) {
+            &[Order::ActivationFirst, Order::WeightFirst]
+        } else {
+            &[Order::ActivationFirst]
+        };
+        for &o in orders {
+            let pts = 1 + r.below(6);
+            let mut ms: Vec<u32> = (0..pts).map(|_| 1 + r.below(400) as u32).collect();
+            ms.sort_unstable();
+            ms.dedup();
+            for m in ms {
+                let us = if shared.is_some() {
+                    (floor + rate * m as f64) * r.f(0.8, 1.2)
+                } else {
+                    r.f(1.0, 1000.0)
+                };
+                points.push(pto(k, n, m, us, o));
+            }
+        }
+    }
+    points
+}
+
+/// A random valid profile on small shapes: any non-empty subset of backends; each backend with
+/// one path for both phases, or its own prefill and/or decode paths; random sync, copy,
+/// preparation costs, solo bandwidths, weight sizes, shared cores, pair entries (split cost,
+/// concurrent bandwidth, overlap), bus bandwidth and hysteresis.
 fn random_profile(seed: u64) -> Profile {
     let mut r = Rng(seed);
     let mut backends = Vec::new();
     // Half the profiles share one measured shape and use latencies `floor + rate * m` of
     // comparable size across backends, so that two-backend splits often win and every
     // family of the solver is exercised; the rest are unrelated random curves.
-    let shared = r.chance(50);
-    let (k0, n0) = (8 + r.below(500) as u32, 8 + r.below(500) as u32);
+    let shared = r
+        .chance(50)
+        .then(|| (8 + r.below(500) as u32, 8 + r.below(500) as u32));
     let mask = 1 + r.below(7);
-    for (bit, name) in [(1, "cpu"), (2, "gpu"), (4, "npu")] {
-        if mask & bit == 0 {
-            continue;
-        }
+    let names: Vec<&str> = [(1, "cpu"), (2, "gpu"), (4, "npu")]
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .map(|&(_, name)| name)
+        .collect();
+    for &name in &names {
         let npu = name == "npu";
         let mut bp = backend(name, Vec::new());
-        let shapes = if shared { 1 } else { 1 + r.below(2) };
-        let (floor, rate) = (r.f(1.0, 100.0), r.f(0.1, 5.0));
-        for _ in 0..shapes {
-            let (k, n) = if shared {
-                (k0, n0)
-            } else {
-                (8 + r.below(500) as u32, 8 + r.below(500) as u32)
-            };
-            let orders: &[Order] = if npu && r.chance(50) {
-                &[Order::ActivationFirst, Order::WeightFirst]
-            } else {
-                &[Order::ActivationFirst]
-            };
-            for &o in orders {
-                let pts = 1 + r.below(6);
-                let mut ms: Vec<u32> = (0..pts).map(|_| 1 + r.below(400) as u32).collect();
-                ms.sort_unstable();
-                ms.dedup();
-                for m in ms {
-                    let us = if shared {
-                        (floor + rate * m as f64) * r.f(0.8, 1.2)
-                    } else {
-                        r.f(1.0, 1000.0)
-                    };
-                    bp.points.push(pto(k, n, m, us, o));
+        match r.below(4) {
+            0 | 1 => bp.points = random_points(&mut r, npu, shared),
+            2 => {
+                for (phase, path) in [(Phase::Prefill, "graphs"), (Phase::Decode, "gemv")] {
+                    bp.paths.push(PathProfile {
+                        name: path.into(),
+                        phase: Some(phase),
+                        points: random_points(&mut r, npu, shared),
+                    });
                 }
+            }
+            _ => {
+                // A path for one phase; the other phase has the unnamed points or nothing.
+                if r.chance(50) {
+                    bp.points = random_points(&mut r, npu, shared);
+                }
+                let phase = if r.chance(50) {
+                    Phase::Prefill
+                } else {
+                    Phase::Decode
+                };
+                bp.paths.push(PathProfile {
+                    name: "only".into(),
+                    phase: Some(phase),
+                    points: random_points(&mut r, npu, shared),
+                });
             }
         }
         bp.sync_us = if r.chance(30) { 0.0 } else { r.f(0.0, 50.0) };
         if r.chance(50) {
             bp.copy_gbps = Some(r.f(1.0, 100.0));
         }
+        if r.chance(50) {
+            bp.bandwidth_gbps = Some(r.log(0.05, 60.0));
+        }
+        if r.chance(50) {
+            bp.weight_bytes = Some(r.f(0.3, 4.0));
+        }
+        if r.chance(25) {
+            let others: Vec<&&str> = names.iter().filter(|&&o| o != name).collect();
+            if !others.is_empty() {
+                bp.shares_cores_with =
+                    Some(others[r.below(others.len() as u64) as usize].to_string());
+            }
+        }
         if npu {
-            let cands = [16, 32, 48, 64, 100, 128, 256];
-            bp.standard_m = cands.iter().copied().filter(|_| r.chance(50)).collect();
+            let cands = [1, 16, 32, 48, 64, 100, 128, 256];
+            bp.standard_m = cands.iter().copied().filter(|_| r.chance(40)).collect();
             if bp.standard_m.is_empty() || r.chance(50) {
                 bp.graph_prepare_us = Some(r.f(0.0, 3000.0));
             }
         }
         backends.push(bp);
     }
+    let mut pairs = Vec::new();
+    for (i, &a) in names.iter().enumerate() {
+        for &b in &names[i + 1..] {
+            if r.chance(60) {
+                pairs.push(PairProfile {
+                    backends: [a.into(), b.into()],
+                    split_us: if r.chance(50) { r.f(0.0, 80.0) } else { 0.0 },
+                    concurrent_gbps: r.chance(50).then(|| r.log(0.05, 100.0)),
+                    overlap: r.chance(50).then(|| r.f(0.0, 1.0)),
+                });
+            }
+        }
+    }
     Profile {
         device: "random".into(),
         backends,
+        pairs,
+        memory_gbps: r.chance(30).then(|| r.log(0.05, 100.0)),
+        min_split_gain: if r.chance(30) {
+            Some(0.0)
+        } else {
+            Some(r.f(0.0, 0.3))
+        },
+        ..Profile::default()
     }
 }
 
-/// Every candidate of the strategy space, enumerated exhaustively; the cheapest total.
-fn brute_force(p: &CheckedProfile, k: u32, n: u32, m: u32) -> Option<f64> {
-    let mut best: Option<f64> = None;
+/// Every candidate of the strategy space, enumerated exhaustively: the cheapest single-backend
+/// total and the cheapest two-backend total.
+fn brute_force(
+    p: &CheckedProfile,
+    phase: Phase,
+    k: u32,
+    n: u32,
+    m: u32,
+) -> (Option<f64>, Option<f64>) {
+    let mut single: Option<f64> = None;
+    let mut split: Option<f64> = None;
     let mut offer = |s: Split| {
-        if let Ok(c) = p.cost(k, n, m, &s) {
+        if let Ok(c) = p.cost_in(phase, k, n, m, &s) {
             if c.total_us.is_finite() {
-                best = Some(best.map_or(c.total_us, |b: f64| b.min(c.total_us)));
+                let best = if s.b.is_some() {
+                    &mut split
+                } else {
+                    &mut single
+                };
+                *best = Some(best.map_or(c.total_us, |b: f64| b.min(c.total_us)));
             }
         }
     };
@@ -188,7 +277,15 @@ fn brute_force(p: &CheckedProfile, k: u32, n: u32, m: u32) -> Option<f64> {
             npu: None,
         });
     }
-    best
+    (single, split)
+}
+
+fn phase_of(bit: bool) -> Phase {
+    if bit {
+        Phase::Decode
+    } else {
+        Phase::Prefill
+    }
 }
 
 fn rel_le(a: f64, b: f64) -> bool {
@@ -216,10 +313,15 @@ fn check_tiling(plan: &OpPlan) {
     assert_eq!(area, m as u64 * n as u64, "{plan:?}");
 }
 
+/// The profile with one backend's latencies and costs scaled by `f`.
 fn scaled(prof: &Profile, which: usize, f: f64) -> Profile {
     let mut q = prof.clone();
     let b = &mut q.backends[which];
-    for pt in &mut b.points {
+    for pt in b
+        .points
+        .iter_mut()
+        .chain(b.paths.iter_mut().flat_map(|p| &mut p.points))
+    {
         pt.us *= f;
     }
     b.sync_us *= f;
@@ -229,22 +331,76 @@ fn scaled(prof: &Profile, which: usize, f: f64) -> Profile {
     q
 }
 
+/// The total the hysteresis rule picks from the brute force's two minima: the split when it is
+/// below `(1 − gain)` times the best single backend. `None` when the two are too close to the
+/// gate to tell (floating-point ties).
+fn expected(single: Option<f64>, split: Option<f64>, gain: f64) -> Option<f64> {
+    match (single, split) {
+        (None, s) => s,
+        (Some(one), None) => Some(one),
+        (Some(one), Some(two)) => {
+            let gate = one * (1.0 - gain);
+            if (two - gate).abs() <= 1e-9 * gate.max(1.0) {
+                None
+            } else if two < gate {
+                Some(two)
+            } else {
+                Some(one)
+            }
+        }
+    }
+}
+
+/// 256 cases, or `PROPTEST_CASES` (for longer runs by hand).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn solver_matches_brute_force(seed in any::<u64>(), k in 1u32..600, n in 1u32..2000, m in 1u32..300) {
+    fn solver_matches_brute_force(seed in any::<u64>(), decode in any::<bool>(), k in 1u32..600,
+                                  n in 1u32..2000, m in 1u32..300) {
         let p = random_profile(seed).check().unwrap();
-        let bf = brute_force(&p, k, n, m);
-        match plan_op(&p, k, n, m) {
+        let phase = phase_of(decode);
+        let (single, split) = brute_force(&p, phase, k, n, m);
+        match plan_op_in(&p, phase, k, n, m) {
             Ok(plan) => {
-                let bf = bf.expect("brute force found nothing but the solver did");
-                prop_assert!(rel_le(plan.predicted_us(), bf) && rel_le(bf, plan.predicted_us()),
-                    "solver {} brute {} plan {:?}", plan.predicted_us(), bf, plan);
-                prop_assert_eq!(p.cost(k, n, m, &plan.split).unwrap(), plan.cost);
+                prop_assert!(single.is_some() || split.is_some(), "brute force found nothing");
+                if let Some(want) = expected(single, split, p.min_split_gain()) {
+                    prop_assert!(rel_le(plan.predicted_us(), want) && rel_le(want, plan.predicted_us()),
+                        "solver {} want {} (single {single:?}, split {split:?}, gain {}) plan {:?}",
+                        plan.predicted_us(), want, p.min_split_gain(), plan);
+                }
+                prop_assert_eq!(p.cost_in(phase, k, n, m, &plan.split).unwrap(), plan.cost);
                 check_tiling(&plan);
             }
-            Err(e) => prop_assert!(bf.is_none(), "solver failed {e:?}, brute force {bf:?}"),
+            Err(e) => prop_assert!(single.is_none() && split.is_none(),
+                "solver failed {e:?}, brute force {single:?} {split:?}"),
+        }
+    }
+
+    #[test]
+    fn hysteresis_keeps_single_unless_split_gains_enough(seed in any::<u64>(), decode in any::<bool>(),
+                                  k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+        let p = random_profile(seed).check().unwrap();
+        let phase = phase_of(decode);
+        let Ok(plan) = plan_op_in(&p, phase, k, n, m) else { return Ok(()) };
+        let best_single = Backend::ALL
+            .into_iter()
+            .filter_map(|b| plan_with(&p, phase, Policy::Single(b), k, n, m).ok())
+            .map(|s| s.predicted_us())
+            .fold(f64::INFINITY, f64::min);
+        if plan.split.b.is_some() {
+            // A split is planned only when it predicts at least min_split_gain less time.
+            prop_assert!(plan.predicted_us() < best_single * (1.0 - p.min_split_gain()),
+                "split {} vs best single {best_single} gain {}", plan.predicted_us(), p.min_split_gain());
+        } else {
+            prop_assert!(rel_le(plan.predicted_us(), best_single) && rel_le(best_single, plan.predicted_us()));
         }
     }
 
@@ -257,21 +413,56 @@ proptest! {
     }
 
     #[test]
-    fn faster_backend_never_worse(seed in any::<u64>(), which in 0usize..3, f in 0.05f64..1.0,
-                                  k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+    fn faster_backend_never_worse(seed in any::<u64>(), decode in any::<bool>(), which in 0usize..3,
+                                  f in 0.05f64..1.0, k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
         let prof = random_profile(seed);
         let which = which % prof.backends.len();
-        let slow = plan_op(&prof.check().unwrap(), k, n, m).unwrap();
-        let fast = plan_op(&scaled(&prof, which, f).check().unwrap(), k, n, m).unwrap();
-        prop_assert!(rel_le(fast.predicted_us(), slow.predicted_us()), "{fast:?} vs {slow:?}");
+        let phase = phase_of(decode);
+        let slow = plan_op_in(&prof.check().unwrap(), phase, k, n, m);
+        let fast = plan_op_in(&scaled(&prof, which, f).check().unwrap(), phase, k, n, m);
+        if let (Ok(slow), Ok(fast)) = (slow, fast) {
+            // Every candidate gets no slower, so the minima do not rise; the hysteresis may
+            // trade a split for a single backend at most 1 / (1 − gain) slower.
+            let g = prof.min_split_gain.unwrap_or(DEFAULT_MIN_SPLIT_GAIN);
+            prop_assert!(rel_le(fast.predicted_us() * (1.0 - g), slow.predicted_us()), "{fast:?} vs {slow:?}");
+        }
     }
 
     #[test]
-    fn longer_sequence_never_faster(seed in any::<u64>(), k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+    fn longer_sequence_never_faster(seed in any::<u64>(), decode in any::<bool>(), k in 1u32..2048,
+                                    n in 1u32..2048, m in 1u32..2048) {
         let p = random_profile(seed).check().unwrap();
-        let a = plan_op(&p, k, n, m).unwrap();
-        let b = plan_op(&p, k, n, m + 1).unwrap();
-        prop_assert!(rel_le(a.predicted_us(), b.predicted_us()), "{a:?} vs {b:?}");
+        let phase = phase_of(decode);
+        if let (Ok(a), Ok(b)) = (plan_op_in(&p, phase, k, n, m), plan_op_in(&p, phase, k, n, m + 1)) {
+            // The same bound as above: min(single, split) never falls with m.
+            let g = p.min_split_gain();
+            prop_assert!(rel_le(a.predicted_us() * (1.0 - g), b.predicted_us()), "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn without_hysteresis_the_minimum_is_monotone(seed in any::<u64>(), decode in any::<bool>(),
+                                    k in 1u32..2048, n in 1u32..2048, m in 1u32..2048) {
+        let mut p = random_profile(seed).check().unwrap();
+        p.set_min_split_gain(0.0).unwrap();
+        let phase = phase_of(decode);
+        if let (Ok(a), Ok(b)) = (plan_op_in(&p, phase, k, n, m), plan_op_in(&p, phase, k, n, m + 1)) {
+            prop_assert!(rel_le(a.predicted_us(), b.predicted_us()), "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn table_is_the_solver(seed in any::<u64>(), decode in any::<bool>(), k in 1u32..600, n in 1u32..600) {
+        let p = random_profile(seed).check().unwrap();
+        let phase = phase_of(decode);
+        let shapes = [(k, n), (n, k)];
+        if let Ok(t) = PlanTable::build_phase(&p, phase, Policy::Auto, &shapes, 64) {
+            for (k, n) in shapes {
+                for m in 1..=64 {
+                    prop_assert_eq!(t.get(k, n, m).copied(), plan_op_in(&p, phase, k, n, m).ok());
+                }
+            }
+        }
     }
 
     #[test]

@@ -437,6 +437,10 @@ pub enum Int8Kernel {
     /// x86-64 AVX-512 VNNI (`vpdpbusd`), see [`crate::arch::x86_64::Vnni`].
     #[cfg(target_arch = "x86_64")]
     Vnni(crate::arch::x86_64::Vnni),
+    /// x86-64 AMX-INT8 (`tdpbssd`) on the same packed weight, see
+    /// [`crate::arch::x86_64::AmxInt8`] (row chunks of ≤ 8 rows run the VNNI kernel).
+    #[cfg(target_arch = "x86_64")]
+    Amx(crate::arch::x86_64::AmxInt8),
 }
 
 impl Int8Kernel {
@@ -447,6 +451,10 @@ impl Int8Kernel {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = crate::arch::x86_64::Vnni::try_new() {
             v.push(Int8Kernel::Vnni(t));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = crate::arch::x86_64::AmxInt8::try_new() {
+            v.push(Int8Kernel::Amx(t));
         }
         v
     }
@@ -467,6 +475,27 @@ impl Int8Kernel {
             Int8Kernel::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
             Int8Kernel::Vnni(_) => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Amx(_) => "amx-int8",
+        }
+    }
+
+    /// Activation rows per parallel tile of an [`Int8Plan`] on this implementation.
+    pub fn tile_rows(&self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Amx(_) => crate::arch::x86_64::AMX_INT8_TILE_ROWS,
+            _ => INT8_TILE_ROWS,
+        }
+    }
+
+    /// The VNNI token this implementation carries (its quantizer), if any.
+    #[cfg(target_arch = "x86_64")]
+    fn vnni(self) -> Option<crate::arch::x86_64::Vnni> {
+        match self {
+            Int8Kernel::Vnni(t) => Some(t),
+            Int8Kernel::Amx(t) => Some(t.vnni()),
+            Int8Kernel::Portable => None,
         }
     }
 
@@ -481,9 +510,13 @@ impl Int8Kernel {
     ) -> Result<(), Error> {
         prepare_acts(x, m, k, acts)?;
         let nb = k / QK;
-        match self {
+        #[cfg(target_arch = "x86_64")]
+        let vector = self.vnni();
+        #[cfg(not(target_arch = "x86_64"))]
+        let vector: Option<()> = None;
+        match vector {
             #[cfg(target_arch = "x86_64")]
-            Int8Kernel::Vnni(t) => {
+            Some(t) => {
                 // SAFETY: prepare_acts checked x.len() >= m*k and the capacity of q (m*k) and
                 // meta (m*k/32).
                 unsafe {
@@ -528,6 +561,9 @@ impl Int8Kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: forwarded; the token proves the CPU features.
             Int8Kernel::Vnni(t) => unsafe { t.tile(ctx, r0, rows, g0, g1) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: forwarded (rows <= tile_rows() by the plan); the token proves AMX.
+            Int8Kernel::Amx(t) => unsafe { t.tile(ctx, r0, rows, g0, g1) },
             // SAFETY: forwarded.
             _ => unsafe { tile_portable(ctx, r0, rows, g0, g1) },
         }
@@ -626,6 +662,8 @@ unsafe fn tile_portable(ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize)
 pub struct Int8Plan<'a> {
     ctx: Ctx,
     kernel: Int8Kernel,
+    /// Activation rows per tile (the kernel's `tile_rows`).
+    rows: usize,
     /// Groups per tile.
     gc: usize,
     _b: core::marker::PhantomData<(&'a Int8Weight, &'a QActs, &'a mut [f32])>,
@@ -703,13 +741,28 @@ impl<'a> Int8Plan<'a> {
                 ldy,
             },
             kernel,
+            rows: kernel.tile_rows(),
             gc,
             _b: core::marker::PhantomData,
         })
     }
 
+    /// The same plan with its tiles sized for `workers` threads: for M ≤ 16 (decode), as few
+    /// groups per tile as keep about four tiles per worker (down to one group), so a small
+    /// matrix (e.g. N = 192: 12 groups) spreads over all threads instead of a few 4-group tiles;
+    /// with few workers it keeps the default (fewer claims). Prepare the [`StealState`] with the
+    /// new [`Self::tiles`].
+    pub fn with_workers(self, workers: usize) -> Self {
+        if self.ctx.m > 16 {
+            return self;
+        }
+        let ng = self.ctx.n.div_ceil(INT8_GROUP);
+        let gc = (ng / workers.max(1).saturating_mul(4)).clamp(1, self.gc);
+        Self { gc, ..self }
+    }
+
     fn row_chunks(&self) -> usize {
-        self.ctx.m.div_ceil(INT8_TILE_ROWS)
+        self.ctx.m.div_ceil(self.rows)
     }
     fn group_chunks(&self) -> usize {
         self.ctx.n.div_ceil(INT8_GROUP).div_ceil(self.gc)
@@ -723,18 +776,38 @@ impl<'a> Int8Plan<'a> {
     /// # Safety
     /// Tile `t` must not run on two threads at once.
     unsafe fn run_tile(&self, t: usize) {
+        if let Some((r0, rows, g0, g1)) = self.tile_bounds(t) {
+            // SAFETY: r0 + rows <= m, g0 <= g1 <= ng; exclusivity forwarded (tiles are
+            // disjoint).
+            unsafe { self.kernel.tile(&self.ctx, r0, rows, g0, g1) }
+        }
+    }
+
+    /// Tile `t` as `(first row, rows, first group, end group)` (`None` past the last tile).
+    pub(crate) fn tile_bounds(&self, t: usize) -> Option<(usize, usize, usize, usize)> {
         if t >= self.tiles() {
-            return;
+            return None;
         }
         let rc = self.row_chunks();
         let (gch, rch) = (t / rc, t % rc);
-        let r0 = rch * INT8_TILE_ROWS;
-        let rows = (self.ctx.m - r0).min(INT8_TILE_ROWS);
+        let r0 = rch * self.rows;
+        let rows = (self.ctx.m - r0).min(self.rows);
         let ng = self.ctx.n.div_ceil(INT8_GROUP);
         let g0 = gch * self.gc;
         let g1 = (g0 + self.gc).min(ng);
-        // SAFETY: r0 + rows <= m, g0 <= g1 <= ng; exclusivity forwarded (tiles are disjoint).
-        unsafe { self.kernel.tile(&self.ctx, r0, rows, g0, g1) }
+        Some((r0, rows, g0, g1))
+    }
+
+    /// The validated call (for the AMX software-model tests).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The same plan cut into tiles of `rows` rows (for the AMX software-model tests).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub(crate) fn with_tile_rows(self, rows: usize) -> Self {
+        Self { rows, ..self }
     }
 
     /// Runs every tile on the calling thread.

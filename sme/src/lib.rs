@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(target_arch = "x86_64")]
+mod amx_int8;
 pub mod arch;
 mod error;
 mod f16out;
@@ -9,8 +11,11 @@ mod int8;
 mod out;
 mod pack;
 mod parallel;
+pub mod pool;
 mod portable;
 mod primitive;
+#[cfg(target_arch = "x86_64")]
+mod qgemv_fp16;
 mod quant;
 #[cfg(target_arch = "aarch64")]
 mod sme_driver;
@@ -28,7 +33,10 @@ pub use pack::{
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
+pub use pool::{ColumnBlock, PoolError, PoolWorker, ThreadPool};
 pub use portable::Portable;
+#[cfg(target_arch = "x86_64")]
+pub use qgemv_fp16::QPackedFp16Plan;
 pub use quant::{
     gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpacked_len, BlockQ4_0, BlockQ4_1, BlockQ8_0,
     QGemv, QGemvPlan, QPackedPlan, QPackedRef, QType, QWeights, QuantBlock, GEMV_MAX_ROWS,

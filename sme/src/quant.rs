@@ -384,14 +384,14 @@ pub enum QType {
 
 impl QType {
     /// Quant bytes of one 32-value block of 16 rows.
-    const fn data_bytes(self) -> usize {
+    pub(crate) const fn data_bytes(self) -> usize {
         match self {
             QType::Q4_0 | QType::Q4_1 => 256,
             QType::Q8_0 => 512,
         }
     }
     /// Scale (and minimum) bytes of one 32-value block of 16 rows.
-    const fn scale_bytes(self) -> usize {
+    pub(crate) const fn scale_bytes(self) -> usize {
         match self {
             QType::Q4_0 | QType::Q8_0 => 32,
             QType::Q4_1 => 64,
@@ -654,7 +654,7 @@ impl PCtx {
     }
 }
 
-fn validate_packed(
+pub(crate) fn validate_packed(
     x: &[f32],
     m: usize,
     k: usize,

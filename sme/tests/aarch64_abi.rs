@@ -66,33 +66,38 @@ fn call_with_canaries(call: &mut Call) -> [u64; NREGS] {
     let mut save = [0u64; NREGS];
     let mut after = [0u64; NREGS];
     let f: extern "C" fn(*mut Call) = trampoline;
+    // The four pointers travel in fixed caller-saved registers, never in `in(reg)` operands: the
+    // block overwrites x19–x28 with canaries before its last use of them, and a `reg` operand
+    // may be allocated to any of those (a plain `--release` build put `after` in x23, so the
+    // record was stored through a canary value: SIGSEGV). x9–x12 are not touched before the
+    // call; clobber_abi("C") declares them, x0 and x30 clobbered by it.
     // SAFETY: the block saves x19–x28 and d8–d15 to `save` before loading canaries and restores
     // them from `save` before it ends, so it leaves every register it does not declare exactly
-    // as it found it (x19 is not an operand, only saved and restored). The call follows the C
-    // ABI (clobber_abi("C")); sp stays 16-byte aligned (the save pointer is pushed as a pair).
+    // as it found it. The call follows the C ABI (clobber_abi("C")); sp stays 16-byte aligned
+    // (`save` and `after` are pushed as a pair across the call and popped into x9/x10 again).
     // `save`, `after` and `canary` are NREGS u64 each; `call` is exclusively borrowed.
     unsafe {
         asm!(
-            "stp x19, x20, [{save}, #0]",
-            "stp x21, x22, [{save}, #16]",
-            "stp x23, x24, [{save}, #32]",
-            "stp x25, x26, [{save}, #48]",
-            "stp x27, x28, [{save}, #64]",
-            "stp d8, d9, [{save}, #80]",
-            "stp d10, d11, [{save}, #96]",
-            "stp d12, d13, [{save}, #112]",
-            "stp d14, d15, [{save}, #128]",
-            "ldp x19, x20, [{can}, #0]",
-            "ldp x21, x22, [{can}, #16]",
-            "ldp x23, x24, [{can}, #32]",
-            "ldp x25, x26, [{can}, #48]",
-            "ldp x27, x28, [{can}, #64]",
-            "ldp d8, d9, [{can}, #80]",
-            "ldp d10, d11, [{can}, #96]",
-            "ldp d12, d13, [{can}, #112]",
-            "ldp d14, d15, [{can}, #128]",
-            "stp {save}, {after}, [sp, #-16]!",
-            "blr {f}",
+            "stp x19, x20, [x9, #0]",
+            "stp x21, x22, [x9, #16]",
+            "stp x23, x24, [x9, #32]",
+            "stp x25, x26, [x9, #48]",
+            "stp x27, x28, [x9, #64]",
+            "stp d8, d9, [x9, #80]",
+            "stp d10, d11, [x9, #96]",
+            "stp d12, d13, [x9, #112]",
+            "stp d14, d15, [x9, #128]",
+            "ldp x19, x20, [x11, #0]",
+            "ldp x21, x22, [x11, #16]",
+            "ldp x23, x24, [x11, #32]",
+            "ldp x25, x26, [x11, #48]",
+            "ldp x27, x28, [x11, #64]",
+            "ldp d8, d9, [x11, #80]",
+            "ldp d10, d11, [x11, #96]",
+            "ldp d12, d13, [x11, #112]",
+            "ldp d14, d15, [x11, #128]",
+            "stp x9, x10, [sp, #-16]!",
+            "blr x12",
             "ldp x9, x10, [sp], #16",
             "stp x19, x20, [x10, #0]",
             "stp x21, x22, [x10, #16]",
@@ -112,10 +117,10 @@ fn call_with_canaries(call: &mut Call) -> [u64; NREGS] {
             "ldp d10, d11, [x9, #96]",
             "ldp d12, d13, [x9, #112]",
             "ldp d14, d15, [x9, #128]",
-            save = in(reg) save.as_mut_ptr(),
-            after = in(reg) after.as_mut_ptr(),
-            can = in(reg) canary.as_ptr(),
-            f = in(reg) f,
+            in("x9") save.as_mut_ptr(),
+            in("x10") after.as_mut_ptr(),
+            in("x11") canary.as_ptr(),
+            in("x12") f,
             in("x0") call as *mut Call,
             clobber_abi("C"),
         );

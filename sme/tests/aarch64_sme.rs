@@ -104,8 +104,8 @@ fn sme2_ld1h_x4_widening_fmopa_into_four_tiles() {
     // SAFETY: FEAT_SME2 and FEAT_SME_F16F32 are present (checked above). `lhs16` holds one vector
     // (svl bytes) and `rhs16` four consecutive vectors, which the loads read; `out` holds vlw rows
     // of 4*vlw f32, exactly what the store loop writes. SMSTART and SMSTOP are in this one block;
-    // every Z and P register they and the code touch is declared clobbered (v8-v15 included, so
-    // the compiler saves d8-d15); ZA is not live outside the block; x12 is declared clobbered.
+    // they zero every Z and P register and FFR, so all are declared clobbered (v8-v15 included,
+    // so the compiler saves d8-d15); ZA is not live outside the block; x12 is declared clobbered.
     unsafe {
         asm!(
             ".arch_extension sme2",
@@ -147,7 +147,9 @@ fn sme2_ld1h_x4_widening_fmopa_into_four_tiles() {
             out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _, out("v23") _,
             out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
             out("v30") _, out("v31") _,
-            out("p0") _, out("p1") _, out("p8") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _, out("p5") _,
+            out("p6") _, out("p7") _, out("p8") _, out("p9") _, out("p10") _, out("p11") _,
+            out("p12") _, out("p13") _, out("p14") _, out("p15") _, out("ffr") _,
             options(nostack)
         );
     }
@@ -190,8 +192,9 @@ fn sme1_cpu_has_sme_without_sme2_and_runs_sme1_code() {
     let mut out = vec![f32::NAN; vlw * 4 * vlw];
     // SAFETY: FEAT_SME with FEAT_SME_F16F32 present (checked above); the block assembles with
     // only `sme` enabled, so it holds no SME2 instruction. `lhs16` holds one vector and `rhs16`
-    // four (single-vector loads at #0..#3 mul vl); `out` holds vlw rows of 4*vlw f32. Z/P
-    // registers and x12 are declared clobbered; ZA is not live outside the block.
+    // four (single-vector loads at #0..#3 mul vl); `out` holds vlw rows of 4*vlw f32. SMSTART and
+    // SMSTOP zero every Z and P register and FFR: all are declared clobbered, as is x12; ZA is
+    // not live outside the block.
     unsafe {
         asm!(
             ".arch_extension sme",
@@ -235,7 +238,9 @@ fn sme1_cpu_has_sme_without_sme2_and_runs_sme1_code() {
             out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _, out("v23") _,
             out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
             out("v30") _, out("v31") _,
-            out("p0") _, out("p1") _,
+            out("p0") _, out("p1") _, out("p2") _, out("p3") _, out("p4") _, out("p5") _,
+            out("p6") _, out("p7") _, out("p8") _, out("p9") _, out("p10") _, out("p11") _,
+            out("p12") _, out("p13") _, out("p14") _, out("p15") _, out("ffr") _,
             options(nostack)
         );
     }

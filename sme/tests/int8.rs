@@ -1,6 +1,8 @@
-//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`): every implementation against the
-//! portable oracle (bit-identical), the oracle against f64 references, batch invariance, the
-//! parallel driver, packing round-trips and bad input.
+//! Int8 GEMM (`src/int8.rs`, `src/arch/x86_64/vnni.rs`, `src/arch/x86_64/amx_int8.rs`): every
+//! implementation (portable, VNNI, AMX-INT8 where the CPU has it) against the portable oracle
+//! (bit-identical), the oracle against f64 references, batch invariance, the parallel driver,
+//! packing round-trips and bad input. The AMX tile program itself is also proven without AMX,
+//! through a software model of the tile instructions (unit tests in `src/amx_int8.rs`).
 
 mod common;
 
@@ -92,12 +94,44 @@ fn rand_acts(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     x
 }
 
+/// Every int8 implementation this CPU runs; AMX three times: as dispatched (row chunks of ≤ 8
+/// rows on VNNI) and with AMX for every row chunk at tile-pipeline lookahead 3 and 1. Missing
+/// ones print one SKIP line each; with `HETERO_REQUIRE=amx-int8` (the hand-run AMX machine) a
+/// missing AMX-INT8 fails instead.
 fn kernels() -> Vec<Int8Kernel> {
-    let v = Int8Kernel::available();
-    if v.len() == 1 {
+    #[allow(unused_mut)] // only x86-64 adds the AMX variants
+    let mut v = Int8Kernel::available();
+    if !v.iter().any(|k| k.name() == "avx512-vnni") {
         eprintln!("SKIP int8 kernel avx512-vnni: this CPU lacks AVX-512 VNNI");
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let amx = hetero_tests::require(
+            "amx-int8",
+            hetero_sme::arch::x86_64::AmxInt8::try_new()
+                .ok_or("no AMX-TILE/AMX-INT8 + AVX-512 VNNI, or Linux refused the tile state"),
+        );
+        if let Some(t) = amx {
+            // AMX for every row chunk, at the deepest and the shallowest tile pipeline.
+            v.push(Int8Kernel::Amx(t.with_vnni_rows(0)));
+            v.push(Int8Kernel::Amx(t.with_vnni_rows(0).with_lookahead(1)));
+        }
+    }
     v
+}
+
+/// Kernel name plus its small-M routing, for messages.
+fn label(k: &Int8Kernel) -> String {
+    match k {
+        #[cfg(target_arch = "x86_64")]
+        Int8Kernel::Amx(t) => format!(
+            "{} (vnni rows <= {}, lookahead {})",
+            k.name(),
+            t.vnni_rows(),
+            t.lookahead()
+        ),
+        _ => k.name().to_string(),
+    }
 }
 
 const FORMATS: [Int8Format; 3] = [Int8Format::Q4_0, Int8Format::Q4_1, Int8Format::Q8_0];
@@ -144,13 +178,13 @@ fn every_kernel_matches_the_oracle_and_the_references() {
             for &kq in &ks {
                 let b = quantize_with(kq, &x, m, k);
                 for r in 0..m {
-                    assert_eq!(a.q_row(r), b.q_row(r), "{} q row {r}", kq.name());
+                    assert_eq!(a.q_row(r), b.q_row(r), "{} q row {r}", label(&kq));
                     for (p, q) in a.meta_row(r).iter().zip(b.meta_row(r)) {
                         assert_eq!(
                             (p.d.to_bits(), p.s.to_bits(), p.n8, p.n128),
                             (q.d.to_bits(), q.s.to_bits(), q.n8, q.n128),
                             "{} meta row {r}",
-                            kq.name()
+                            label(&kq)
                         );
                     }
                 }
@@ -166,7 +200,7 @@ fn every_kernel_matches_the_oracle_and_the_references() {
                             p.to_bits(),
                             q.to_bits(),
                             "{} {f:?} m{m} n{n} k{k} at {i}: {p} vs {q}",
-                            kern.name()
+                            label(&kern)
                         );
                     }
                 }
@@ -219,6 +253,44 @@ fn every_kernel_matches_the_oracle_and_the_references() {
     eprintln!("worst error / bound: quantized-activation ref {worst_q:.3}, f32 ref {worst_x:.3}");
 }
 
+/// Bit identity only (no f64 reference: that is the test above), over the edge grid: every M
+/// in 1..=33 and 127..=129 (every micro-kernel size, 16-row AMX slice and its tails, one and two
+/// plan row chunks), N not a multiple of 16, K from one block to 48.
+#[test]
+fn every_kernel_is_bit_identical_over_edge_shapes() {
+    let ks = kernels();
+    let mut rng = Rng::new(2024);
+    let ms: Vec<usize> = (1..=33).chain(127..=129).collect();
+    let ns = [1, 7, 17, 33, 47];
+    for &k in &[32, 64, 576, 1536] {
+        for (i, &m) in ms.iter().enumerate() {
+            // K ≥ 576 at every third M (and the large ones) to keep the portable oracle quick.
+            if k >= 576 && i % 3 != 0 && m < 127 {
+                continue;
+            }
+            let n = ns[(i + k) % ns.len()];
+            let wb = rand_weights(&mut rng, n, k);
+            let x = rand_acts(&mut rng, m, k);
+            let a = quantize_with(Int8Kernel::Portable, &x, m, k);
+            for &f in &FORMATS {
+                let w = pack(&wb, f, n, k);
+                let oracle = run(Int8Kernel::Portable, &w, &a, m, n);
+                for kern in &ks {
+                    let y = run(*kern, &w, &a, m, n);
+                    for (j, (p, q)) in oracle.iter().zip(&y).enumerate() {
+                        assert_eq!(
+                            p.to_bits(),
+                            q.to_bits(),
+                            "{} {f:?} m{m} n{n} k{k} at {j}: {p} vs {q}",
+                            label(kern)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rows_do_not_depend_on_the_batch() {
     let (m, n, k) = (129, 40, 576);
@@ -243,7 +315,7 @@ fn rows_do_not_depend_on_the_batch() {
                     bits(&one),
                     bits(&full[r * n..(r + 1) * n]),
                     "{} {f:?} row {r}",
-                    kern.name()
+                    label(&kern)
                 );
             }
             let (r0, mm) = (3, 21);
@@ -258,7 +330,7 @@ fn rows_do_not_depend_on_the_batch() {
                 bits(&sub),
                 bits(&full[r0 * n..(r0 + mm) * n]),
                 "{} {f:?}",
-                kern.name()
+                label(&kern)
             );
         }
     }
@@ -281,7 +353,10 @@ fn parallel_equals_serial() {
             for workers in [2, 3] {
                 let mut st = StealState::new(workers).unwrap();
                 let mut y = vec![f32::NAN; m * n];
-                let plan = Int8Plan::new(kern, &w, &a, &mut y, n).unwrap();
+                // Tiles cut for the worker count (decode shapes: one group per tile).
+                let plan = Int8Plan::new(kern, &w, &a, &mut y, n)
+                    .unwrap()
+                    .with_workers(workers * 8);
                 st.prepare(plan.tiles()).unwrap();
                 std::thread::scope(|s| {
                     for wk in 0..workers {
@@ -293,7 +368,7 @@ fn parallel_equals_serial() {
                     bits(&y),
                     bits(&serial),
                     "{} m{m} n{n} w{workers}",
-                    kern.name()
+                    label(&kern)
                 );
             }
         }
@@ -410,7 +485,7 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         assert!(
             y.iter().all(|v| v.is_nan()),
             "{}: y written on error",
-            kern.name()
+            label(&kern)
         );
         // A steal state prepared for another tile count.
         let plan = Int8Plan::new(kern, &w, &a, &mut y, n).unwrap();
@@ -449,6 +524,6 @@ fn the_per_call_path_does_not_allocate() {
             st.prepare(plan.tiles()).unwrap();
             plan.run_worker(&st, 0).unwrap();
         });
-        assert_eq!(n_alloc, 0, "{}", kern.name());
+        assert_eq!(n_alloc, 0, "{}", label(&kern));
     }
 }

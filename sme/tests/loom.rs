@@ -1,10 +1,15 @@
-//! Loom model of the range work-stealing protocol: every tile claimed exactly once, none lost,
-//! whatever the interleaving of owners' front claims and thieves' back claims.
+//! Loom models of the range work-stealing protocol (every tile claimed exactly once, none lost,
+//! whatever the interleaving of owners' front claims and thieves' back claims) and of the thread
+//! pool's start/finish protocol (publish the job, workers join, claim, leave, the caller sees
+//! every task's output, shutdown), each pool property paired with a deliberately broken twin
+//! that loom must catch (`#[should_panic]`), which proves the models can fail.
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --target-dir target/loom -p hetero-sme --test loom`
 #![cfg(loom)]
 
-use hetero_sme::StealState;
+use hetero_sme::pool::LoomFault;
+use hetero_sme::{StealState, ThreadPool};
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 
@@ -58,4 +63,109 @@ fn two_workers_one_tile() {
 #[test]
 fn three_workers_four_tiles() {
     model(3, 4);
+}
+
+/// One output cell per task, written by the task and read by the caller after `run` returns.
+struct Outputs(Vec<UnsafeCell<usize>>);
+
+// SAFETY (test only): each task writes only its own cell, and the caller reads the cells after
+// `run` returns; whether the pool orders those accesses is exactly what loom checks.
+unsafe impl Sync for Outputs {}
+
+impl Outputs {
+    /// Task `t`'s cell (a method, so closures capture the `Sync` wrapper, not its field).
+    fn cell(&self, t: usize) -> &UnsafeCell<usize> {
+        &self.0[t]
+    }
+}
+
+/// A pool of `threads` threads runs `jobs` jobs of `tasks` tasks back to back, then is dropped
+/// (shutdown joins the workers). Each task counts itself and writes its output cell; after each
+/// job the caller checks every count is 1 and reads every cell (a read that does not
+/// happen-after the task's write is a loom "Causality violation"). A worker that never wakes is
+/// a loom deadlock.
+fn pool_model(threads: usize, tasks: usize, jobs: usize, fault: Option<LoomFault>) {
+    pool_model_bounded(threads, tasks, jobs, fault, None);
+}
+
+/// [`pool_model`] with its own preemption bound (`None`: `LOOM_MAX_PREEMPTIONS`).
+fn pool_model_bounded(
+    threads: usize,
+    tasks: usize,
+    jobs: usize,
+    fault: Option<LoomFault>,
+    preemptions: Option<usize>,
+) {
+    let mut builder = loom::model::Builder::new();
+    if preemptions.is_some() {
+        builder.preemption_bound = preemptions;
+    }
+    builder.check(move || {
+        let pool = match fault {
+            Some(f) => ThreadPool::with_fault_for_loom(threads, f),
+            None => ThreadPool::new(threads),
+        }
+        .unwrap();
+        for job in 0..jobs {
+            let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            let out = Outputs((0..tasks).map(|_| UnsafeCell::new(0)).collect());
+            pool.run(tasks, &|t, thread| {
+                assert!(thread < threads);
+                counts[t].fetch_add(1, Ordering::Relaxed);
+                // SAFETY: task `t` runs once and is the only writer of cell `t`.
+                out.cell(t).with_mut(|p| unsafe { *p = job * 10 + t + 1 });
+            });
+            for t in 0..tasks {
+                assert_eq!(
+                    counts[t].load(Ordering::Relaxed),
+                    1,
+                    "task {t} of job {job}"
+                );
+                // SAFETY: the task's write must happen-before `run`'s return; loom checks it.
+                let v = out.cell(t).with(|p| unsafe { *p });
+                assert_eq!(v, job * 10 + t + 1);
+            }
+        }
+        drop(pool);
+    });
+}
+
+#[test]
+fn pool_two_threads_one_job() {
+    pool_model(2, 2, 1, None);
+}
+
+#[test]
+fn pool_two_threads_two_jobs() {
+    // The second job reuses the state word, the job cell and the ranges: a worker of the
+    // first epoch must be out before the caller rewrites them.
+    pool_model(2, 2, 2, None);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn pool_relaxed_leave_is_caught() {
+    // The caller can see "no active worker" without the worker's task output being visible.
+    pool_model(2, 2, 1, Some(LoomFault::RelaxedLeave));
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn pool_relaxed_open_is_caught() {
+    // A worker can join the epoch without the job the caller wrote before opening it.
+    pool_model(2, 2, 1, Some(LoomFault::RelaxedOpen));
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn pool_publish_without_wake_is_caught() {
+    // A worker blocked on the flag is never woken: at shutdown `Drop` joins it forever.
+    pool_model(2, 2, 1, Some(LoomFault::NoWake));
+}
+
+#[test]
+fn pool_three_threads_one_job() {
+    // Two workers race to join, one may find the job closed; both are out before the return.
+    // One preemption: with two it takes minutes (68 s for 2 tasks, 128 s for 3 on this VM).
+    pool_model_bounded(3, 3, 1, None, Some(1));
 }

@@ -7,8 +7,8 @@ use crate::backend::CpuKernel;
 use crate::batch::{BatchEngine, BatchError, BatchOptions, Logits, SeqTokens};
 use crate::limits::MemoryBudget;
 use crate::model::Model;
-use crate::pool::Pool;
 use crate::sample::argmax;
+use hetero_sme::ThreadPool as Pool;
 
 use super::sched::{AgentError, BatchRow, Verifier};
 
@@ -56,7 +56,10 @@ impl ModelVerifier {
         l_total: usize,
         budget: &MemoryBudget,
     ) -> Result<Self, AgentError> {
-        let pool = Arc::new(Pool::new(threads.max(1)));
+        let pool = Arc::new(
+            Pool::new(threads.max(1))
+                .map_err(|e| AgentError::Engine(format!("thread pool: {e}")))?,
+        );
         let max_batch = PREFILL_CHUNK.max(l_total);
         let vocab = model.config.vocab;
         let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)

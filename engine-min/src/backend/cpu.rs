@@ -8,7 +8,7 @@ use hetero_sme::{GgmlType, OutMut};
 use hetero_uma::ColumnsMut;
 
 use super::{check_ld, Backend, BackendError, WeightId, WeightView};
-use crate::pool::Pool;
+use hetero_sme::ThreadPool as Pool;
 
 /// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
 pub const MAX_K: usize = 4096;
@@ -433,7 +433,10 @@ impl CpuBackend {
             *acts = hetero_sme::QActs::with_capacity(m, w.k());
         }
         kernel.quantize_acts(x, m, w.k(), &mut acts)?;
-        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?;
+        // Decode tiles sized to the pool (a 12-group k/v projection would otherwise use three
+        // threads).
+        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?
+            .with_workers(self.pool.threads());
         self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
     }
 
@@ -444,11 +447,12 @@ impl CpuBackend {
         worker: &(dyn Fn(&hetero_sme::StealState, usize) -> Result<(), hetero_sme::Error> + Sync),
     ) -> Result<(), BackendError> {
         let failed: Mutex<Option<hetero_sme::Error>> = Mutex::new(None);
-        self.pool.run_workers(tiles, &|st, th| {
-            if let Err(e) = worker(st, th) {
-                *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-            }
-        });
+        self.pool
+            .run_workers(tiles, &|st: &hetero_sme::StealState, th| {
+                if let Err(e) = worker(st, th) {
+                    *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
+            })?;
         match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(e) => Err(e.into()),
             None => Ok(()),

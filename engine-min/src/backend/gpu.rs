@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use hetero_opencl_kernels::{Buffer, Device, Kernels, Launch, WeightFormat};
+use hetero_opencl_kernels::{check_computable, Buffer, Device, Kernels, Launch};
 use hetero_uma::ColumnsMut;
 
 use super::{check_ld, Backend, BackendError, WeightId, WeightView};
@@ -32,28 +32,20 @@ struct Bufs {
 /// One uploaded weight.
 struct GpuWeight {
     buf: Buffer,
-    fmt: WeightFormat,
+    fmt: GgmlType,
     n: usize,
     k: usize,
 }
-
-/// A prepared launch that borrows the backend's kernels and buffers (lifetime erased).
-struct CachedLaunch(Launch<'static>);
-
-// SAFETY: a launch is a cl_kernel handle plus plain data; OpenCL objects may be used from any
-// thread, and every use goes through the `Mutex` that holds it.
-unsafe impl Send for CachedLaunch {}
 
 /// Rows from which a matmul runs one GEMM launch instead of one GEMV per row.
 const GEMM_MIN_ROWS: usize = 2;
 
 /// Matmuls on an OpenCL device.
 pub struct GpuBackend {
-    // Declared first so they drop first: they borrow `kernels`, `weights` and `bufs`' x/y.
-    /// The one-row GEMV of each weight, by id (built in `reserve`).
-    gemvs: Mutex<Vec<Option<CachedLaunch>>>,
+    /// The one-row GEMV of each weight, by id (built in `reserve`; each launch owns references
+    /// to its weight and x/y buffers).
+    gemvs: Mutex<Vec<Option<Launch>>>,
     dev: Arc<Device>,
-    // Boxed: the cached launches keep a reference to it across moves.
     kernels: Box<Kernels>,
     weights: Vec<GpuWeight>,
     bufs: Mutex<Bufs>,
@@ -62,14 +54,9 @@ pub struct GpuBackend {
     name: String,
 }
 
-pub(crate) fn format(ty: GgmlType) -> Option<WeightFormat> {
-    Some(match ty {
-        GgmlType::F16 => WeightFormat::F16,
-        GgmlType::Q4_0 => WeightFormat::Q4_0,
-        GgmlType::Q4_1 => WeightFormat::Q4_1,
-        GgmlType::Q8_0 => WeightFormat::Q8_0,
-        _ => return None,
-    })
+/// `ty` when the OpenCL kernels compute it (F16, Q4_0, Q4_1, Q8_0), else `None`.
+pub(crate) fn format(ty: GgmlType) -> Option<GgmlType> {
+    check_computable(ty).ok().map(|()| ty)
 }
 
 impl GpuBackend {
@@ -161,13 +148,9 @@ impl Backend for GpuBackend {
             return Ok(());
         };
         for w in &self.weights {
-            let l = self.kernels.gemv(w.fmt, &w.buf, xb, yb, w.n, w.k)?;
-            // SAFETY: the launch borrows `self.kernels` (boxed: stable address), the weight
-            // buffer (never removed from `weights`) and x/y; none is dropped or replaced while
-            // the cached launch lives: `reserve` clears the cache before replacing buffers, and
-            // the field order drops the cache first.
-            let l = unsafe { std::mem::transmute::<Launch<'_>, Launch<'static>>(l) };
-            gemvs.push(Some(CachedLaunch(l)));
+            // The launch owns references to the weight and x/y buffers; `reserve` clears the
+            // cache before replacing x/y, so no launch keeps a stale one.
+            gemvs.push(Some(self.kernels.gemv(w.fmt, &w.buf, xb, yb, w.n, w.k)?));
         }
         Ok(())
     }
@@ -274,7 +257,7 @@ impl GpuBackend {
         )?;
         for t in 0..m {
             xb.write(&x[t * k..(t + 1) * k])?;
-            launch.0.enqueue()?;
+            launch.enqueue()?;
             // Blocking read: waits for the GEMV.
             let o = out_row(t)?;
             if o.len() != n {

@@ -122,6 +122,8 @@ pub enum BackendError {
     Sync(hetero_sync::SyncError),
     /// A helper thread could not be started.
     Spawn(std::io::ErrorKind),
+    /// The thread pool refused a job (or could not start).
+    Pool(PoolFailure),
     /// The executor's plan table has no plan for this matmul.
     NoPlan {
         /// Reduction length.
@@ -161,6 +163,7 @@ impl fmt::Display for BackendError {
                 "cannot start a helper thread ({k}): the system refused a new thread (a limit on \
                  threads or on memory for their stacks)"
             ),
+            Self::Pool(e) => write!(f, "thread pool: {}", e.0),
             Self::NoPlan { k, n, m } => write!(f, "no plan for k={k} n={n} m={m}"),
             Self::MissingBackend(b) => write!(f, "the plan needs the {b}, which is not open"),
         }
@@ -175,8 +178,25 @@ impl std::error::Error for BackendError {
             Self::Qnn(e) => Some(e),
             Self::Uma(e) => Some(e),
             Self::Sync(e) => Some(e),
+            Self::Pool(e) => Some(&*e.0),
             _ => None,
         }
+    }
+}
+
+/// A [`hetero_sme::PoolError`], shared so the error stays `Clone` (equal only to itself).
+#[derive(Debug, Clone)]
+pub struct PoolFailure(pub std::sync::Arc<hetero_sme::PoolError>);
+
+impl PartialEq for PoolFailure {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl From<hetero_sme::PoolError> for BackendError {
+    fn from(e: hetero_sme::PoolError) -> Self {
+        Self::Pool(PoolFailure(std::sync::Arc::new(e)))
     }
 }
 

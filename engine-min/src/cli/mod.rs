@@ -218,7 +218,8 @@ fn kernel(s: &str) -> Result<CpuKernel, String> {
 pub fn load_profile(file: &std::path::Path) -> Result<hetero_partition::Profile, Fail> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Fail::Run(format!("cannot read profile {}: {e}", file.display())))?;
-    serde_json::from_str(&text).map_err(|e| {
+    // Strict: an unknown or misspelled field is an error naming it and its line.
+    hetero_partition::Profile::from_json(&text).map_err(|e| {
         Fail::Run(format!(
             "profile {} is not a valid profile: {e}",
             file.display()

@@ -63,7 +63,7 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
              SIMULATOR: its times are simulator times, not an NPU's)"
         );
         let t1 = Instant::now();
-        match planning::measure_npu(&model, threads, reps, |i, n, line| {
+        match planning::measure_npu(&model, reps, |i, n, line| {
             eprintln!("[{i:>2}/{n}] {line} (simulated)")
         }) {
             Ok(n) => {
@@ -86,17 +86,12 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
     } else {
         eprintln!("npu: not measured (QNN_HTP_LIB is not set)");
     }
-    let profile = planning::profile("this machine (engine-min profile)", backends);
+    let mut profile = planning::profile("this machine (engine-min profile)", backends);
+    profile.notes = notes;
     profile
         .check()
         .map_err(|e| Fail::Run(format!("measured profile is invalid: {e:?}")))?;
-    // The profile plus free-form notes (the planner ignores unknown fields).
-    let mut value = serde_json::to_value(&profile)
-        .map_err(|e| Fail::Run(format!("cannot serialize the profile: {e}")))?;
-    if let Some(obj) = value.as_object_mut() {
-        obj.insert("notes".into(), serde_json::Value::from(notes));
-    }
-    let json = serde_json::to_string_pretty(&value)
+    let json = serde_json::to_string_pretty(&profile)
         .map_err(|e| Fail::Run(format!("cannot serialize the profile: {e}")))?;
     file.write_all((json + "\n").as_bytes())
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;

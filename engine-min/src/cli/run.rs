@@ -356,7 +356,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         ("prefill", &prefill_t, &prefill_kinds),
         ("decode", &decode_t, &decode_kinds),
     ] {
-        let total = t.matmul + t.host;
+        let total = t.matmul + t.host.total();
         if total.is_zero() {
             continue;
         }
@@ -364,7 +364,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         for (kind, d, calls) in kinds.iter() {
             line += &format!(" {} matmul {:.1}% ({calls}),", kind.name(), pct(*d, total));
         }
-        line += &format!(" cpu host ops {:.1}%", pct(t.host, total));
+        line += &format!(" cpu host ops {:.1}%", pct(t.host.total(), total));
         writeln!(out, "{line}")?;
     }
     if let (Some(s), Some(npu)) = (&npu_stats, prefill_npu) {

@@ -1,6 +1,6 @@
-//! The synthetic phone-SoC profile and Llama-3-8B-shaped model that `benches/plan.rs` and
-//! `examples/plan_time.rs` both plan; each includes this file with `#[path]` so the two
-//! always measure the same thing.
+//! The synthetic phone-SoC profile and Llama-3-8B-shaped model that `benches/plan.rs`,
+//! `examples/plan_time.rs` and `tests/plan_time.rs` plan; each includes this file with
+//! `#[path]` so they always measure the same thing.
 
 use hetero_partition::{BackendProfile, LatencyPoint, ModelDesc, Order, Profile};
 
@@ -61,7 +61,19 @@ pub fn profile() -> Profile {
     Profile {
         device: "synthetic phone SoC".into(),
         backends: vec![gpu, cpu, npu],
+        ..Profile::default()
     }
+}
+
+/// The distinct matmul shapes of [`model`]: q/o, k/v, gate/up, down, LM head.
+pub fn model_shapes() -> Vec<(u32, u32)> {
+    vec![
+        (4096, 4096),
+        (4096, 1024),
+        (4096, 14336),
+        (14336, 4096),
+        (4096, 128256),
+    ]
 }
 
 /// A 32-layer model with Llama-3-8B shapes (d_model 4096, d_ff 14336, 32 query and 8 KV heads

@@ -54,5 +54,6 @@ pub fn sample() -> Profile {
             cpu,
             npu,
         ],
+        ..Profile::default()
     }
 }

@@ -37,28 +37,45 @@ use crate::pack::{PAIR_ELEMS, PANEL_COLS};
 const ARCH_REQ_XCOMP_PERM: libc::c_int = 0x1023;
 const XFEATURE_XTILEDATA: libc::c_ulong = 18;
 
-/// CPUID leaf 7 EDX: bit 22 AMX-BF16, bit 24 AMX-TILE; then asks Linux for the tile data state.
+/// CPUID leaf 7 EDX bits: 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8.
+pub(super) const AMX_BF16_BIT: u32 = 1 << 22;
+const AMX_TILE_BIT: u32 = 1 << 24;
+pub(super) const AMX_INT8_BIT: u32 = 1 << 25;
+
+/// CPUID leaf 7 (subleaf 0) EDX, or 0 where the leaf does not exist.
+pub(super) fn cpuid7_edx() -> u32 {
+    if __cpuid(0).eax < 7 {
+        return 0;
+    }
+    __cpuid_count(7, 0).edx
+}
+
+/// Whether CPUID reports AMX-TILE and Linux granted this process the tile-data state. The
+/// request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`) runs once per process, shared
+/// by the BF16 and INT8 tokens; a refusal (or a kernel without the call) means no AMX kernel is
+/// ever offered, so no tile instruction can fault.
+pub(super) fn tile_data_granted() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        if cpuid7_edx() & AMX_TILE_BIT == 0 {
+            return false;
+        }
+        // SAFETY: a raw syscall with integer arguments; it only changes this process's
+        // permitted xfeatures (or fails with an error code).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            )
+        };
+        r == 0
+    })
+}
+
+/// CPUID reports AMX-BF16 (and AMX-TILE) and Linux grants the tile-data state.
 pub(super) fn detect_and_request() -> bool {
-    let max = __cpuid(0).eax;
-    if max < 7 {
-        return false;
-    }
-    let l7 = __cpuid_count(7, 0);
-    let bf16 = l7.edx & (1 << 22) != 0;
-    let tile = l7.edx & (1 << 24) != 0;
-    if !(bf16 && tile) {
-        return false;
-    }
-    // SAFETY: a raw syscall with integer arguments; it only changes this process's permitted
-    // xfeatures (or fails with an error code).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_arch_prctl,
-            ARCH_REQ_XCOMP_PERM,
-            XFEATURE_XTILEDATA,
-        )
-    };
-    r == 0
+    cpuid7_edx() & AMX_BF16_BIT != 0 && tile_data_granted()
 }
 
 /// k per A chunk converted to BF16 on the stack (16 rows × 512 × 2 bytes = 16 KiB).

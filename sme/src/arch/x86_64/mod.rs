@@ -1,12 +1,19 @@
-//! x86-64 kernels: AVX-512 (F16C + FMA) and AMX-BF16.
+//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX-512 VNNI and AMX-INT8 (int8 GEMM),
+//! AVX512-FP16 (packed Q4 GEMV in FP16 arithmetic).
 
 mod amx;
+mod amx_int8;
 mod avx512;
+mod qgemv_fp16;
 mod vnni;
 
 pub use amx::AmxBlocking;
 pub(crate) use amx::GROUP as AMX_GROUP;
+#[cfg(test)]
+pub(crate) use amx_int8::amx_int8_model_tile;
+pub use amx_int8::{AmxInt8, AMX_INT8_TILE_ROWS};
 pub(crate) use avx512::AVX512_TILE_ROWS;
+pub use qgemv_fp16::Avx512Fp16;
 pub use vnni::Vnni;
 
 /// Capability token: proves AVX-512F, F16C and FMA.

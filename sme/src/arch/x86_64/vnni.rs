@@ -7,8 +7,11 @@
 //! (`vpbroadcastd` from memory) and `vpdpbusd` accumulates the exact block integer in an i32
 //! vector whose lane `j` is output `j` of the group. Then per row: `vcvtdq2ps`, one `vmulps`
 //! (`d_w · d_x`), one FMA into the f32 accumulator (Q4_1: one more FMA, `m_w · s_x`). For
-//! `MR ≤ 4` each row has two integer chains (even/odd k steps) so the `vpdpbusd` latency is
-//! hidden; the integer sum is the same. No horizontal reduction: lanes are outputs.
+//! `MR ≤ 4` each row has two integer chains (Q4: low / high nibbles; Q8: even / odd k steps) so
+//! the `vpdpbusd` latency is hidden; the integer sum is the same. There the high nibbles are
+//! used in place (`u·16`, one `vpand` instead of a shift and a mask) and their chain is shifted
+//! right by 4 once per block and row (exact: each of its products is a multiple of 16, at most
+//! 16·16·15·127 in magnitude). No horizontal reduction: lanes are outputs.
 
 use core::arch::x86_64::*;
 
@@ -305,6 +308,7 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
         let xq: [*const i8; MR] = core::array::from_fn(|i| ctx.q.add((r0 + i) * ctx.k));
         let meta: [*const BlockMeta; MR] = core::array::from_fn(|i| ctx.meta.add((r0 + i) * nb));
         let m0f = _mm512_set1_epi8(15);
+        let mf0 = _mm512_set1_epi8(0xF0u8 as i8);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..nb {
             let ub = u.add(b * qb);
@@ -325,7 +329,14 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
                 for v in 0..4 {
                     let raw = _mm512_load_si512(ub.add(v * 64).cast());
                     let lo = _mm512_and_si512(raw, m0f);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m0f);
+                    // Split chains: the high nibbles stay in place (16·u, one AND) and their
+                    // chain is divided by 16 once per block (exact: every product is a
+                    // multiple of 16); one chain: shifted down to u.
+                    let hi = if split {
+                        _mm512_and_si512(raw, mf0)
+                    } else {
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m0f)
+                    };
                     for i in 0..MR {
                         let xa = bcast4(xq[i].add(xb + 4 * v));
                         let xh = bcast4(xq[i].add(xb + 16 + 4 * v));
@@ -356,10 +367,12 @@ unsafe fn micro<const MR: usize, const F: u8>(ctx: &Ctx, g: usize, r0: usize, ma
                 _mm512_setzero_ps()
             };
             for i in 0..MR {
-                let isum = if split {
-                    _mm512_add_epi32(i0[i], i1[i])
-                } else {
+                let isum = if !split {
                     i0[i]
+                } else if q4 {
+                    _mm512_add_epi32(i0[i], _mm512_srai_epi32::<4>(i1[i]))
+                } else {
+                    _mm512_add_epi32(i0[i], i1[i])
                 };
                 let mt = meta[i].add(b);
                 // Same order as the portable oracle: (d_w · d_x), then fma, then Q4_1's fma.

@@ -1,3 +1,8 @@
+//! The benchmark baseline: engine-min's thread pool as it was before it moved into hetero-sme
+//! as `ThreadPool` (engine-min/src/pool.rs at commit 1376968, without its `SharedMut` helper),
+//! kept verbatim so `benches/pool.rs` can time old against new in one process. Not for use:
+//! it erases the job's lifetime with a transmute and wakes sleepers through a Condvar.
+//!
 //! A small persistent thread pool: `run(n_tasks, f)` calls `f(task, thread)` for every task
 //! index, the caller's thread taking part. Tasks are handed out by the `hetero-sme` crate's
 //! lock-free range work stealing ([`hetero_sme::StealState`]): each thread owns a contiguous
@@ -86,6 +91,7 @@ impl Pool {
     }
 
     /// Number of threads that run jobs (workers plus the caller).
+    #[allow(dead_code)] // kept verbatim; the bench times only `run`
     pub fn threads(&self) -> usize {
         self.workers.len() + 1
     }
@@ -241,42 +247,5 @@ impl Drop for Pool {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-    }
-}
-
-/// A slice that pool tasks write through concurrently, each to its own disjoint elements.
-pub struct SharedMut<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    _m: std::marker::PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: access goes through `slice`, whose contract requires disjoint ranges across threads;
-// `T: Send` lets elements be written from other threads.
-unsafe impl<T: Send> Sync for SharedMut<'_, T> {}
-
-impl<'a, T> SharedMut<'a, T> {
-    /// Wraps a mutable slice for the duration of its borrow.
-    pub fn new(s: &'a mut [T]) -> Self {
-        Self {
-            ptr: s.as_mut_ptr(),
-            len: s.len(),
-            _m: std::marker::PhantomData,
-        }
-    }
-
-    /// Elements `start..start + len` (panics when out of bounds, like indexing).
-    ///
-    /// # Safety
-    /// No two live references returned by this method (on any thread) may overlap.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
-        assert!(
-            start <= self.len && len <= self.len - start,
-            "SharedMut range out of bounds"
-        );
-        // SAFETY: the range is in bounds (checked above) of a slice borrowed mutably for 'a;
-        // the caller guarantees no other live reference overlaps it.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }
 }

@@ -1,0 +1,248 @@
+//! hetero-opencl-kernels' device-resident decoder on the real model (needs `HETERO_MODEL` and
+//! OpenCL; backend names `model`, `opencl`; PoCL in CI's model stage): logits against the
+//! engine's f32 reference forward for prefill lengths 1, 17, 128 and 200 (two chunks of 128)
+//! and 64 decode steps after the 200 (decode blocks; the layered decode path for 16 steps
+//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan. It lives here, not in opencl-kernels, because the model loader and the reference
+//! forward are the engine's; the decoder itself knows nothing of engine-min.
+
+use std::sync::Arc;
+
+use engine_min::backend::CpuKernel;
+use engine_min::engine::{Engine, EngineOptions};
+use engine_min::model::Model;
+use engine_min::reference;
+use hetero_opencl_kernels::decoder::{
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, Readout, Tensor,
+};
+use hetero_opencl_kernels::{Device, RopeMode};
+use hetero_sme::ThreadPool as Pool;
+
+mod common;
+
+// The engine's f32 tolerances (tests/forward.rs): the decoder's kernels use exactly the
+// reference's dequantized weight values and differ only by f32 accumulation and summation
+// order over 30 layers; any structural mistake moves logits by whole units.
+const TOL_F32: f32 = 1e-3;
+const TOL_TV: f64 = 1e-4;
+
+fn load() -> Option<Arc<Model>> {
+    let path = hetero_tests::require("model", common::model_path())?;
+    Some(Arc::new(Model::load(&path).expect("model loads")))
+}
+
+fn tv(a: &[f32], b: &[f32]) -> f64 {
+    let sm = |x: &[f32]| {
+        let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f64> = x.iter().map(|&v| f64::from(v - mx).exp()).collect();
+        let z: f64 = e.iter().sum();
+        e.into_iter().map(move |v| v / z)
+    };
+    sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodePath) -> Decoder {
+    let c = &model.config;
+    let cfg = DecoderConfig {
+        n_layer: c.n_layer,
+        d_model: c.d_model,
+        d_ff: c.d_ff,
+        n_head: c.n_head,
+        n_kv_head: c.n_kv_head,
+        head_dim: c.head_dim,
+        rope_dims: c.rope_dims,
+        rope_theta: c.rope_theta,
+        rope_mode: RopeMode::Normal,
+        eps: c.eps,
+        vocab: c.vocab,
+        max_context,
+        max_rows: 128,
+        all_logits: false,
+    };
+    let t = |w| {
+        let v = model.view(w);
+        Tensor {
+            ty: v.ty,
+            data: v.data,
+        }
+    };
+    let weights = ModelWeights {
+        embed: t(&model.embed),
+        layers: model
+            .layers
+            .iter()
+            .map(|l| LayerWeights {
+                attn_norm: &l.attn_norm,
+                wq: t(&l.wq),
+                wk: t(&l.wk),
+                wv: t(&l.wv),
+                wo: t(&l.wo),
+                ffn_norm: &l.ffn_norm,
+                gate: t(&l.gate),
+                up: t(&l.up),
+                down: t(&l.down),
+            })
+            .collect(),
+        output_norm: &model.output_norm,
+        output: (!model.tied_output).then(|| t(&model.output)),
+    };
+    let opts = DecoderOptions {
+        decode,
+        ..DecoderOptions::default()
+    };
+    Decoder::new(dev, cfg, &weights, opts).expect("decoder")
+}
+
+/// One OpenCL device for the tests of this binary: PoCL's first device enumeration is not safe
+/// from several threads at once (two tests opening devices together crashed it).
+fn device() -> Option<Arc<Device>> {
+    static DEV: std::sync::OnceLock<Result<Arc<Device>, String>> = std::sync::OnceLock::new();
+    let r = DEV.get_or_init(|| Device::from_env().map_err(|e| e.to_string()));
+    hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
+}
+
+/// 264 tokens of English text.
+fn text_tokens(model: &Model, n: usize) -> Vec<u32> {
+    let para = "The capital of France is Paris, and the capital of Germany is Berlin. Rivers \
+                such as the Seine and the Rhine flow through them, carrying boats and barges \
+                past old bridges, markets and cathedrals. In the spring the parks fill with \
+                people who walk, read and talk about the weather, the news and their plans. ";
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        ids.extend(model.tokenizer.encode(para, false));
+    }
+    ids.truncate(n);
+    ids
+}
+
+#[test]
+fn resident_decoder_matches_reference_forward() {
+    let Some(model) = load() else { return };
+    let Some(dev) = device() else { return };
+    let ids = text_tokens(&model, 264);
+    let t0 = std::time::Instant::now();
+    let want = reference::forward(&model, &ids);
+    eprintln!(
+        "reference forward of 264 tokens: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let vocab = model.config.vocab;
+    let at = |t: usize| &want[t * vocab..(t + 1) * vocab];
+    let mut dec = decoder(&model, &dev, 264, DecodePath::Blocks);
+    let check = |what: &str, got: &[f32], t: usize| {
+        let (d, tvd) = (max_diff(got, at(t)), tv(got, at(t)));
+        eprintln!("{what} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+        assert!(
+            got.iter().all(|v| v.is_finite()) && d <= TOL_F32 && tvd <= TOL_TV,
+            "{what} pos {t}: max diff {d}, TV {tvd}"
+        );
+    };
+    for p in [1usize, 17, 128, 200] {
+        let t0 = std::time::Instant::now();
+        let got = dec.forward(&ids[..p], 0).expect("prefill").to_vec();
+        eprintln!("prefill {p}: {:.2} s", t0.elapsed().as_secs_f64());
+        check(&format!("prefill {p}"), &got, p - 1);
+    }
+    let t0 = std::time::Instant::now();
+    for t in 200..264 {
+        let got = dec.forward(&ids[t..t + 1], t).expect("decode").to_vec();
+        check("decode", &got, t);
+    }
+    eprintln!(
+        "64 decode steps: {:.2} s ({} launches a step)",
+        t0.elapsed().as_secs_f64(),
+        dec.last_launches()
+    );
+    assert_eq!(
+        dec.last_launches() as usize,
+        dec.launches_per_token(Readout::Logits)
+    );
+    // The layered decode path too: prefill 17, then 16 steps.
+    let mut dec = decoder(&model, &dev, 264, DecodePath::Layered);
+    check(
+        "layered prefill",
+        dec.forward(&ids[..17], 0).expect("prefill"),
+        16,
+    );
+    for t in 17..33 {
+        let got = dec.forward(&ids[t..t + 1], t).expect("decode").to_vec();
+        check("layered decode", &got, t);
+    }
+    assert_eq!(dec.last_launches() as usize, 5 * model.config.n_layer + 2);
+}
+
+/// An f32-activation CPU kernel (the engine's f32 tolerance class), the fastest available.
+fn f32_kernel() -> CpuKernel {
+    CpuKernel::available()
+        .into_iter()
+        .rfind(|k| !matches!(k, CpuKernel::Int8 | CpuKernel::Sme))
+        .unwrap_or(CpuKernel::Portable)
+}
+
+/// Greedy generation of four prompts, 16 tokens each, against the engine's CPU plan (an f32
+/// kernel). Both sides are fed the CPU's choice at every step, so every step compares the two
+/// on the same prefix; they must pick the same token wherever the CPU's top-1 margin exceeds
+/// 0.01. Why 0.01 separates near-ties: each side's logits are within TOL_F32 = 1e-3 of the f32
+/// reference, so their top-1 can differ only where the margin is below 2e-3; 0.01 leaves a 5x
+/// margin. Near-tie steps are counted and printed, not compared; where none occurs the
+/// free-running greedy texts are identical. At least three quarters of the steps must be
+/// compared (a model whose every step is a near-tie proves nothing).
+#[test]
+fn greedy_text_matches_cpu_plan() {
+    let Some(model) = load() else { return };
+    let Some(dev) = device() else { return };
+    let prompts = [
+        "The capital of France is",
+        "Write a haiku about the sea.",
+        "def fibonacci(n):",
+        "Once upon a time, in a small village,",
+    ];
+    let mut dec = decoder(&model, &dev, 128, DecodePath::Auto);
+    let vocab = model.config.vocab;
+    let (mut compared, mut total) = (0, 0);
+    for prompt in prompts {
+        let pool = Arc::new(Pool::new(2).expect("pool"));
+        let exec = engine_min::compose::cpu_executor(&model, pool, f32_kernel(), 64)
+            .expect("cpu executor");
+        let mut cpu = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 128 })
+            .expect("cpu engine");
+        let ids = model.tokenizer.encode(prompt, false);
+        let mut logits = vec![0f32; vocab];
+        cpu.forward(&ids, &mut logits).expect("cpu prefill");
+        let mut next = dec.forward_argmax(&ids, 0).expect("gpu prefill");
+        let mut text = Vec::new();
+        for (step, pos) in (ids.len()..ids.len() + 16).enumerate() {
+            total += 1;
+            let top = engine_min::sample::argmax(&logits) as usize;
+            let second = (0..vocab)
+                .filter(|&i| i != top)
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap_or(top);
+            let margin = logits[top] - logits[second];
+            if margin > 0.01 {
+                assert_eq!(
+                    next, top as u32,
+                    "{prompt:?} step {step}: GPU {next}, CPU {top} (margin {margin})"
+                );
+                compared += 1;
+            } else {
+                eprintln!("{prompt:?} step {step}: near-tie (margin {margin}), not compared");
+            }
+            text.push(top as u32);
+            cpu.forward(&[top as u32], &mut logits).expect("cpu decode");
+            next = dec.forward_argmax(&[top as u32], pos).expect("gpu decode");
+        }
+        eprintln!("{prompt:?} -> {:?}", model.tokenizer.decode(&text, false));
+    }
+    eprintln!("compared {compared} of {total} greedy steps");
+    assert!(
+        compared * 4 >= total * 3,
+        "only {compared} of {total} steps compared"
+    );
+}

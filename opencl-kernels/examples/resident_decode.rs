@@ -1,0 +1,389 @@
+//! Times the device-resident decoder (`hetero_opencl_kernels::decoder`) on SmolLM2-135M's
+//! shapes with random weights of the same types (the model file need not travel): pp128 (one
+//! 128-token prefill from position 0, last row's logits read back) and tg64 (64 one-token
+//! steps from position 0, each waited for: the argmax read back, and again with the logits
+//! read back), as llama.cpp's `llama-bench -p 128 -n 64` measures them; launches per token; and,
+//! on a profiling queue, device time per op kind, so the gap between device time and wall
+//! time (launch and host overhead) is visible.
+//!
+//! Environment (defaults in brackets): `RD_PATHS` decode paths to time, comma-separated
+//! (`blocks,layered`), `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
+//! embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
+//! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
+//! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
+//! crate's `HETERO_OPENCL_*`.
+//! Output: human-readable tables, and one `RESULT` line per path.
+//!
+//! `cargo run --release -p hetero-opencl-kernels --example resident_decode`
+
+use half::f16;
+use hetero_opencl_kernels::decoder::{
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpKind, OpTime,
+    Readout, Tensor,
+};
+use hetero_opencl_kernels::{self as ocl, Device, GgmlType, RopeMode};
+use std::sync::Arc;
+use std::time::Instant;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// Random GGUF bytes of an `n x k` matrix of `ty`, entries of magnitude about `scale`.
+fn matrix(r: &mut Rng, ty: GgmlType, n: usize, k: usize, scale: f32) -> Vec<u8> {
+    let mut w = vec![0u8; ocl::matrix_bytes(ty, n, k).expect("shape")];
+    for c in w.chunks_mut(8) {
+        let v = r.next().to_le_bytes();
+        c.copy_from_slice(&v[..c.len()]);
+    }
+    let h = |v: f32| f16::from_f32(v).to_le_bytes();
+    match ty {
+        GgmlType::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&h((r.unit() * 2.0 - 1.0) * scale));
+            }
+        }
+        _ => {
+            let bb = ty.block().map_or(2, |b| b.1);
+            for b in w.chunks_exact_mut(bb) {
+                let d = match ty {
+                    GgmlType::Q8_0 => scale / 127.0,
+                    GgmlType::Q4_1 => scale / 7.5,
+                    _ => scale / 8.0,
+                } * (0.5 + 0.5 * r.unit());
+                b[..2].copy_from_slice(&h(d));
+                if ty == GgmlType::Q4_1 {
+                    b[2..4].copy_from_slice(&h(-scale));
+                }
+            }
+        }
+    }
+    w
+}
+
+/// SmolLM2-135M's shapes.
+fn config(n_layer: usize, max_context: usize) -> DecoderConfig {
+    DecoderConfig {
+        n_layer,
+        d_model: 576,
+        d_ff: 1536,
+        n_head: 9,
+        n_kv_head: 3,
+        head_dim: 64,
+        rope_dims: 64,
+        rope_theta: 100000.0,
+        rope_mode: RopeMode::Normal,
+        eps: 1e-5,
+        vocab: 49152,
+        max_context,
+        max_rows: 128,
+        all_logits: false,
+    }
+}
+
+struct Owned {
+    embed: Vec<u8>,
+    norms: Vec<f32>,
+    layers: Vec<[Vec<u8>; 7]>,
+    ty: GgmlType,
+}
+
+fn weights(o: &Owned) -> ModelWeights<'_> {
+    fn t(data: &[u8], ty: GgmlType) -> Tensor<'_> {
+        Tensor { ty, data }
+    }
+    let d = o.norms.len();
+    ModelWeights {
+        embed: Tensor {
+            ty: GgmlType::Q8_0,
+            data: &o.embed,
+        },
+        layers: o
+            .layers
+            .iter()
+            .map(|w| LayerWeights {
+                attn_norm: &o.norms,
+                wq: t(&w[0], o.ty),
+                wk: t(&w[1], o.ty),
+                wv: t(&w[2], o.ty),
+                wo: t(&w[3], o.ty),
+                ffn_norm: &o.norms[..d],
+                gate: t(&w[4], o.ty),
+                up: t(&w[5], o.ty),
+                down: t(&w[6], o.ty),
+            })
+            .collect(),
+        output_norm: &o.norms,
+        output: None,
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn open(profiling: bool) -> Res<Arc<Device>> {
+    Ok(Device::from_env_with(profiling)?)
+}
+
+/// Timings of one path: (pp seconds per rep, tg seconds per rep with argmax, with logits).
+fn time_path(
+    dec: &mut Decoder,
+    tokens: &[u32],
+    pp: usize,
+    tg: usize,
+    reps: usize,
+) -> Res<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    // Warm-up: every kernel once (drivers compile or load lazily), both readouts.
+    dec.forward(&tokens[..pp], 0)?;
+    dec.forward_argmax(&tokens[..1], 0)?;
+    dec.forward(&tokens[..1], 0)?;
+    let (mut pps, mut tga, mut tgl) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        dec.forward(&tokens[..pp], 0)?;
+        pps.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for p in 0..tg {
+            dec.forward_argmax(&tokens[p..p + 1], p)?;
+        }
+        tga.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for p in 0..tg {
+            dec.forward(&tokens[p..p + 1], p)?;
+        }
+        tgl.push(t.elapsed().as_secs_f64());
+    }
+    Ok((pps, tga, tgl))
+}
+
+fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
+    let total: f64 = times.iter().map(|t| t.seconds).sum();
+    println!(
+        "{what}: device time per step {:.1} us over {} launches, wall per step {:.1} us ({:.0}% busy)",
+        total * 1e6 / steps as f64,
+        times.iter().map(|t| t.launches).sum::<usize>() / steps.max(1),
+        wall * 1e6 / steps as f64,
+        100.0 * total / wall.max(1e-12)
+    );
+    println!("  | op | launches/step | us/launch | us/step | share |");
+    for t in times {
+        let kind = match t.kind {
+            OpKind::Embed => "embed",
+            OpKind::QkvRope => "norm+qkv+rope+kv",
+            OpKind::Attention => "attention",
+            OpKind::OProj => "o+residual",
+            OpKind::GateUpSwiglu => "norm+gate/up+swiglu",
+            OpKind::Down => "down+residual",
+            OpKind::Head => "norm+head",
+            OpKind::Argmax => "argmax",
+            OpKind::Matmul => "matmul",
+            OpKind::BlockAttn => "block A (attn)",
+            OpKind::BlockFfn => "block B (ffn)",
+            OpKind::BlockFinish => "block finish",
+        };
+        println!(
+            "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% |",
+            t.launches as f64 / steps as f64,
+            t.seconds * 1e6 / t.launches.max(1) as f64,
+            t.seconds * 1e6 / steps as f64,
+            100.0 * t.seconds / total.max(1e-12)
+        );
+    }
+}
+
+fn main() -> Res<()> {
+    let layers = env_usize("RD_LAYERS", 30);
+    let reps = env_usize("RD_REPS", 5).max(1);
+    let pp = env_usize("RD_PP", 128).max(1);
+    let tg = env_usize("RD_TG", 64).max(1);
+    let profile = env_usize("RD_PROFILE", 1) != 0;
+    let ty = match std::env::var("RD_TYPE").as_deref().unwrap_or("q4_1") {
+        "q4_0" => GgmlType::Q4_0,
+        "q8_0" => GgmlType::Q8_0,
+        "f16" => GgmlType::F16,
+        _ => GgmlType::Q4_1,
+    };
+    let paths: Vec<DecodePath> = std::env::var("RD_PATHS")
+        .unwrap_or_else(|_| "blocks,layered".into())
+        .split(',')
+        .filter_map(|p| match p.trim() {
+            "blocks" => Some(DecodePath::Blocks),
+            "layered" => Some(DecodePath::Layered),
+            _ => None,
+        })
+        .collect();
+    let flushes: Vec<usize> = std::env::var("RD_FLUSH")
+        .unwrap_or_else(|_| "0".into())
+        .split(',')
+        .filter_map(|f| f.trim().parse().ok())
+        .collect();
+    let ctx = (pp.max(tg) + 8).next_power_of_two();
+    let cfg = config(layers, ctx);
+    let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+    let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+    let t = Instant::now();
+    let owned = Owned {
+        embed: matrix(&mut r, GgmlType::Q8_0, cfg.vocab, d, 1.0),
+        norms: (0..d).map(|_| 0.5 + r.unit()).collect(),
+        layers: (0..layers)
+            .map(|_| {
+                [
+                    matrix(&mut r, ty, dq, d, 0.1),
+                    matrix(&mut r, ty, dkv, d, 0.1),
+                    matrix(&mut r, ty, dkv, d, 0.1),
+                    matrix(&mut r, ty, d, dq, 0.1),
+                    matrix(&mut r, ty, ff, d, 0.1),
+                    matrix(&mut r, ty, ff, d, 0.1),
+                    matrix(&mut r, ty, d, ff, 0.05),
+                ]
+            })
+            .collect(),
+        ty,
+    };
+    let w = weights(&owned);
+    let tokens: Vec<u32> = (0..pp.max(tg))
+        .map(|_| (r.next() % cfg.vocab as u64) as u32)
+        .collect();
+    eprintln!("random weights: {:.1} s", t.elapsed().as_secs_f64());
+    let dev = open(false)?;
+    let info = dev.info().clone();
+    println!(
+        "device: {} / {} | driver {} | {} | global mem {} MiB | unified {}",
+        info.platform_name,
+        info.name,
+        info.driver_version,
+        info.platform_version,
+        info.global_mem_size >> 20,
+        info.host_unified_memory
+    );
+    let plan = Decoder::memory_plan(&cfg, &w)?;
+    println!(
+        "model: SmolLM2-135M shapes, {layers} layers, layers {ty}, embedding/head Q8_0 tied; weights {:.1} MiB, KV cache {:.1} MiB ({ctx} positions), scratch {:.1} MiB",
+        plan.weights as f64 / 1048576.0,
+        plan.kv_cache as f64 / 1048576.0,
+        plan.scratch as f64 / 1048576.0
+    );
+    println!("pp{pp} = one {pp}-token prefill at position 0, last row's logits read back; tg{tg} = {tg} one-token steps from position 0, each waited for; medians of {reps}");
+    for (&path, &flush) in paths
+        .iter()
+        .flat_map(|p| flushes.iter().map(move |f| (p, f)))
+    {
+        // One path failing (e.g. decode blocks refused by this device) does not stop the others.
+        let first = flush == flushes[0];
+        if let Err(e) = run_path(
+            &dev,
+            &cfg,
+            &w,
+            &tokens,
+            (path, flush, first),
+            (pp, tg, reps, profile),
+        ) {
+            println!("\n== decode path {path:?}, flush every {flush}: error: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Builds, times and (when `profile`) profiles one decode path with one flush interval.
+fn run_path(
+    dev: &Arc<Device>,
+    cfg: &DecoderConfig,
+    w: &ModelWeights<'_>,
+    tokens: &[u32],
+    (path, flush, first): (DecodePath, usize, bool),
+    (pp, tg, reps, profile): (usize, usize, usize, bool),
+) -> Res<()> {
+    let layers = cfg.n_layer;
+    let opts = DecoderOptions {
+        decode: path,
+        flush_every: flush,
+        ..DecoderOptions::default()
+    };
+    let t = Instant::now();
+    let mut dec = Decoder::new(dev, cfg.clone(), w, opts.clone())?;
+    let name = if dec.decode_blocks_on() {
+        "blocks"
+    } else {
+        "layered"
+    };
+    println!(
+            "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
+            t.elapsed().as_secs_f64(),
+            dec.zero_copy(),
+            dec.launches_per_token(Readout::Logits),
+            dec.launches_per_token(Readout::Argmax),
+            5 * layers + 2
+        );
+    let (mut pps, mut tga, mut tgl) = time_path(&mut dec, tokens, pp, tg, reps)?;
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|s| format!("{:.2}", s * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("pp{pp} ms: {}", fmt(&pps));
+    println!("tg{tg} (argmax) ms: {}", fmt(&tga));
+    println!("tg{tg} (logits) ms: {}", fmt(&tgl));
+    let (mp, ma, ml) = (median(&mut pps), median(&mut tga), median(&mut tgl));
+    println!(
+            "RESULT path={name} flush={flush} pp{pp}={:.1} tok/s tg{tg}={:.1} tok/s tg{tg}_logits={:.1} tok/s ({:.1} us a token)",
+            pp as f64 / mp,
+            tg as f64 / ma,
+            tg as f64 / ml,
+            ma * 1e6 / tg as f64
+        );
+    drop(dec);
+    if profile && first {
+        let pdev = open(true)?;
+        let mut dec = Decoder::new(&pdev, cfg.clone(), w, opts)?;
+        dec.forward(&tokens[..pp], 0)?;
+        dec.forward_argmax(&tokens[..1], 0)?;
+        dec.set_profiling(true)?;
+        let t = Instant::now();
+        dec.forward(&tokens[..pp], 0)?;
+        let wall = t.elapsed().as_secs_f64();
+        print_ops(
+            &format!("profiled pp{pp} ({name})"),
+            &dec.take_op_times()?,
+            1,
+            wall,
+        );
+        let t = Instant::now();
+        for p in 0..tg {
+            dec.forward_argmax(&tokens[p..p + 1], p)?;
+        }
+        let wall = t.elapsed().as_secs_f64();
+        print_ops(
+            &format!("profiled tg{tg} ({name}, argmax)"),
+            &dec.take_op_times()?,
+            tg,
+            wall,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! Decode blocks ([`DecodePath::Blocks`](super::DecodePath::Blocks)): a one-token step in two
+//! launches a layer, built here when the model and the device allow them.
+
+use super::ops::{self, BlockBufs, Op, Shared};
+use super::{DecoderConfig, LayerMats};
+use crate::device::{Buffer, Device, Program};
+use crate::error::Result;
+use std::sync::Arc;
+
+/// The decode blocks of every layer ([`DecodePath::Blocks`](super::DecodePath::Blocks)).
+pub(super) struct Blocks {
+    pub(super) a: Vec<Op>,
+    pub(super) b: Vec<Op>,
+    pub(super) finish: Op,
+    _bufs: BlockBufs,
+}
+
+/// Why [`DecodePath::Blocks`](super::DecodePath::Blocks) cannot run this model here, if it cannot.
+pub(super) fn blocks_unfit(
+    c: &DecoderConfig,
+    layers: &[LayerMats],
+    local_mem: u64,
+) -> Option<&'static str> {
+    if layers.is_empty() {
+        return Some("decode blocks need at least one layer");
+    }
+    if !c.head_dim.is_power_of_two() || !(16..=256).contains(&c.head_dim) {
+        return Some("decode blocks need a power-of-two head_dim in 16..=256");
+    }
+    let kind = layers.first().map(|l| l.qkv.kind);
+    if layers.iter().any(|l| {
+        Some(l.qkv.kind) != kind
+            || Some(l.o.kind) != kind
+            || Some(l.gate_up.kind) != kind
+            || Some(l.down.kind) != kind
+    }) {
+        return Some("decode blocks need one weight type for every layer matrix");
+    }
+    let (a, b) = ops::block_local_bytes(c.d_model, c.head_dim, block_chunk(c.d_ff));
+    if a.max(b) as u64 > local_mem {
+        return Some("decode blocks need more local memory than the device has");
+    }
+    None
+}
+
+/// FFN columns per block-B work-group: 64 where they divide d_ff, else 32.
+fn block_chunk(ff: usize) -> usize {
+    if ff.is_multiple_of(64) {
+        64
+    } else {
+        32
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_blocks(
+    dev: &Arc<Device>,
+    prog: &Program,
+    c: &DecoderConfig,
+    layers: &[LayerMats],
+    x: &Buffer,
+    sh: &Shared,
+    eps: f32,
+) -> Result<Blocks> {
+    let (d, chunk) = (c.d_model, block_chunk(c.d_ff));
+    let bb = BlockBufs {
+        x2: dev.alloc(d * 4)?,
+        po: dev.alloc(c.n_head * d * 4)?,
+        pd: dev.alloc(c.d_ff / chunk * d * 4)?,
+        chunk,
+        chunks: c.d_ff / chunk,
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (i, l) in layers.iter().enumerate() {
+        // Layer 0 starts from the gathered embedding alone; later ones add the previous
+        // layer's down partial rows.
+        let nparts = if i == 0 { 0 } else { bb.chunks };
+        a.push(ops::block_a(
+            dev,
+            prog,
+            (&l.qkv, &l.o),
+            (x, &bb.pd, nparts, &bb.x2),
+            (&l.attn_norm, eps),
+            (&l.kc, &l.vc),
+            &bb,
+            (d, c.n_head, c.n_kv_head),
+            sh,
+        )?);
+        b.push(ops::block_b(
+            dev,
+            prog,
+            (&l.gate_up, &l.down),
+            (&bb.x2, c.n_head, x),
+            (&l.ffn_norm, eps),
+            &bb,
+            (d, c.d_ff),
+        )?);
+    }
+    let finish = ops::block_finish(dev, prog, x, &bb, d)?;
+    Ok(Blocks {
+        a,
+        b,
+        finish,
+        _bufs: bb,
+    })
+}

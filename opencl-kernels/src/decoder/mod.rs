@@ -1,0 +1,930 @@
+//! A device-resident Llama decoder: weights uploaded once, the KV cache and every intermediate
+//! in device buffers, every layer op an OpenCL kernel, the host enqueueing a whole token's (or
+//! prefill chunk's) work without waiting and reading back only the logits, the argmax or the
+//! hidden rows it asks for.
+//!
+//! Per layer, one launch per fused op (decode: GEMV kernels; prefill: GEMM kernels over all
+//! rows of the chunk):
+//!
+//! 1. Q/K/V: one matmul over the concatenated weight, the attention RMSNorm fused into the
+//!    activation load, RoPE and the KV-cache append in its epilogue;
+//! 2. causal attention over the cache;
+//! 3. O projection with the residual add in its epilogue;
+//! 4. gate/up: one matmul over the interleaved weight, the FFN RMSNorm fused into the load,
+//!    SwiGLU in the epilogue;
+//! 5. down projection with the residual add in its epilogue.
+//!
+//! Per step also the embedding gather, the output head (final RMSNorm fused) and, when asked,
+//! the argmax: 5 · n_layer + 2 (+ 1) launches.
+
+mod blocks;
+mod hostio;
+mod matmul;
+mod ops;
+mod prepare;
+mod types;
+
+pub use prepare::MemoryPlan;
+pub use types::{
+    DecodePath, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix, ModelWeights,
+    OpKind, OpTime, Readout, Tensor,
+};
+
+use crate::device::{Buffer, Device, Program};
+use crate::error::{Error, Result};
+use crate::event::{copy_region, Event};
+use crate::format::GgmlType;
+use blocks::{blocks_unfit, build_blocks, Blocks};
+use hostio::{as_f32, as_u32, HostBuf};
+use matmul::MatKey;
+use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
+use prepare::HostMat;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, then the
+/// kernels.
+pub const DECODER_SOURCE: &str = concat!(
+    include_str!("../../kernels/common.cl"),
+    include_str!("../../kernels/decoder.cl")
+);
+
+/// One layer's device matrices and norms.
+struct LayerMats {
+    qkv: Mat,
+    o: Mat,
+    gate_up: Mat,
+    down: Mat,
+    attn_norm: Buffer,
+    ffn_norm: Buffer,
+    kc: Buffer,
+    vc: Buffer,
+}
+
+/// One layer's prepared launches; `[0]` the GEMV (one row), `[1]` the GEMM (several).
+struct LayerOps {
+    qkv: [Op; 2],
+    attn: Op,
+    o: [Op; 2],
+    gate_up: [Op; 2],
+    down: [Op; 2],
+}
+
+/// The step whose results can be read back.
+#[derive(Clone, Copy)]
+struct Done {
+    readout: Readout,
+    rows: usize,
+}
+
+/// The device-resident decoder. See the module documentation.
+pub struct Decoder {
+    dev: Arc<Device>,
+    cfg: DecoderConfig,
+    opts: DecoderOptions,
+    prog: Program,
+    plan: MemoryPlan,
+    shared: Shared,
+    layers: Vec<LayerMats>,
+    head: Mat,
+    output_norm: Buffer,
+    x: Buffer,
+    att: Buffer,
+    h: Buffer,
+    input: HostBuf,
+    out: HostBuf,
+    ids: HostBuf,
+    ops: Vec<LayerOps>,
+    embed_op: Op,
+    head_gemv: Op,
+    head_gemm: Option<Op>,
+    argmax_op: Op,
+    mat_ops: HashMap<MatKey, Op>,
+    blocks: Option<Blocks>,
+    rec: Recorder,
+    last_launches: u64,
+    done: Option<Done>,
+    lost: Option<Error>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder")
+            .field("config", &self.cfg)
+            .field("plan", &self.plan)
+            .field("zero_copy", &self.zero_copy())
+            .finish()
+    }
+}
+
+fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: f32/u32 slices (the only callers) have no padding; the byte view covers the
+    // same memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn upload_mat(dev: &Arc<Device>, m: HostMat, dummy: &Buffer) -> Result<Mat> {
+    let w0 = dev.upload(&m.plane0)?;
+    let w1 = if m.plane1.is_empty() {
+        dummy.try_clone()?
+    } else {
+        dev.upload(&m.plane1)?
+    };
+    Ok(Mat {
+        kind: m.kind,
+        n: m.n,
+        k: m.k,
+        w0,
+        w1,
+    })
+}
+
+fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
+    if v.len() != d {
+        return Err(Error::BadShape(format!(
+            "{what} has {} values, d_model is {d}",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+/// What every prepared matmul of the decoder shares.
+struct Builder<'a> {
+    dev: &'a Arc<Device>,
+    prog: &'a Program,
+    shared: &'a Shared,
+    rows: usize,
+    eps: f32,
+}
+
+impl Builder<'_> {
+    /// A matmul over all of `mat`'s rows: `[GEMV, GEMM]`.
+    fn pair<'e>(
+        &self,
+        kind: OpKind,
+        mat: &Mat,
+        x: &Buffer,
+        ldx: usize,
+        norm: Option<&Buffer>,
+        epi: impl Fn() -> Epi<'e>,
+    ) -> Result<[Op; 2]> {
+        let one = |gemm| {
+            ops::matmul(
+                self.dev,
+                self.prog,
+                kind,
+                mat,
+                Cols::all(mat.n),
+                x,
+                ldx,
+                norm.map(|g| (g, self.eps)),
+                epi(),
+                gemm,
+                self.rows,
+                self.shared,
+            )
+        };
+        Ok([one(false)?, one(true)?])
+    }
+}
+
+impl Decoder {
+    /// What [`Decoder::new`] would allocate, without touching a device.
+    pub fn memory_plan(config: &DecoderConfig, weights: &ModelWeights<'_>) -> Result<MemoryPlan> {
+        config.validate()?;
+        prepare::plan(config, weights)
+    }
+
+    /// Builds the kernels, checks that the device has room for the model and the KV cache (a
+    /// typed error naming the sizes, before anything is uploaded), prepares and uploads the
+    /// weights once, allocates the cache and the activations and prepares every launch.
+    pub fn new(
+        device: &Arc<Device>,
+        config: DecoderConfig,
+        weights: &ModelWeights<'_>,
+        options: DecoderOptions,
+    ) -> Result<Decoder> {
+        let c = config;
+        c.validate()?;
+        if weights.layers.len() != c.n_layer {
+            return Err(Error::BadShape(format!(
+                "{} layers of weights for n_layer = {}",
+                weights.layers.len(),
+                c.n_layer
+            )));
+        }
+        let d = c.d_model;
+        check_norm(weights.output_norm, d, "output_norm")?;
+        for (i, l) in weights.layers.iter().enumerate() {
+            check_norm(l.attn_norm, d, &format!("layer {i} attn_norm"))?;
+            check_norm(l.ffn_norm, d, &format!("layer {i} ffn_norm"))?;
+        }
+        let info = device.info();
+        if info.max_work_group_size < 256 {
+            return Err(Error::NotApplicable(
+                "the decoder's GEMM and argmax kernels need work-groups of 256",
+            ));
+        }
+        let plan = prepare::plan(&c, weights)?;
+        let available = options
+            .memory_budget
+            .map_or(info.global_mem_size, |b| b.min(info.global_mem_size));
+        if plan.total() > available {
+            return Err(Error::OutOfDeviceMemory {
+                weights: plan.weights,
+                kv_cache: plan.kv_cache,
+                scratch: plan.scratch,
+                available,
+            });
+        }
+        if plan.largest > info.max_mem_alloc_size {
+            return Err(Error::AllocTooLarge {
+                what: plan.largest_what.to_string(),
+                bytes: plan.largest,
+                max_alloc: info.max_mem_alloc_size,
+            });
+        }
+        let prog = device.build(DECODER_SOURCE, crate::kernels::OPTIONS)?;
+        let zero_copy = options.zero_copy.unwrap_or(info.host_unified_memory);
+        let (dq, dkv, rows) = (c.q_dim(), c.kv_dim(), c.max_rows);
+        let dummy = device.upload(&[0u32; 4])?;
+        let npairs = c.rope_dims / 2;
+        let mut table = Vec::with_capacity((c.max_context * npairs).max(1) * 2);
+        for pos in 0..c.max_context {
+            for i in 0..npairs {
+                // In f64, then rounded once: the kernels read cos/sin instead of computing
+                // them from an f32 angle (whose error grows with the position).
+                let inv = (c.rope_theta as f64).powf(-2.0 * i as f64 / c.rope_dims as f64);
+                let (s, co) = (pos as f64 * inv).sin_cos();
+                table.push(co as f32);
+                table.push(s as f32);
+            }
+        }
+        if table.is_empty() {
+            table.extend([1.0, 0.0]);
+        }
+        let shared = Shared {
+            rope: device.upload(&table)?,
+            dummy,
+            dq,
+            dkv,
+            hd: c.head_dim,
+            npairs,
+            max_wg: info.max_work_group_size,
+        };
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for (i, l) in weights.layers.iter().enumerate() {
+            let hl = prepare::layer(&c, l, i)?;
+            layers.push(LayerMats {
+                qkv: upload_mat(device, hl.qkv, &shared.dummy)?,
+                o: upload_mat(device, hl.o, &shared.dummy)?,
+                gate_up: upload_mat(device, hl.gate_up, &shared.dummy)?,
+                down: upload_mat(device, hl.down, &shared.dummy)?,
+                attn_norm: device.upload(l.attn_norm)?,
+                ffn_norm: device.upload(l.ffn_norm)?,
+                kc: device.alloc(c.max_context * dkv * 4)?,
+                vc: device.alloc(c.max_context * dkv * 4)?,
+            });
+        }
+        let head_t = weights.output.as_ref().unwrap_or(&weights.embed);
+        let head = upload_mat(
+            device,
+            prepare::single(head_t, c.vocab, d, "output head")?,
+            &shared.dummy,
+        )?;
+        // The gather reads the head's copy when they are tied, else the embedding's GGUF bytes.
+        let embed_src: (Buffer, Buffer, u32) = match &weights.output {
+            None => (
+                head.w0.try_clone()?,
+                head.w1.try_clone()?,
+                head.kind.embed_code(),
+            ),
+            Some(_) => {
+                let e = &weights.embed;
+                let code = match e.ty {
+                    GgmlType::F16 => 0,
+                    GgmlType::Q4_0 => 1,
+                    GgmlType::Q4_1 => 2,
+                    GgmlType::Q8_0 => 3,
+                    other => return Err(Error::UnsupportedFormat(other)),
+                };
+                let need = crate::format::matrix_bytes(e.ty, c.vocab, d)?;
+                if e.data.len() != need {
+                    return Err(Error::BadShape(format!(
+                        "embedding: {} bytes, a {} x {d} {} matrix needs {need}",
+                        e.data.len(),
+                        c.vocab,
+                        e.ty
+                    )));
+                }
+                (device.upload(e.data)?, shared.dummy.try_clone()?, code)
+            }
+        };
+        let output_norm = device.upload(weights.output_norm)?;
+        let x = device.alloc(rows * d * 4)?;
+        let q = device.alloc(rows * dq * 4)?;
+        let att = device.alloc(rows * dq * 4)?;
+        let h = device.alloc(rows * c.d_ff * 4)?;
+        let in_bytes = (c.max_context * 4).max(rows * dq.max(d).max(c.d_ff) * 4);
+        let input = HostBuf::new(device, in_bytes, zero_copy, "input")?;
+        let logit_rows = if c.all_logits { rows } else { 1 };
+        let out_floats = (logit_rows * c.vocab).max(rows * (dq + 2 * dkv).max(2 * c.d_ff).max(d));
+        let out = HostBuf::new(device, out_floats * 4, zero_copy, "readback")?;
+        let ids = HostBuf::new(device, rows * 4, zero_copy, "argmax")?;
+        let eps = c.eps;
+        let build = Builder {
+            dev: device,
+            prog: &prog,
+            shared: &shared,
+            rows,
+            eps,
+        };
+        let mut ops = Vec::with_capacity(c.n_layer);
+        for lm in &layers {
+            let qkv = || Epi::Qkv {
+                q: &q,
+                ld: dq,
+                kc: &lm.kc,
+                vc: &lm.vc,
+            };
+            let add = || Epi::Add { y: &x, ld: d };
+            let swiglu = || Epi::Swiglu { y: &h, ld: c.d_ff };
+            ops.push(LayerOps {
+                qkv: build.pair(OpKind::QkvRope, &lm.qkv, &x, d, Some(&lm.attn_norm), qkv)?,
+                attn: ops::attention(
+                    device,
+                    &prog,
+                    &q,
+                    &lm.kc,
+                    &lm.vc,
+                    &att,
+                    c.n_head,
+                    c.n_kv_head,
+                    c.head_dim,
+                    rows,
+                )?,
+                o: build.pair(OpKind::OProj, &lm.o, &att, dq, None, add)?,
+                gate_up: build.pair(
+                    OpKind::GateUpSwiglu,
+                    &lm.gate_up,
+                    &x,
+                    d,
+                    Some(&lm.ffn_norm),
+                    swiglu,
+                )?,
+                down: build.pair(OpKind::Down, &lm.down, &h, c.d_ff, None, add)?,
+            });
+        }
+        let embed_op = ops::embed(
+            device,
+            &prog,
+            (&embed_src.0, &embed_src.1, embed_src.2),
+            d,
+            input.buffer(),
+            &x,
+            rows,
+        )?;
+        let logits_epi = Epi::Store {
+            y: out.buffer(),
+            ld: c.vocab,
+        };
+        let head_gemv = ops::matmul(
+            device,
+            &prog,
+            OpKind::Head,
+            &head,
+            Cols::all(c.vocab),
+            &x,
+            d,
+            Some((&output_norm, eps)),
+            logits_epi,
+            false,
+            rows,
+            &shared,
+        )?;
+        let head_gemm = if c.all_logits && rows > 1 {
+            Some(ops::matmul(
+                device,
+                &prog,
+                OpKind::Head,
+                &head,
+                Cols::all(c.vocab),
+                &x,
+                d,
+                Some((&output_norm, eps)),
+                Epi::Store {
+                    y: out.buffer(),
+                    ld: c.vocab,
+                },
+                true,
+                rows,
+                &shared,
+            )?)
+        } else {
+            None
+        };
+        let argmax_op = ops::argmax(
+            device,
+            &prog,
+            out.buffer(),
+            c.vocab,
+            c.vocab,
+            ids.buffer(),
+            logit_rows,
+        )?;
+        let blocks = match options.decode {
+            DecodePath::Layered => None,
+            DecodePath::Auto if info.is_cpu => None,
+            path => {
+                let why = blocks_unfit(&c, &layers, info.local_mem_size);
+                match (why, path) {
+                    (Some(why), DecodePath::Blocks) => return Err(Error::NotApplicable(why)),
+                    (Some(_), _) => None,
+                    (None, _) => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
+                }
+            }
+        };
+        let flush_every = options.flush_every as u64;
+        Ok(Decoder {
+            dev: device.clone(),
+            cfg: c,
+            opts: options,
+            prog,
+            plan,
+            shared,
+            layers,
+            head,
+            output_norm,
+            x,
+            att,
+            h,
+            input,
+            out,
+            ids,
+            ops,
+            embed_op,
+            head_gemv,
+            head_gemm,
+            argmax_op,
+            mat_ops: HashMap::new(),
+            blocks,
+            rec: Recorder {
+                launches: 0,
+                events: None,
+                flush_every,
+            },
+            last_launches: 0,
+            done: None,
+            lost: None,
+        })
+    }
+}
+
+impl Decoder {
+    /// The configuration.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.cfg
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    /// What was allocated.
+    pub fn plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// Whether inputs and readbacks are zero-copy (mapped host-visible buffers) rather than
+    /// staged transfers.
+    pub fn zero_copy(&self) -> bool {
+        self.out.zero_copy()
+    }
+
+    /// Changes how long readbacks wait before the device is declared lost.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.opts.timeout = timeout;
+    }
+
+    /// Kernel launches enqueued since the decoder was made.
+    pub fn launches(&self) -> u64 {
+        self.rec.launches
+    }
+
+    /// Kernel launches the last [`Decoder::enqueue`] made.
+    pub fn last_launches(&self) -> u64 {
+        self.last_launches
+    }
+
+    /// The error that made the decoder stop, if the device was lost or hung.
+    pub fn lost(&self) -> Option<&Error> {
+        self.lost.as_ref()
+    }
+
+    /// Marks the device lost on errors that mean it (the staging memory a transfer may still
+    /// touch is leaked, never freed), and passes the error on.
+    fn fail(&mut self, e: Error) -> Error {
+        if matches!(e, Error::DeviceLost { .. } | Error::WaitTimeout { .. }) {
+            self.lost = Some(e.clone());
+            self.input.abandon();
+            self.out.abandon();
+            self.ids.abandon();
+        }
+        e
+    }
+
+    fn alive(&self) -> Result<()> {
+        match &self.lost {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs one step: `input` (token ids or hidden rows, `m` rows at positions
+    /// `pos0..pos0 + m`) through the layers `layers`, leaving `readout` to read back. The host
+    /// enqueues every kernel without waiting (inputs longer than `max_rows` run as several
+    /// chunks) and returns; [`Decoder::logits`], [`Decoder::argmax`] or [`Decoder::hidden`]
+    /// wait, bounded, for the result. Writes the KV cache of `layers` at those positions.
+    /// Bad input is a typed error that enqueues nothing.
+    pub fn enqueue(
+        &mut self,
+        input: Input<'_>,
+        pos0: usize,
+        layers: Range<usize>,
+        readout: Readout,
+    ) -> Result<()> {
+        self.alive()?;
+        let c = &self.cfg;
+        let d = c.d_model;
+        if layers.start > layers.end || layers.end > c.n_layer {
+            return Err(Error::BadShape(format!(
+                "layers {layers:?} outside 0..{}",
+                c.n_layer
+            )));
+        }
+        let m = match input {
+            Input::Tokens(t) => {
+                if layers.start != 0 {
+                    return Err(Error::BadShape(
+                        "token input starts at layer 0 (the embedding)".into(),
+                    ));
+                }
+                if let Some(&bad) = t.iter().find(|&&v| v as usize >= c.vocab) {
+                    return Err(Error::BadShape(format!(
+                        "token id {bad} is not below the vocabulary size {}",
+                        c.vocab
+                    )));
+                }
+                t.len()
+            }
+            Input::Hidden(h) => {
+                if !h.len().is_multiple_of(d) {
+                    return Err(Error::BadShape(format!(
+                        "{} hidden values are not whole rows of {d}",
+                        h.len()
+                    )));
+                }
+                h.len() / d
+            }
+        };
+        if m == 0 {
+            return Err(Error::BadShape("no rows to run".into()));
+        }
+        if pos0 + m > c.max_context {
+            return Err(Error::BadShape(format!(
+                "positions {pos0}..{} exceed the context of {}",
+                pos0 + m,
+                c.max_context
+            )));
+        }
+        let one_chunk = matches!(input, Input::Hidden(_))
+            || matches!(
+                readout,
+                Readout::Hidden | Readout::AllLogits | Readout::AllArgmax
+            );
+        if one_chunk && m > c.max_rows {
+            return Err(Error::BadShape(format!(
+                "{m} rows exceed max_rows ({}) for this input or readout",
+                c.max_rows
+            )));
+        }
+        let head = !matches!(readout, Readout::Nothing | Readout::Hidden);
+        if head && layers.end != c.n_layer {
+            return Err(Error::BadShape(
+                "logits need the layer range to end at the last layer".into(),
+            ));
+        }
+        if matches!(readout, Readout::AllLogits | Readout::AllArgmax) && !c.all_logits && m > 1 {
+            return Err(Error::NotApplicable(
+                "every row's logits need a decoder configured with all_logits",
+            ));
+        }
+        let before = self.rec.launches;
+        self.done = None;
+        let r = self.enqueue_checked(input, m, pos0, layers, readout);
+        self.last_launches = self.rec.launches - before;
+        match r {
+            Ok(()) => {
+                self.done = Some(Done { readout, rows: m });
+                self.dev
+                    .flush()
+                    .map_err(|e| self.fail(crate::event::lost_or(e)))
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn enqueue_checked(
+        &mut self,
+        input: Input<'_>,
+        m: usize,
+        pos0: usize,
+        layers: Range<usize>,
+        readout: Readout,
+    ) -> Result<()> {
+        let (d, rows, t) = (self.cfg.d_model, self.cfg.max_rows, self.opts.timeout);
+        self.out.release()?;
+        self.ids.release()?;
+        match input {
+            Input::Tokens(tok) => self.input.write(bytes_of(tok), t)?,
+            Input::Hidden(h) => self.input.write(bytes_of(h), t)?,
+        }
+        let full = layers.start == 0 && layers.end == self.cfg.n_layer;
+        if m == 1 && full && matches!(input, Input::Tokens(_)) && self.blocks.is_some() {
+            return self.decode_blocks(pos0, readout);
+        }
+        let mut c0 = 0;
+        while c0 < m {
+            let cm = rows.min(m - c0);
+            match input {
+                Input::Tokens(_) => {
+                    self.embed_op.set_tokoff(c0)?;
+                    self.embed_op.set_rows(cm)?;
+                    self.rec.enqueue(&self.dev, &self.embed_op)?;
+                }
+                Input::Hidden(_) => copy_region(self.input.buffer(), 0, &self.x, 0, cm * d * 4)?,
+            }
+            for l in layers.clone() {
+                self.layer(l, pos0 + c0, cm)?;
+            }
+            c0 += cm;
+            if c0 == m {
+                self.readout(readout, cm)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One token through every layer in decode blocks: the gather, blocks A and B of each
+    /// layer, the final partial sum, the readout.
+    fn decode_blocks(&mut self, pos: usize, readout: Readout) -> Result<()> {
+        self.embed_op.set_tokoff(0)?;
+        self.embed_op.set_rows(1)?;
+        self.rec.enqueue(&self.dev, &self.embed_op)?;
+        let Some(bl) = self.blocks.as_mut() else {
+            return Err(Error::NotApplicable("no decode blocks"));
+        };
+        for (a, b) in bl.a.iter_mut().zip(&bl.b) {
+            a.set_pos0(pos)?;
+            self.rec.enqueue(&self.dev, a)?;
+            self.rec.enqueue(&self.dev, b)?;
+        }
+        self.rec.enqueue(&self.dev, &bl.finish)?;
+        self.readout(readout, 1)
+    }
+
+    /// Kernel launches of one decode step (one token through every layer) that reads back
+    /// `readout`: the gather, 5 a layer (layered) or 2 a layer and the final sum (decode
+    /// blocks), then the head for logits and one more for the argmax.
+    pub fn launches_per_token(&self, readout: Readout) -> usize {
+        let n = self.cfg.n_layer;
+        let layers = if self.blocks.is_some() {
+            2 * n + 1
+        } else {
+            5 * n
+        };
+        let head = match readout {
+            Readout::Nothing | Readout::Hidden => 0,
+            Readout::Logits | Readout::AllLogits => 1,
+            Readout::Argmax | Readout::AllArgmax => 2,
+        };
+        1 + layers + head
+    }
+
+    /// Whether one-token decode steps run in decode blocks ([`DecodePath::Blocks`]).
+    pub fn decode_blocks_on(&self) -> bool {
+        self.blocks.is_some()
+    }
+
+    /// The five launches of layer `l` over `m` rows at positions `pos..pos + m`.
+    fn layer(&mut self, l: usize, pos: usize, m: usize) -> Result<()> {
+        let g = usize::from(m > 1);
+        let ops = &mut self.ops[l];
+        for op in [
+            &mut ops.qkv[g],
+            &mut ops.o[g],
+            &mut ops.gate_up[g],
+            &mut ops.down[g],
+        ] {
+            op.set_pos0(pos)?;
+            op.set_rows(m)?;
+        }
+        ops.attn.set_pos0(pos)?;
+        ops.attn.set_rows(m)?;
+        let (rec, dev) = (&mut self.rec, &self.dev);
+        rec.enqueue(dev, &ops.qkv[g])?;
+        rec.enqueue(dev, &ops.attn)?;
+        rec.enqueue(dev, &ops.o[g])?;
+        rec.enqueue(dev, &ops.gate_up[g])?;
+        rec.enqueue(dev, &ops.down[g])
+    }
+
+    /// The readout launches after the last chunk (`m` rows in it).
+    fn readout(&mut self, readout: Readout, m: usize) -> Result<()> {
+        let d = self.cfg.d_model;
+        match readout {
+            Readout::Nothing => Ok(()),
+            Readout::Hidden => copy_region(&self.x, 0, self.out.buffer(), 0, m * d * 4),
+            Readout::Logits | Readout::Argmax => {
+                self.head_gemv.set_x_row(m - 1)?;
+                self.rec.enqueue(&self.dev, &self.head_gemv)?;
+                if readout == Readout::Argmax {
+                    self.argmax_op.set_rows(1)?;
+                    self.rec.enqueue(&self.dev, &self.argmax_op)?;
+                }
+                Ok(())
+            }
+            Readout::AllLogits | Readout::AllArgmax => {
+                match (&mut self.head_gemm, m) {
+                    (Some(op), m) if m > 1 => {
+                        op.set_rows(m)?;
+                        self.rec.enqueue(&self.dev, op)?;
+                    }
+                    _ => {
+                        self.head_gemv.set_x_row(0)?;
+                        self.rec.enqueue(&self.dev, &self.head_gemv)?;
+                    }
+                }
+                if readout == Readout::AllArgmax {
+                    self.argmax_op.set_rows(m)?;
+                    self.rec.enqueue(&self.dev, &self.argmax_op)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Rows the last step's readout has, if it is one of `kinds`.
+    fn done_rows(&self, kinds: &[Readout], what: &'static str) -> Result<usize> {
+        self.alive()?;
+        match self.done {
+            Some(Done { readout, rows }) if kinds.contains(&readout) => Ok(match readout {
+                Readout::Logits | Readout::Argmax => 1,
+                _ => rows,
+            }),
+            _ => Err(Error::NotApplicable(what)),
+        }
+    }
+
+    /// The last step's logits (`vocab` floats, or `m * vocab` for the all-rows readouts), once
+    /// the device has produced them (bounded wait).
+    pub fn logits(&mut self) -> Result<&[f32]> {
+        let r = self.done_rows(
+            &[
+                Readout::Logits,
+                Readout::Argmax,
+                Readout::AllLogits,
+                Readout::AllArgmax,
+            ],
+            "the last step read out no logits",
+        )?;
+        let len = r * self.cfg.vocab * 4;
+        if let Err(e) = self.out.read(len, self.opts.timeout) {
+            return Err(self.fail(e));
+        }
+        as_f32(self.out.view(len)?)
+    }
+
+    /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]).
+    pub fn argmax(&mut self) -> Result<&[u32]> {
+        let r = self.done_rows(
+            &[Readout::Argmax, Readout::AllArgmax],
+            "the last step read out no argmax",
+        )?;
+        if let Err(e) = self.ids.read(r * 4, self.opts.timeout) {
+            return Err(self.fail(e));
+        }
+        as_u32(self.ids.view(r * 4)?)
+    }
+
+    /// The last step's hidden rows (`m * d_model` floats) after its layer range.
+    pub fn hidden(&mut self) -> Result<&[f32]> {
+        let r = self.done_rows(&[Readout::Hidden], "the last step read out no hidden rows")?;
+        let len = r * self.cfg.d_model * 4;
+        if let Err(e) = self.out.read(len, self.opts.timeout) {
+            return Err(self.fail(e));
+        }
+        as_f32(self.out.view(len)?)
+    }
+
+    /// One step from token ids through every layer; the last row's logits.
+    pub fn forward(&mut self, tokens: &[u32], pos0: usize) -> Result<&[f32]> {
+        self.enqueue(
+            Input::Tokens(tokens),
+            pos0,
+            0..self.cfg.n_layer,
+            Readout::Logits,
+        )?;
+        self.logits()
+    }
+
+    /// One step from token ids through every layer; the last row's argmax (greedy next token),
+    /// the only value read back.
+    pub fn forward_argmax(&mut self, tokens: &[u32], pos0: usize) -> Result<u32> {
+        self.enqueue(
+            Input::Tokens(tokens),
+            pos0,
+            0..self.cfg.n_layer,
+            Readout::Argmax,
+        )?;
+        Ok(self.argmax()?[0])
+    }
+
+    /// Runs the layers `layers` on `hidden` (`m * d_model` floats at positions
+    /// `pos0..pos0 + m`, `m <= max_rows`) and writes their output rows into `out` (same size):
+    /// how an engine splits a model by layers between processors.
+    pub fn run_layers(
+        &mut self,
+        layers: Range<usize>,
+        hidden: &[f32],
+        pos0: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        if out.len() != hidden.len() {
+            return Err(Error::BadShape(format!(
+                "out has {} values for {} hidden values",
+                out.len(),
+                hidden.len()
+            )));
+        }
+        self.enqueue(Input::Hidden(hidden), pos0, layers, Readout::Hidden)?;
+        out.copy_from_slice(self.hidden()?);
+        Ok(())
+    }
+
+    /// Turns per-op device timing on or off (needs a device opened with profiling,
+    /// [`Device::open_with`]). While on, every launch records an event; read and reset the
+    /// sums with [`Decoder::take_op_times`].
+    pub fn set_profiling(&mut self, on: bool) -> Result<()> {
+        if on && !self.dev.profiling {
+            return Err(Error::NotApplicable(
+                "per-op timing needs a device opened with profiling",
+            ));
+        }
+        self.rec.events = if on {
+            Some(Vec::with_capacity(1024))
+        } else {
+            None
+        };
+        Ok(())
+    }
+
+    /// Device time per op kind of the launches profiled since the last call (waits, bounded,
+    /// for them), sorted by kind.
+    pub fn take_op_times(&mut self) -> Result<Vec<OpTime>> {
+        self.alive()?;
+        let evs: Vec<(OpKind, Event)> = match &mut self.rec.events {
+            Some(v) => std::mem::take(v),
+            None => {
+                return Err(Error::NotApplicable(
+                    "profiling is off (Decoder::set_profiling)",
+                ))
+            }
+        };
+        let mut sums: Vec<OpTime> = Vec::new();
+        for (kind, ev) in &evs {
+            if let Err(e) = ev.wait("a profiled kernel", self.opts.timeout) {
+                return Err(self.fail(e));
+            }
+            let (s, e) = ev.profile_ns()?;
+            let secs = e.saturating_sub(s) as f64 * 1e-9;
+            match sums.iter_mut().find(|o| o.kind == *kind) {
+                Some(o) => {
+                    o.launches += 1;
+                    o.seconds += secs;
+                }
+                None => sums.push(OpTime {
+                    kind: *kind,
+                    launches: 1,
+                    seconds: secs,
+                }),
+            }
+        }
+        sums.sort_by_key(|o| o.kind);
+        Ok(sums)
+    }
+}

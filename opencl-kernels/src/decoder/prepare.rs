@@ -1,0 +1,392 @@
+//! Weights as the decoder keeps them on the device, prepared once on the host: Q, K and V
+//! concatenated into one matrix (rows of Q and K permuted for NeoX RoPE), gate and up rows
+//! interleaved (gate j, up j) so the SwiGLU epilogue sees both, Q4_0/Q4_1 re-laid out to the T
+//! layout; and the memory plan that is checked before anything is uploaded.
+
+use super::{DecoderConfig, LayerWeights, ModelWeights, Tensor};
+use crate::error::{Error, Result};
+use crate::format::{matrix_bytes, relayout_q4_t, relayout_q4_t_len, GgmlType};
+use crate::kernels::RopeMode;
+
+/// How a matrix is stored on the device and which kernels read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatKind {
+    /// Q4_0 in the T layout (quant plane + f16 scales).
+    Q40T,
+    /// Q4_1 in the T layout (quant plane + f16 scale/min pairs).
+    Q41T,
+    /// GGUF Q8_0 blocks.
+    Q80,
+    /// IEEE half.
+    F16,
+}
+
+impl MatKind {
+    pub(crate) fn of(ty: GgmlType) -> Result<MatKind> {
+        Ok(match ty {
+            GgmlType::Q4_0 => MatKind::Q40T,
+            GgmlType::Q4_1 => MatKind::Q41T,
+            GgmlType::Q8_0 => MatKind::Q80,
+            GgmlType::F16 => MatKind::F16,
+            other => return Err(Error::UnsupportedFormat(other)),
+        })
+    }
+
+    pub(crate) fn gemv(self, norm: bool) -> &'static str {
+        match (self, norm) {
+            (MatKind::Q40T, false) => "gemv2_q4_0t",
+            (MatKind::Q40T, true) => "gemv2_q4_0t_norm",
+            (MatKind::Q41T, false) => "gemv2_q4_1t",
+            (MatKind::Q41T, true) => "gemv2_q4_1t_norm",
+            (MatKind::Q80, false) => "gemv2_q8_0",
+            (MatKind::Q80, true) => "gemv2_q8_0_norm",
+            (MatKind::F16, false) => "gemv2_f16",
+            (MatKind::F16, true) => "gemv2_f16_norm",
+        }
+    }
+
+    pub(crate) fn gemm(self, norm: bool) -> &'static str {
+        match (self, norm) {
+            (MatKind::Q40T, false) => "gemm_q4_0t",
+            (MatKind::Q40T, true) => "gemm_q4_0t_norm",
+            (MatKind::Q41T, false) => "gemm_q4_1t",
+            (MatKind::Q41T, true) => "gemm_q4_1t_norm",
+            (MatKind::Q80, false) => "gemm_q8_0",
+            (MatKind::Q80, true) => "gemm_q8_0_norm",
+            (MatKind::F16, false) => "gemm_f16",
+            (MatKind::F16, true) => "gemm_f16_norm",
+        }
+    }
+
+    /// Units of independent work in a row of `k` (T units, Q8_0 parts, F16 8-halves).
+    pub(crate) fn row_units(self, k: usize) -> usize {
+        match self {
+            MatKind::Q40T | MatKind::Q41T => k / 32,
+            MatKind::Q80 | MatKind::F16 => k / 8,
+        }
+    }
+
+    /// The embedding kernel's format code for a matrix stored this way.
+    pub(crate) fn embed_code(self) -> u32 {
+        match self {
+            MatKind::F16 => 0,
+            MatKind::Q80 => 3,
+            MatKind::Q40T => 4,
+            MatKind::Q41T => 5,
+        }
+    }
+}
+
+/// A matrix ready for upload: its kind, shape and the bytes of its one or two planes.
+pub(crate) struct HostMat {
+    pub(crate) kind: MatKind,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) plane0: Vec<u8>,
+    pub(crate) plane1: Vec<u8>,
+}
+
+/// GGUF bytes of one row, checked against the type and `k`.
+fn rows_of<'a>(t: &Tensor<'a>, n: usize, k: usize, what: &str) -> Result<(usize, &'a [u8])> {
+    let need = matrix_bytes(t.ty, n, k)?;
+    if t.data.len() != need {
+        return Err(Error::BadShape(format!(
+            "{what}: {} bytes for a {n} x {k} {} matrix, which needs {need}",
+            t.data.len(),
+            t.ty
+        )));
+    }
+    Ok((need / n, t.data))
+}
+
+/// Row order of Q (or K) for NeoX RoPE: within each head, rotated pair i = (i, i + r/2) of the
+/// first `r` = rope_dims columns becomes rows (2i, 2i + 1), so the kernels' adjacent-pair RoPE
+/// rotates the right values. Q and K are permuted alike, so q·k is unchanged; unrotated
+/// columns keep their places.
+fn neox_order(heads: usize, hd: usize, rope_dims: usize) -> Vec<usize> {
+    let half = rope_dims / 2;
+    let mut order = Vec::with_capacity(heads * hd);
+    for h in 0..heads {
+        for j in 0..hd {
+            let src = if j < rope_dims {
+                if j % 2 == 0 {
+                    j / 2
+                } else {
+                    j / 2 + half
+                }
+            } else {
+                j
+            };
+            order.push(h * hd + src);
+        }
+    }
+    order
+}
+
+/// Builds a matrix from the rows `order` picks out of the concatenation of `parts` (each
+/// `(tensor, rows)`, all of one type, `k` columns), then converts it to its device layout.
+fn assemble(
+    parts: &[(&Tensor<'_>, usize)],
+    order: &[usize],
+    k: usize,
+    what: &str,
+) -> Result<HostMat> {
+    let ty = parts[0].0.ty;
+    if let Some((t, _)) = parts.iter().find(|(t, _)| t.ty != ty) {
+        return Err(Error::BadShape(format!(
+            "{what}: the fused matrices must share one type (got {ty} and {})",
+            t.ty
+        )));
+    }
+    let kind = MatKind::of(ty)?;
+    let mut rows: Vec<&[u8]> = Vec::new();
+    for (i, (t, n)) in parts.iter().enumerate() {
+        let (rb, data) = rows_of(t, *n, k, &format!("{what} part {i}"))?;
+        rows.extend(data.chunks_exact(rb));
+    }
+    let n = order.len();
+    let mut gguf = Vec::with_capacity(n * rows[0].len());
+    for &r in order {
+        gguf.extend_from_slice(rows[r]);
+    }
+    to_device_layout(kind, gguf, n, k)
+}
+
+fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<HostMat> {
+    match kind {
+        MatKind::Q40T | MatKind::Q41T => {
+            let ty = if kind == MatKind::Q40T {
+                GgmlType::Q4_0
+            } else {
+                GgmlType::Q4_1
+            };
+            let (nq, nd) = relayout_q4_t_len(ty, n, k)?;
+            let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+            relayout_q4_t(ty, &gguf, n, k, &mut q, &mut d)?;
+            Ok(HostMat {
+                kind,
+                n,
+                k,
+                plane0: q,
+                plane1: d,
+            })
+        }
+        MatKind::Q80 | MatKind::F16 => Ok(HostMat {
+            kind,
+            n,
+            k,
+            plane0: gguf,
+            plane1: Vec::new(),
+        }),
+    }
+}
+
+/// One matrix as given (no fusion).
+pub(crate) fn single(t: &Tensor<'_>, n: usize, k: usize, what: &str) -> Result<HostMat> {
+    let order: Vec<usize> = (0..n).collect();
+    assemble(&[(t, n)], &order, k, what)
+}
+
+/// The four matrices of one layer, prepared.
+pub(crate) struct HostLayer {
+    pub(crate) qkv: HostMat,
+    pub(crate) o: HostMat,
+    pub(crate) gate_up: HostMat,
+    pub(crate) down: HostMat,
+}
+
+pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result<HostLayer> {
+    let (dq, dkv, d) = (c.q_dim(), c.kv_dim(), c.d_model);
+    let what = |s: &str| format!("layer {i} {s}");
+    // Rows of the concatenation [q; k; v] in the order the kernels want.
+    let (qo, ko): (Vec<usize>, Vec<usize>) = match c.rope_mode {
+        RopeMode::Normal => ((0..dq).collect(), (0..dkv).collect()),
+        RopeMode::Neox => (
+            neox_order(c.n_head, c.head_dim, c.rope_dims),
+            neox_order(c.n_kv_head, c.head_dim, c.rope_dims),
+        ),
+    };
+    let order: Vec<usize> = qo
+        .into_iter()
+        .chain(ko.into_iter().map(|r| dq + r))
+        .chain((0..dkv).map(|r| dq + dkv + r))
+        .collect();
+    let qkv = assemble(
+        &[(&l.wq, dq), (&l.wk, dkv), (&l.wv, dkv)],
+        &order,
+        d,
+        &what("q/k/v"),
+    )?;
+    let gu: Vec<usize> = (0..c.d_ff).flat_map(|j| [j, c.d_ff + j]).collect();
+    let gate_up = assemble(
+        &[(&l.gate, c.d_ff), (&l.up, c.d_ff)],
+        &gu,
+        d,
+        &what("gate/up"),
+    )?;
+    Ok(HostLayer {
+        qkv,
+        o: single(&l.wo, d, dq, &what("o"))?,
+        gate_up,
+        down: single(&l.down, d, c.d_ff, &what("down"))?,
+    })
+}
+
+/// Device bytes a matrix of type `ty` takes (the T layout has exactly the GGUF size).
+fn mat_bytes(ty: GgmlType, n: usize, k: usize) -> Result<u64> {
+    MatKind::of(ty)?;
+    Ok(matrix_bytes(ty, n, k)? as u64)
+}
+
+/// What the decoder will allocate, in bytes, computed from the configuration and the weights'
+/// types before anything is uploaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Every weight matrix and norm vector as uploaded.
+    pub weights: u64,
+    /// K and V caches of every layer for `max_context` positions (FP32).
+    pub kv_cache: u64,
+    /// Activations for `max_rows` rows, readback buffers and the RoPE table.
+    pub scratch: u64,
+    /// The largest single buffer.
+    pub largest: u64,
+    /// Which buffer that is.
+    pub largest_what: &'static str,
+}
+
+impl MemoryPlan {
+    /// Total bytes.
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.scratch
+    }
+}
+
+/// Checks every tensor's type, length and fusability against the configuration (so a bad
+/// weight is refused before anything is built or uploaded).
+fn check_weights(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<()> {
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    for (i, l) in w.layers.iter().enumerate() {
+        let what = |s: &str| format!("layer {i} {s}");
+        for (t, n, k, name) in [
+            (&l.wq, dq, d, "q"),
+            (&l.wk, dkv, d, "k"),
+            (&l.wv, dkv, d, "v"),
+            (&l.wo, d, dq, "o"),
+            (&l.gate, ff, d, "gate"),
+            (&l.up, ff, d, "up"),
+            (&l.down, d, ff, "down"),
+        ] {
+            MatKind::of(t.ty)?;
+            rows_of(t, n, k, &what(name))?;
+        }
+        for (a, b, name) in [
+            (&l.wq, &l.wk, "q/k/v"),
+            (&l.wq, &l.wv, "q/k/v"),
+            (&l.gate, &l.up, "gate/up"),
+        ] {
+            if a.ty != b.ty {
+                return Err(Error::BadShape(format!(
+                    "{}: the fused matrices must share one type (got {} and {})",
+                    what(name),
+                    a.ty,
+                    b.ty
+                )));
+            }
+        }
+    }
+    MatKind::of(w.embed.ty)?;
+    rows_of(&w.embed, c.vocab, d, "embedding")?;
+    if let Some(o) = &w.output {
+        MatKind::of(o.ty)?;
+        rows_of(o, c.vocab, d, "output head")?;
+    }
+    Ok(())
+}
+
+pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan> {
+    check_weights(c, w)?;
+    let (d, dq, dkv) = (c.d_model, c.q_dim(), c.kv_dim());
+    let mut weights = 0u64;
+    let mut largest = (0u64, "");
+    let mut see = |bytes: u64, what: &'static str, total: &mut u64| {
+        *total += bytes;
+        if bytes > largest.0 {
+            largest = (bytes, what);
+        }
+    };
+    for l in w.layers.iter() {
+        see(
+            mat_bytes(l.wq.ty, dq + 2 * dkv, d)?,
+            "a q/k/v matrix",
+            &mut weights,
+        );
+        see(mat_bytes(l.wo.ty, d, dq)?, "an o matrix", &mut weights);
+        see(
+            mat_bytes(l.gate.ty, 2 * c.d_ff, d)?,
+            "a gate/up matrix",
+            &mut weights,
+        );
+        see(
+            mat_bytes(l.down.ty, d, c.d_ff)?,
+            "a down matrix",
+            &mut weights,
+        );
+        weights += 2 * d as u64 * 4;
+    }
+    let head = w.output.as_ref().unwrap_or(&w.embed);
+    see(
+        mat_bytes(head.ty, c.vocab, d)?,
+        "the output head",
+        &mut weights,
+    );
+    if w.output.is_some() {
+        see(
+            mat_bytes(w.embed.ty, c.vocab, d)?,
+            "the embedding",
+            &mut weights,
+        );
+    }
+    weights += d as u64 * 4;
+    let per_cache = c.max_context as u64 * dkv as u64 * 4;
+    let kv_cache = 2 * c.n_layer as u64 * per_cache;
+    if per_cache > largest.0 {
+        largest = (per_cache, "one layer's K (or V) cache");
+    }
+    let rows = c.max_rows as u64;
+    let logit_rows = if c.all_logits { rows } else { 1 };
+    let out =
+        (logit_rows * c.vocab as u64).max(rows * (dq + 2 * dkv).max(2 * c.d_ff).max(d) as u64) * 4;
+    if out > largest.0 {
+        largest = (out, "the readback buffer");
+    }
+    let acts = rows * (d + 2 * dq + c.d_ff) as u64 * 4;
+    let input = (c.max_context as u64 * 4).max(rows * dq.max(d).max(c.d_ff) as u64 * 4);
+    let rope = c.max_context as u64 * (c.rope_dims / 2).max(1) as u64 * 8;
+    // Decode blocks: a second residual row and the partial rows of O (per head) and down (per
+    // chunk of at least 32 FFN columns).
+    let blocks = (1 + c.n_head + c.d_ff / 32) as u64 * d as u64 * 4;
+    let scratch = acts + out + input + rope + blocks + rows * 4 + 64;
+    Ok(MemoryPlan {
+        weights,
+        kv_cache,
+        scratch,
+        largest: largest.0,
+        largest_what: largest.1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neox_order_pairs_i_with_i_plus_half() {
+        // One head of 8, all rotated: pairs (0,4) (1,5) (2,6) (3,7) become adjacent.
+        assert_eq!(neox_order(1, 8, 8), vec![0, 4, 1, 5, 2, 6, 3, 7]);
+        // Two heads of 6 with 4 rotated dims: (0,2) (1,3), then 4, 5 in place.
+        assert_eq!(
+            neox_order(2, 6, 4),
+            vec![0, 2, 1, 3, 4, 5, 6, 8, 7, 9, 10, 11]
+        );
+    }
+}

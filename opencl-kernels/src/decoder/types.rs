@@ -1,0 +1,297 @@
+//! The decoder's public vocabulary: the model's configuration and weights, the options, what a
+//! step starts from and reads back, the op kinds it launches, the matrices of the column hook.
+
+use crate::error::{Error, Result};
+use crate::format::GgmlType;
+use crate::kernels::RopeMode;
+use std::time::Duration;
+
+/// A Llama-architecture model's hyper-parameters, plus the decoder's own limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecoderConfig {
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Model width (a multiple of 32).
+    pub d_model: usize,
+    /// Feed-forward width (a multiple of 32).
+    pub d_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (divides `n_head`).
+    pub n_kv_head: usize,
+    /// Per-head width (even, at most 256; `n_head * head_dim` a multiple of 32).
+    pub head_dim: usize,
+    /// Rotated dimensions per head (even, at most `head_dim`).
+    pub rope_dims: usize,
+    /// RoPE base frequency.
+    pub rope_theta: f32,
+    /// RoPE pairing: `Normal` (GGUF Llama models) or `Neox`.
+    pub rope_mode: RopeMode,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Vocabulary size (rows of the embedding and the output head).
+    pub vocab: usize,
+    /// Positions the KV cache holds.
+    pub max_context: usize,
+    /// Rows of one prefill chunk (longer inputs are run in chunks of this many).
+    pub max_rows: usize,
+    /// Whether logits can be read for every row of a chunk (else only the last row's; the
+    /// readback buffer is then `vocab` floats instead of `max_rows * vocab`).
+    pub all_logits: bool,
+}
+
+impl DecoderConfig {
+    /// Width of the queries (`n_head * head_dim`).
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Width of the keys and values (`n_kv_head * head_dim`).
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+
+    pub(super) fn validate(&self) -> Result<()> {
+        let c = self;
+        let bad = |s: String| Err(Error::BadShape(s));
+        if c.d_model == 0
+            || !c.d_model.is_multiple_of(32)
+            || c.d_ff == 0
+            || !c.d_ff.is_multiple_of(32)
+        {
+            return bad(format!(
+                "d_model ({}) and d_ff ({}) must be positive multiples of 32",
+                c.d_model, c.d_ff
+            ));
+        }
+        if c.n_head == 0 || c.n_kv_head == 0 || !c.n_head.is_multiple_of(c.n_kv_head) {
+            return bad(format!(
+                "n_head ({}) must be a positive multiple of n_kv_head ({})",
+                c.n_head, c.n_kv_head
+            ));
+        }
+        if c.head_dim == 0
+            || !c.head_dim.is_multiple_of(2)
+            || c.head_dim > 256
+            || !c.q_dim().is_multiple_of(32)
+        {
+            return bad(format!(
+                "head_dim ({}) must be even, at most 256, with n_head * head_dim a multiple of 32",
+                c.head_dim
+            ));
+        }
+        if c.rope_dims > c.head_dim || !c.rope_dims.is_multiple_of(2) {
+            return bad(format!(
+                "rope_dims ({}) must be even and at most head_dim ({})",
+                c.rope_dims, c.head_dim
+            ));
+        }
+        if c.vocab == 0 || c.max_context == 0 || c.max_rows == 0 {
+            return bad("vocab, max_context and max_rows must be positive".into());
+        }
+        if c.max_context > u32::MAX as usize / 2 {
+            return bad(format!("max_context {} is too large", c.max_context));
+        }
+        Ok(())
+    }
+}
+
+/// A weight matrix as GGUF stores it: its type and its bytes (`n` rows of `k`, the shape the
+/// configuration implies).
+#[derive(Debug, Clone, Copy)]
+pub struct Tensor<'a> {
+    /// Element type (F16, Q4_0, Q4_1 or Q8_0).
+    pub ty: GgmlType,
+    /// The GGUF bytes, row-major, one row per output.
+    pub data: &'a [u8],
+}
+
+/// One transformer block's weights.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerWeights<'a> {
+    /// Attention RMSNorm weight (`d_model`).
+    pub attn_norm: &'a [f32],
+    /// Query projection (`q_dim` x `d_model`).
+    pub wq: Tensor<'a>,
+    /// Key projection (`kv_dim` x `d_model`; same type as `wq`).
+    pub wk: Tensor<'a>,
+    /// Value projection (`kv_dim` x `d_model`; same type as `wq`).
+    pub wv: Tensor<'a>,
+    /// Output projection (`d_model` x `q_dim`).
+    pub wo: Tensor<'a>,
+    /// FFN RMSNorm weight (`d_model`).
+    pub ffn_norm: &'a [f32],
+    /// SwiGLU gate (`d_ff` x `d_model`).
+    pub gate: Tensor<'a>,
+    /// SwiGLU up (`d_ff` x `d_model`; same type as `gate`).
+    pub up: Tensor<'a>,
+    /// Down projection (`d_model` x `d_ff`).
+    pub down: Tensor<'a>,
+}
+
+/// A whole model's weights.
+#[derive(Debug, Clone)]
+pub struct ModelWeights<'a> {
+    /// Token embedding (`vocab` x `d_model`).
+    pub embed: Tensor<'a>,
+    /// The blocks, `n_layer` of them.
+    pub layers: Vec<LayerWeights<'a>>,
+    /// Final RMSNorm weight (`d_model`).
+    pub output_norm: &'a [f32],
+    /// Output head (`vocab` x `d_model`); `None` when it is tied to the embedding (the
+    /// embedding is then uploaded once, in the head's layout, and gathered from there).
+    pub output: Option<Tensor<'a>>,
+}
+
+/// How the decoder runs.
+#[derive(Debug, Clone)]
+pub struct DecoderOptions {
+    /// Zero-copy host buffers (map instead of transfer): `None` = when the device reports
+    /// `CL_DEVICE_HOST_UNIFIED_MEMORY`.
+    pub zero_copy: Option<bool>,
+    /// Device memory the decoder may use, if less than `CL_DEVICE_GLOBAL_MEM_SIZE`.
+    pub memory_budget: Option<u64>,
+    /// The longest a readback waits for the device before the decoder declares it lost.
+    pub timeout: Duration,
+    /// How one-token decode steps run (prefill and layer ranges always run layered).
+    pub decode: DecodePath,
+    /// Submit the queue (`clFlush`) after every this many launches, so a driver that batches
+    /// commands until a flush starts the device early; 0 (default): once, at the end of a step.
+    pub flush_every: usize,
+}
+
+impl Default for DecoderOptions {
+    fn default() -> Self {
+        DecoderOptions {
+            zero_copy: None,
+            memory_budget: None,
+            timeout: Duration::from_secs(60),
+            decode: DecodePath::Auto,
+            flush_every: 0,
+        }
+    }
+}
+
+/// What a step starts from.
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a> {
+    /// Token ids (each `< vocab`); the step begins with the embedding gather, so its layer
+    /// range must start at 0.
+    Tokens(&'a [u32]),
+    /// Hidden rows (`m * d_model` floats, `m <= max_rows`): the input of the range's first
+    /// layer, e.g. the output of layers another processor ran.
+    Hidden(&'a [f32]),
+}
+
+/// What a step leaves to read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readout {
+    /// Nothing (the step only fills the KV cache).
+    Nothing,
+    /// The hidden rows after the layer range ([`Decoder::hidden`](super::Decoder::hidden);
+    /// `m <= max_rows`).
+    Hidden,
+    /// The last row's logits ([`Decoder::logits`](super::Decoder::logits)); the range must end
+    /// at the last layer.
+    Logits,
+    /// Every row's logits (`m <= max_rows`, `all_logits` configured).
+    AllLogits,
+    /// The last row's argmax ([`Decoder::argmax`](super::Decoder::argmax); the logits are
+    /// there too).
+    Argmax,
+    /// Every row's argmax (as `AllLogits`).
+    AllArgmax,
+}
+
+/// The kernel launches the decoder makes, for launch counts and device time per op kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// Embedding gather.
+    Embed,
+    /// Norm + Q/K/V matmul + RoPE + KV append.
+    QkvRope,
+    /// Causal attention.
+    Attention,
+    /// O projection + residual.
+    OProj,
+    /// Norm + gate/up matmul + SwiGLU.
+    GateUpSwiglu,
+    /// Down projection + residual.
+    Down,
+    /// Final norm + output head.
+    Head,
+    /// Argmax.
+    Argmax,
+    /// A [`Decoder::matmul_rows`](super::Decoder::matmul_rows) call.
+    Matmul,
+    /// Decode block A: norm + this head's q/k/v + RoPE + KV append + attention + its share
+    /// of the O projection ([`DecodePath::Blocks`]).
+    BlockAttn,
+    /// Decode block B: residual + norm + a chunk of gate/up + SwiGLU + its share of down.
+    BlockFfn,
+    /// The last block B's partial rows added to the residual, before the head.
+    BlockFinish,
+}
+
+/// How a one-token decode step is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodePath {
+    /// [`DecodePath::Blocks`] on a GPU (or any non-CPU device) where it applies, else
+    /// [`DecodePath::Layered`]. On a CPU device (PoCL) launches are cheap and the blocks'
+    /// few work-groups are slower (measured on the dev VM), so layered.
+    Auto,
+    /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form).
+    Layered,
+    /// Two launches a layer: block A (one work-group per query head: norm, its q/k/v, RoPE,
+    /// KV append, attention and its share of the O projection) and block B (one work-group per
+    /// chunk of FFN columns: the residual, norm, its gate/up rows, SwiGLU and its share of
+    /// down); the shares are partial rows summed, in a fixed order, by the next block. Needs
+    /// one weight type for all of a layer's matrices, a power-of-two head_dim in 16..=256 and
+    /// the local memory for it.
+    Blocks,
+}
+
+/// Device time of one kind of op over the profiled steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpTime {
+    /// The op.
+    pub kind: OpKind,
+    /// Launches profiled.
+    pub launches: usize,
+    /// Their summed device time (`COMMAND_END - COMMAND_START`), in seconds.
+    pub seconds: f64,
+}
+
+/// A resident weight, for [`Decoder::matmul_rows`](super::Decoder::matmul_rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Matrix {
+    /// Query projection of a layer (input: the attention norm of the hidden row).
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Output projection (input: the attention output).
+    O,
+    /// SwiGLU gate (input: the FFN norm of the hidden row).
+    Gate,
+    /// SwiGLU up.
+    Up,
+    /// Down projection (input: the SwiGLU output).
+    Down,
+    /// The output head (input: the final norm of the hidden row; `layer` is ignored).
+    Head,
+}
+
+/// The activation a [`Decoder::matmul_rows`](super::Decoder::matmul_rows) reads.
+#[derive(Debug, Clone, Copy)]
+pub enum MatInput<'a> {
+    /// Rows from the host (`m * k` floats), uploaded for this call.
+    Host(&'a [f32]),
+    /// The decoder's resident hidden rows (as the last step left them).
+    Hidden,
+    /// The resident attention output of the last step.
+    Attention,
+    /// The resident SwiGLU output of the last step.
+    Ffn,
+}

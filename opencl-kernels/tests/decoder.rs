@@ -1,0 +1,922 @@
+//! The device-resident decoder against a plain f64 reference forward pass on small random
+//! models (every weight format, both RoPE pairings, chunked prefill, decode, layer splits,
+//! column matmuls), plus its bad-input and lost-device behaviour. PoCL in CI.
+//!
+//! Bounds: logits are compared by NMSE against the reference (f64 accumulation over weights
+//! dequantized by the shared `hetero_sme::dequantize_row`, so both sides use the same weight
+//! values). The device accumulates in f32 over 2-3 layers of K <= 128 sums, softmax and
+//! RMSNorm: relative errors of ~1e-6 per value, an NMSE near 1e-12; the bound 1e-8 keeps
+//! four orders of margin while any structural mistake (a wrong RoPE pair, KV row, head,
+//! norm or epilogue) moves logits by O(1), an NMSE above 1e-3. Each row's largest deviation
+//! is also bounded by 1e-4 of that row's largest logit magnitude.
+
+use half::f16;
+use hetero_opencl_kernels::decoder::{
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix,
+    ModelWeights, OpKind, Readout, Tensor,
+};
+use hetero_opencl_kernels::{self as ocl, reference, Device, Error, GgmlType, RopeMode};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+const NMSE: f64 = 1e-8;
+const MAX_REL: f64 = 1e-4;
+
+/// The shared OpenCL device (PoCL's first enumeration is not safe from several threads).
+fn device() -> Option<Arc<Device>> {
+    static D: OnceLock<Result<Arc<Device>, String>> = OnceLock::new();
+    let r = D.get_or_init(|| {
+        let d = Device::from_env().map_err(|e| e.to_string())?;
+        eprintln!(
+            "OpenCL device: {} / {} (unified memory: {})",
+            d.info().platform_name,
+            d.info().name,
+            d.info().host_unified_memory
+        );
+        Ok(d)
+    });
+    hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
+}
+
+/// One device open at a time (a profiling device is a second one).
+static OPEN: Mutex<()> = Mutex::new(());
+
+fn rng(tag: u64) -> StdRng {
+    let seed = std::env::var("HETERO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("seed {seed} (tag {tag}); rerun with HETERO_SEED={seed}");
+    StdRng::seed_from_u64(seed ^ tag)
+}
+
+/// GGUF bytes of an `n x k` matrix of type `ty` with entries of magnitude about `scale`.
+fn rand_matrix(r: &mut StdRng, ty: GgmlType, n: usize, k: usize, scale: f32) -> Vec<u8> {
+    let mut w = vec![0u8; ocl::matrix_bytes(ty, n, k).unwrap()];
+    let h = |v: f32| f16::from_f32(v).to_le_bytes();
+    match ty {
+        GgmlType::F16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&h(r.gen_range(-scale..scale)));
+            }
+        }
+        _ => {
+            let bb = ty.block().unwrap().1;
+            for blk in w.chunks_exact_mut(bb) {
+                r.fill(blk);
+                let d = match ty {
+                    GgmlType::Q8_0 => scale / 127.0,
+                    GgmlType::Q4_1 => scale / 7.5,
+                    _ => scale / 8.0,
+                } * r.gen_range(0.5..1.0);
+                blk[0..2].copy_from_slice(&h(d));
+                if ty == GgmlType::Q4_1 {
+                    blk[2..4].copy_from_slice(&h(-scale * r.gen_range(0.8..1.0)));
+                }
+            }
+        }
+    }
+    w
+}
+
+struct OwnedLayer {
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    w: [(GgmlType, Vec<u8>); 7], // q k v o gate up down
+}
+
+struct TestModel {
+    cfg: DecoderConfig,
+    embed: (GgmlType, Vec<u8>),
+    layers: Vec<OwnedLayer>,
+    out_norm: Vec<f32>,
+    output: Option<(GgmlType, Vec<u8>)>,
+}
+
+/// Types of (embedding, layer matrices, output head or None = tied).
+struct Types {
+    embed: GgmlType,
+    layer: GgmlType,
+    output: Option<GgmlType>,
+}
+
+fn config(n_layer: usize, rope_mode: RopeMode, rope_dims: usize) -> DecoderConfig {
+    DecoderConfig {
+        n_layer,
+        d_model: 64,
+        d_ff: 96,
+        n_head: 4,
+        n_kv_head: 2,
+        head_dim: 16,
+        rope_dims,
+        rope_theta: 10000.0,
+        rope_mode,
+        eps: 1e-5,
+        vocab: 101, // odd: the last column pair of the head has one column
+        max_context: 48,
+        max_rows: 8,
+        all_logits: true,
+    }
+}
+
+impl TestModel {
+    fn random(r: &mut StdRng, cfg: DecoderConfig, t: Types) -> TestModel {
+        let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        let norm = |r: &mut StdRng| (0..d).map(|_| r.gen_range(0.5f32..1.5)).collect::<Vec<_>>();
+        let mut layers = Vec::new();
+        for _ in 0..cfg.n_layer {
+            let mut m = |n, k, s| (t.layer, rand_matrix(r, t.layer, n, k, s));
+            let w = [
+                m(dq, d, 0.5),
+                m(dkv, d, 0.5),
+                m(dkv, d, 0.5),
+                m(d, dq, 0.3),
+                m(ff, d, 0.3),
+                m(ff, d, 0.3),
+                m(d, ff, 0.2),
+            ];
+            layers.push(OwnedLayer {
+                attn_norm: norm(r),
+                ffn_norm: norm(r),
+                w,
+            });
+        }
+        TestModel {
+            embed: (t.embed, rand_matrix(r, t.embed, cfg.vocab, d, 1.0)),
+            output: t
+                .output
+                .map(|ty| (ty, rand_matrix(r, ty, cfg.vocab, d, 0.3))),
+            out_norm: norm(r),
+            layers,
+            cfg,
+        }
+    }
+
+    fn weights(&self) -> ModelWeights<'_> {
+        fn t(w: &(GgmlType, Vec<u8>)) -> Tensor<'_> {
+            Tensor {
+                ty: w.0,
+                data: &w.1,
+            }
+        }
+        ModelWeights {
+            embed: t(&self.embed),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| LayerWeights {
+                    attn_norm: &l.attn_norm,
+                    wq: t(&l.w[0]),
+                    wk: t(&l.w[1]),
+                    wv: t(&l.w[2]),
+                    wo: t(&l.w[3]),
+                    ffn_norm: &l.ffn_norm,
+                    gate: t(&l.w[4]),
+                    up: t(&l.w[5]),
+                    down: t(&l.w[6]),
+                })
+                .collect(),
+            output_norm: &self.out_norm,
+            output: self.output.as_ref().map(t),
+        }
+    }
+
+    fn decoder(&self, dev: &Arc<Device>, opts: DecoderOptions) -> Decoder {
+        Decoder::new(dev, self.cfg.clone(), &self.weights(), opts).expect("decoder")
+    }
+}
+
+/// `(ty, bytes)` dequantized to `n` rows of `k`.
+fn deq(w: &(GgmlType, Vec<u8>), n: usize, k: usize) -> Vec<f32> {
+    let rb = ocl::row_bytes(w.0, k).unwrap();
+    let mut out = vec![0f32; n * k];
+    for r in 0..n {
+        reference::dequantize_row(
+            w.0,
+            &w.1[r * rb..(r + 1) * rb],
+            k,
+            &mut out[r * k..(r + 1) * k],
+        )
+        .unwrap();
+    }
+    out
+}
+
+fn matvec(w: &[f32], n: usize, k: usize, x: &[f64]) -> Vec<f64> {
+    (0..n)
+        .map(|r| (0..k).map(|i| w[r * k + i] as f64 * x[i]).sum())
+        .collect()
+}
+
+fn rmsnorm(x: &[f64], g: &[f32], eps: f32) -> Vec<f64> {
+    let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    let inv = 1.0 / (ms + eps as f64).sqrt();
+    x.iter().zip(g).map(|(v, g)| v * inv * *g as f64).collect()
+}
+
+fn rope(v: &mut [f64], pos: usize, c: &DecoderConfig) {
+    let half = c.rope_dims / 2;
+    for head in v.chunks_exact_mut(c.head_dim) {
+        for i in 0..half {
+            let (a, b) = match c.rope_mode {
+                RopeMode::Normal => (2 * i, 2 * i + 1),
+                RopeMode::Neox => (i, i + half),
+            };
+            let ang = pos as f64 * (c.rope_theta as f64).powf(-2.0 * i as f64 / c.rope_dims as f64);
+            let (s, co) = ang.sin_cos();
+            let (x, y) = (head[a], head[b]);
+            head[a] = x * co - y * s;
+            head[b] = x * s + y * co;
+        }
+    }
+}
+
+/// Plain f64 forward pass: the hidden rows after `n_layers` layers and every position's logits.
+struct RefOut {
+    hidden: Vec<Vec<f64>>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn ref_forward(m: &TestModel, tokens: &[u32], n_layers: usize) -> RefOut {
+    let c = &m.cfg;
+    let (d, dq, dkv, ff, hd) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff, c.head_dim);
+    let emb = deq(&m.embed, c.vocab, d);
+    let mut x: Vec<Vec<f64>> = tokens
+        .iter()
+        .map(|&t| {
+            emb[t as usize * d..(t as usize + 1) * d]
+                .iter()
+                .map(|&v| v as f64)
+                .collect()
+        })
+        .collect();
+    for l in &m.layers[..n_layers] {
+        let w: Vec<Vec<f32>> = [
+            (dq, d),
+            (dkv, d),
+            (dkv, d),
+            (d, dq),
+            (ff, d),
+            (ff, d),
+            (d, ff),
+        ]
+        .iter()
+        .zip(&l.w)
+        .map(|(&(n, k), w)| deq(w, n, k))
+        .collect();
+        let mut ks = Vec::new();
+        let mut vs = Vec::new();
+        let mut qs = Vec::new();
+        for (t, xt) in x.iter().enumerate() {
+            let h = rmsnorm(xt, &l.attn_norm, c.eps);
+            let mut q = matvec(&w[0], dq, d, &h);
+            let mut k = matvec(&w[1], dkv, d, &h);
+            rope(&mut q, t, c);
+            rope(&mut k, t, c);
+            qs.push(q);
+            ks.push(k);
+            vs.push(matvec(&w[2], dkv, d, &h));
+        }
+        let group = c.n_head / c.n_kv_head;
+        for t in 0..x.len() {
+            let mut att = vec![0f64; dq];
+            for h in 0..c.n_head {
+                let kh = h / group;
+                let q = &qs[t][h * hd..(h + 1) * hd];
+                let s: Vec<f64> = (0..=t)
+                    .map(|j| {
+                        q.iter()
+                            .zip(&ks[j][kh * hd..(kh + 1) * hd])
+                            .map(|(a, b)| a * b)
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|v| (v - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for i in 0..hd {
+                    att[h * hd + i] = (0..=t).map(|j| e[j] / z * vs[j][kh * hd + i]).sum();
+                }
+            }
+            let o = matvec(&w[3], d, dq, &att);
+            x[t].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let h = rmsnorm(&x[t], &l.ffn_norm, c.eps);
+            let g = matvec(&w[4], ff, d, &h);
+            let u = matvec(&w[5], ff, d, &h);
+            let a: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            let o = matvec(&w[6], d, ff, &a);
+            x[t].iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        }
+    }
+    let head = m.output.as_ref().unwrap_or(&m.embed);
+    let hw = deq(head, c.vocab, d);
+    let logits = x
+        .iter()
+        .map(|xt| {
+            matvec(&hw, c.vocab, d, &rmsnorm(xt, &m.out_norm, c.eps))
+                .into_iter()
+                .map(|v| v as f32)
+                .collect()
+        })
+        .collect();
+    RefOut { hidden: x, logits }
+}
+
+fn check_logits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: non-finite logits"
+    );
+    let e = reference::nmse(got, want);
+    assert!(e <= NMSE, "{what}: NMSE {e:e} > {NMSE:e}");
+    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+    let dev = got
+        .iter()
+        .zip(want)
+        .fold(0f64, |a, (g, w)| a.max((*g as f64 - *w as f64).abs()));
+    assert!(
+        dev <= MAX_REL * scale,
+        "{what}: max deviation {dev:e} > {MAX_REL:e} x {scale}"
+    );
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &x) in v.iter().enumerate() {
+        if x > best.1 {
+            best = (i, x);
+        }
+    }
+    best.0 as u32
+}
+
+/// Gap between the largest and second largest value, relative to the largest magnitude.
+fn margin(v: &[f32]) -> f32 {
+    let mut s: Vec<f32> = v.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    (s[0] - s[1]) / s[0].abs().max(1e-6)
+}
+
+fn tokens(r: &mut StdRng, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| r.gen_range(0..vocab as u32)).collect()
+}
+
+/// Prefill `p` tokens (chunks of max_rows when longer), then decode the rest one by one, each
+/// step's last-row logits against the reference at that position.
+fn prefill_then_decode(dec: &mut Decoder, model: &TestModel, toks: &[u32], p: usize, what: &str) {
+    let want = ref_forward(model, toks, model.cfg.n_layer).logits;
+    let got = dec.forward(&toks[..p], 0).unwrap().to_vec();
+    check_logits(&format!("{what}: prefill {p}"), &got, &want[p - 1]);
+    for t in p..toks.len() {
+        let got = dec.forward(&toks[t..t + 1], t).unwrap().to_vec();
+        check_logits(&format!("{what}: decode at {t}"), &got, &want[t]);
+    }
+}
+
+/// SmolLM2's layout (Q4_1 layers, Q8_0 embedding tied to the head), normal RoPE: prefill
+/// lengths 1, 5, 8 (one whole chunk) and 19 (three chunks of max_rows 8), then decode steps;
+/// decode steps layered and in decode blocks, staged and zero-copy host buffers alike.
+#[test]
+fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(21);
+    let model = TestModel::random(
+        &mut r,
+        config(2, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    let toks = tokens(&mut r, 24, model.cfg.vocab);
+    // A decoder can move to the thread that runs it (an engine's GPU worker).
+    fn sendable<T: Send + 'static>(_: &T) {}
+    for (zero_copy, decode) in [
+        (true, DecodePath::Layered),
+        (false, DecodePath::Layered),
+        (true, DecodePath::Blocks),
+        (false, DecodePath::Blocks),
+    ] {
+        let mut dec = model.decoder(
+            &dev,
+            DecoderOptions {
+                zero_copy: Some(zero_copy),
+                decode,
+                // Staged: also submit every 3 launches (what a batching driver may need).
+                flush_every: if zero_copy { 0 } else { 3 },
+                ..DecoderOptions::default()
+            },
+        );
+        sendable(&dec);
+        assert_eq!(dec.zero_copy(), zero_copy);
+        assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
+        for p in [1, 5, 8, 19] {
+            let n = if p == 19 { 24 } else { p + 2 };
+            let what = format!("zero_copy {zero_copy}, {decode:?}");
+            prefill_then_decode(&mut dec, &model, &toks[..n], p, &what);
+        }
+        // One decode step: the gather, five launches a layer (or two, and the final sum), the
+        // head.
+        dec.forward(&toks[..1], 0).unwrap();
+        let per = if decode == DecodePath::Blocks {
+            2 * 2 + 1
+        } else {
+            5 * 2
+        };
+        assert_eq!(dec.last_launches() as usize, 1 + per + 1);
+        assert_eq!(dec.launches_per_token(Readout::Logits), 1 + per + 1);
+        assert_eq!(dec.launches_per_token(Readout::Argmax), 1 + per + 2);
+    }
+}
+
+/// Every other format: Q4_0 layers with an untied F16 head and a Q4_0 embedding (GGUF-layout
+/// gather), Q8_0 throughout (tied), F16 throughout (untied, Q4_1 embedding); NeoX RoPE with
+/// partial rotary dims (8 of 16) on one of them.
+#[test]
+fn other_formats_and_neox_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(22);
+    let cases = [
+        (
+            GgmlType::Q4_0,
+            GgmlType::Q4_0,
+            Some(GgmlType::F16),
+            RopeMode::Normal,
+            16,
+        ),
+        (GgmlType::Q8_0, GgmlType::Q8_0, None, RopeMode::Neox, 8),
+        (
+            GgmlType::Q4_1,
+            GgmlType::F16,
+            Some(GgmlType::F16),
+            RopeMode::Neox,
+            16,
+        ),
+        (
+            GgmlType::F16,
+            GgmlType::Q4_1,
+            Some(GgmlType::Q4_0),
+            RopeMode::Normal,
+            8,
+        ),
+    ];
+    for (embed, layer, output, mode, rd) in cases {
+        let model = TestModel::random(
+            &mut r,
+            config(2, mode, rd),
+            Types {
+                embed,
+                layer,
+                output,
+            },
+        );
+        let toks = tokens(&mut r, 13, model.cfg.vocab);
+        for decode in [DecodePath::Layered, DecodePath::Blocks] {
+            let opts = DecoderOptions {
+                decode,
+                ..DecoderOptions::default()
+            };
+            let mut dec = model.decoder(&dev, opts);
+            let what = format!(
+                "embed {embed}, layers {layer}, head {output:?}, {mode:?} {rd}, {decode:?}"
+            );
+            prefill_then_decode(&mut dec, &model, &toks, 11, &what);
+        }
+    }
+}
+
+/// Every row's logits and argmax from one prefill chunk, and the last-row argmax readout (the
+/// only value read back) equal to the reference's argmax where its margin is not a near-tie.
+#[test]
+fn all_rows_readout_and_argmax_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(23);
+    let model = TestModel::random(
+        &mut r,
+        config(2, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    let toks = tokens(&mut r, 7, model.cfg.vocab);
+    let want = ref_forward(&model, &toks, 2).logits;
+    let v = model.cfg.vocab;
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    dec.enqueue(Input::Tokens(&toks), 0, 0..2, Readout::AllArgmax)
+        .unwrap();
+    let ids = dec.argmax().unwrap().to_vec();
+    let all = dec.logits().unwrap().to_vec();
+    for t in 0..toks.len() {
+        check_logits(&format!("row {t}"), &all[t * v..(t + 1) * v], &want[t]);
+        // Near-ties (relative gap below 1e-4, the logits' own bound) may flip legitimately.
+        if margin(&want[t]) > 1e-4 {
+            assert_eq!(ids[t], argmax(&want[t]), "argmax of row {t}");
+        }
+    }
+    let id = dec.forward_argmax(&toks, 0).unwrap();
+    assert_eq!(
+        dec.last_launches(),
+        5 * 2 + 3,
+        "a prefill step runs layered"
+    );
+    if margin(&want[6]) > 1e-4 {
+        assert_eq!(id, argmax(&want[6]));
+    }
+    // Reading what the step did not produce is a typed error.
+    dec.enqueue(Input::Tokens(&toks[..1]), 0, 0..2, Readout::Logits)
+        .unwrap();
+    assert!(matches!(dec.argmax(), Err(Error::NotApplicable(_))));
+    assert!(matches!(dec.hidden(), Err(Error::NotApplicable(_))));
+}
+
+/// A model split by layers: layers 0..1 from tokens read back as hidden rows, then layers
+/// 1..3 from those rows (run_layers), then the head; equal to the reference's hidden rows and
+/// logits; and the cache each part wrote serves a following decode step.
+#[test]
+fn layer_range_split_matches_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(24);
+    let model = TestModel::random(
+        &mut r,
+        config(3, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    let d = model.cfg.d_model;
+    let toks = tokens(&mut r, 7, model.cfg.vocab);
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    dec.enqueue(Input::Tokens(&toks[..6]), 0, 0..1, Readout::Hidden)
+        .unwrap();
+    let h1 = dec.hidden().unwrap().to_vec();
+    let want1 = ref_forward(&model, &toks[..6], 1).hidden;
+    let flat1: Vec<f32> = want1.iter().flatten().map(|&v| v as f32).collect();
+    check_logits("hidden after layer 0", &h1, &flat1);
+    let mut h3 = vec![0f32; h1.len()];
+    dec.run_layers(1..3, &h1, 0, &mut h3).unwrap();
+    let want3 = ref_forward(&model, &toks[..6], 3);
+    let flat3: Vec<f32> = want3.hidden.iter().flatten().map(|&v| v as f32).collect();
+    check_logits("hidden after layer 2", &h3, &flat3);
+    dec.enqueue(Input::Hidden(&h3[5 * d..]), 5, 3..3, Readout::Logits)
+        .unwrap();
+    check_logits("head on hidden", dec.logits().unwrap(), &want3.logits[5]);
+    // Position 6 decodes over the caches both parts filled.
+    let want = ref_forward(&model, &toks, 3).logits;
+    check_logits(
+        "decode after split",
+        dec.forward(&toks[6..7], 6).unwrap(),
+        &want[6],
+    );
+}
+
+/// The column-split hook: column ranges of every resident matrix, from host rows and from the
+/// resident activations, one row (GEMV) and several (GEMM), with and without the fused norm.
+#[test]
+fn matmul_rows_matches_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(25);
+    let model = TestModel::random(
+        &mut r,
+        config(2, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    let c = model.cfg.clone();
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let l = &model.layers[1];
+    // (matrix, index into the layer's weights (7: the head), rows, columns, its norm)
+    type Case<'a> = (Matrix, usize, usize, usize, Option<&'a [f32]>);
+    let cases: [Case<'_>; 8] = [
+        (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
+        (Matrix::K, 1, dkv, d, Some(&l.attn_norm)),
+        (Matrix::V, 2, dkv, d, None),
+        (Matrix::O, 3, d, dq, None),
+        (Matrix::Gate, 4, ff, d, Some(&l.ffn_norm)),
+        (Matrix::Up, 5, ff, d, None),
+        (Matrix::Down, 6, d, ff, None),
+        (Matrix::Head, 7, c.vocab, d, Some(&model.out_norm)),
+    ];
+    for (which, wi, n, k, norm) in cases {
+        let w = if wi == 7 {
+            deq(&model.embed, n, k)
+        } else {
+            deq(&l.w[wi], n, k)
+        };
+        for (m, cols) in [(1, 3..n - 5), (5, 0..n), (3, n / 2..n / 2 + 1)] {
+            let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-2.0f32..2.0)).collect();
+            let mut want = Vec::new();
+            for row in x.chunks_exact(k) {
+                let xr: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+                let xr = match norm {
+                    Some(g) => rmsnorm(&xr, g, c.eps),
+                    None => xr,
+                };
+                let y = matvec(&w, n, k, &xr);
+                want.extend(y[cols.clone()].iter().map(|&v| v as f32));
+            }
+            let mut got = vec![f32::NAN; m * cols.len()];
+            dec.matmul_rows(
+                1,
+                which,
+                cols.clone(),
+                MatInput::Host(&x),
+                m,
+                norm.is_some(),
+                &mut got,
+            )
+            .unwrap();
+            check_logits(&format!("{which:?} {m} rows {cols:?}"), &got, &want);
+        }
+    }
+    // From the resident hidden rows a step left (layers 0..1 of 4 tokens: x after layer 0).
+    let toks = tokens(&mut r, 4, c.vocab);
+    dec.enqueue(Input::Tokens(&toks), 0, 0..1, Readout::Hidden)
+        .unwrap();
+    let hid = dec.hidden().unwrap().to_vec();
+    let wq = deq(&l.w[0], dq, d);
+    let mut got = vec![0f32; 4 * 8];
+    dec.matmul_rows(1, Matrix::Q, 8..16, MatInput::Hidden, 4, true, &mut got)
+        .unwrap();
+    let want: Vec<f32> = hid
+        .chunks_exact(d)
+        .flat_map(|row| {
+            let xr: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+            matvec(&wq, dq, d, &rmsnorm(&xr, &l.attn_norm, c.eps))[8..16]
+                .iter()
+                .map(|&v| v as f32)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    check_logits("Q from resident hidden rows", &got, &want);
+    // Bad calls are typed errors.
+    let mut out = vec![0f32; 4];
+    for e in [
+        dec.matmul_rows(1, Matrix::Down, 0..4, MatInput::Hidden, 1, false, &mut out),
+        dec.matmul_rows(1, Matrix::O, 0..4, MatInput::Attention, 1, true, &mut out),
+        dec.matmul_rows(9, Matrix::O, 0..4, MatInput::Attention, 1, false, &mut out),
+        dec.matmul_rows(1, Matrix::O, 2..2, MatInput::Attention, 1, false, &mut out),
+        dec.matmul_rows(1, Matrix::O, 0..4, MatInput::Attention, 2, false, &mut out),
+        dec.matmul_rows(
+            1,
+            Matrix::O,
+            0..4,
+            MatInput::Host(&[0.0; 3]),
+            1,
+            false,
+            &mut out,
+        ),
+    ] {
+        assert!(
+            matches!(e, Err(Error::BadShape(_) | Error::NotApplicable(_))),
+            "{e:?}"
+        );
+    }
+}
+
+/// Bad input changes nothing: typed errors before anything runs (and the decoder still works
+/// afterwards); a device too small for the model or the cache, named sizes, before any
+/// upload; weights that cannot be fused or computed.
+#[test]
+fn bad_input_is_a_typed_error() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(26);
+    let t = Types {
+        embed: GgmlType::Q8_0,
+        layer: GgmlType::Q4_1,
+        output: None,
+    };
+    let model = TestModel::random(&mut r, config(2, RopeMode::Normal, 16), t);
+    let c = model.cfg.clone();
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let ok = dec.forward(&[1, 2, 3], 0).unwrap().to_vec();
+    let bad: Vec<Result<(), Error>> = vec![
+        dec.enqueue(Input::Tokens(&[c.vocab as u32]), 0, 0..2, Readout::Logits),
+        dec.enqueue(Input::Tokens(&[]), 0, 0..2, Readout::Logits),
+        dec.enqueue(Input::Tokens(&[1]), c.max_context, 0..2, Readout::Logits),
+        dec.enqueue(Input::Tokens(&[1]), 0, 1..2, Readout::Logits),
+        dec.enqueue(Input::Tokens(&[1]), 0, 0..3, Readout::Logits),
+        dec.enqueue(Input::Tokens(&[1]), 0, 0..1, Readout::Logits),
+        dec.enqueue(Input::Hidden(&[0.0; 65]), 0, 0..2, Readout::Hidden),
+        dec.enqueue(Input::Hidden(&vec![0.0; 9 * 64]), 0, 0..2, Readout::Hidden),
+        dec.enqueue(Input::Tokens(&[1; 9]), 0, 0..2, Readout::AllLogits),
+    ];
+    for (i, e) in bad.into_iter().enumerate() {
+        assert!(matches!(e, Err(Error::BadShape(_))), "case {i}: {e:?}");
+    }
+    // The failed calls changed nothing: the same step gives the same logits.
+    assert_eq!(dec.forward(&[1, 2, 3], 0).unwrap(), &ok[..]);
+    // Too little memory: named sizes, before any upload.
+    let plan = Decoder::memory_plan(&c, &model.weights()).unwrap();
+    assert!(plan.weights > 0 && plan.kv_cache == 2 * 2 * 48 * 32 * 4 && plan.scratch > 0);
+    let e = Decoder::new(
+        &dev,
+        c.clone(),
+        &model.weights(),
+        DecoderOptions {
+            memory_budget: Some(plan.total() - 1),
+            ..DecoderOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        Error::OutOfDeviceMemory {
+            weights: plan.weights,
+            kv_cache: plan.kv_cache,
+            scratch: plan.scratch,
+            available: plan.total() - 1
+        }
+    );
+    assert!(e.to_string().contains("KV cache"), "{e}");
+    // A context whose cache alone exceeds the device.
+    let mut huge = c.clone();
+    huge.max_context = (dev.info().global_mem_size / (2 * 2 * 32 * 4) + 1) as usize;
+    assert!(matches!(
+        Decoder::new(&dev, huge, &model.weights(), DecoderOptions::default()),
+        Err(Error::OutOfDeviceMemory { .. } | Error::BadShape(_))
+    ));
+    // Weights: wrong length, unfusable types, uncomputable type, bad config.
+    let mut w = model.weights();
+    w.layers[1].wk.data = &w.layers[1].wk.data[1..];
+    assert!(matches!(
+        Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()),
+        Err(Error::BadShape(_))
+    ));
+    let q8 = rand_matrix(&mut r, GgmlType::Q8_0, c.kv_dim(), c.d_model, 0.5);
+    let mut w = model.weights();
+    w.layers[0].wv = Tensor {
+        ty: GgmlType::Q8_0,
+        data: &q8,
+    };
+    let e = Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, Error::BadShape(ref s) if s.contains("share one type")),
+        "{e}"
+    );
+    let mut w = model.weights();
+    w.layers[0].wo.ty = GgmlType::Q5_0;
+    assert_eq!(
+        Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err(),
+        Error::UnsupportedFormat(GgmlType::Q5_0)
+    );
+    // No layers: the head on the embedding (layered; decode blocks refuse).
+    let mut zero = c.clone();
+    zero.n_layer = 0;
+    let mut w = model.weights();
+    w.layers.clear();
+    let blocks = DecoderOptions {
+        decode: DecodePath::Blocks,
+        ..DecoderOptions::default()
+    };
+    assert!(matches!(
+        Decoder::new(&dev, zero.clone(), &w, blocks),
+        Err(Error::NotApplicable(_))
+    ));
+    let mut dec0 = Decoder::new(&dev, zero, &w, DecoderOptions::default()).unwrap();
+    let want = ref_forward(&model, &[5], 0).logits;
+    check_logits("no layers", dec0.forward(&[5], 0).unwrap(), &want[0]);
+    let mut odd = c.clone();
+    odd.d_model = 48;
+    assert!(matches!(
+        Decoder::new(&dev, odd, &model.weights(), DecoderOptions::default()),
+        Err(Error::BadShape(_))
+    ));
+    let mut w = model.weights();
+    w.layers.pop();
+    assert!(matches!(
+        Decoder::new(&dev, c, &w, DecoderOptions::default()),
+        Err(Error::BadShape(_))
+    ));
+}
+
+/// A device that stops answering gives an error, not a hang: with the queue held by a gate,
+/// the step's bounded wait (the zero-copy input map, or the staged readback) ends in
+/// WaitTimeout, and the decoder then refuses work with the same error instead of touching the
+/// device again. (A command that ends in an error status gives DeviceLost: proven on injected
+/// statuses in the crate's unit tests, since failing a user event aborts PoCL 3.1.)
+#[test]
+fn hung_device_is_an_error_not_a_hang() {
+    let Some(_) = device() else { return };
+    let own = {
+        let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        // A queue of its own, so the gate holds no other test's work.
+        Device::from_env_with(false).unwrap()
+    };
+    let mut r = rng(27);
+    let model = TestModel::random(
+        &mut r,
+        config(1, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    for zero_copy in [true, false] {
+        let opts = DecoderOptions {
+            zero_copy: Some(zero_copy),
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&own, opts);
+        // A first step with the default bound (PoCL compiles kernels at their first launch).
+        let ok = dec.forward_argmax(&[3], 0).unwrap();
+        dec.set_timeout(Duration::from_millis(300));
+        let gate = own.gate().unwrap();
+        let t0 = std::time::Instant::now();
+        let e = dec
+            .enqueue(Input::Tokens(&[4]), 1, 0..1, Readout::Logits)
+            .and_then(|()| dec.logits().map(|_| ()))
+            .unwrap_err();
+        assert!(matches!(e, Error::WaitTimeout { .. }), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        assert_eq!(dec.lost(), Some(&e));
+        assert_eq!(dec.forward(&[3], 0).unwrap_err(), e);
+        assert_eq!(dec.logits().unwrap_err(), e);
+        gate.open().unwrap();
+        own.finish().unwrap();
+        drop(dec);
+        // The device itself is fine again once the gate opens: a new decoder works.
+        let mut dec = model.decoder(&own, DecoderOptions::default());
+        assert_eq!(dec.forward_argmax(&[3], 0).unwrap(), ok);
+    }
+}
+
+/// Per-op device time with a profiling queue: one entry per op kind, launch counts that add up
+/// to the steps' launches, positive times; layered decode and decode blocks.
+#[test]
+fn profiled_steps_report_device_time_per_op() {
+    let Some(_) = device() else { return };
+    let dev = {
+        let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        Device::from_env_with(true).unwrap()
+    };
+    let mut r = rng(28);
+    let model = TestModel::random(
+        &mut r,
+        config(2, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: None,
+        },
+    );
+    use OpKind::*;
+    let prefill = [Embed, QkvRope, Attention, OProj, GateUpSwiglu, Down, Head];
+    for (decode, extra, launches) in [
+        (DecodePath::Layered, vec![Argmax], 12 + 13),
+        (
+            DecodePath::Blocks,
+            vec![Argmax, BlockAttn, BlockFfn, BlockFinish],
+            12 + 8,
+        ),
+    ] {
+        let opts = DecoderOptions {
+            decode,
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        assert!(matches!(dec.take_op_times(), Err(Error::NotApplicable(_))));
+        dec.set_profiling(true).unwrap();
+        dec.forward(&[1, 2, 3, 4], 0).unwrap();
+        dec.forward_argmax(&[5], 4).unwrap();
+        let times = dec.take_op_times().unwrap();
+        let kinds: Vec<OpKind> = times.iter().map(|t| t.kind).collect();
+        let want: Vec<OpKind> = prefill.iter().chain(&extra).copied().collect();
+        assert_eq!(kinds, want, "{decode:?}");
+        let total: usize = times.iter().map(|t| t.launches).sum();
+        assert_eq!(total, launches, "{decode:?}");
+        assert!(
+            times.iter().all(|t| t.seconds > 0.0 && t.seconds < 10.0),
+            "{times:?}"
+        );
+        assert!(dec.take_op_times().unwrap().is_empty());
+    }
+    // A device without profiling refuses.
+    let Some(plain) = device() else { return };
+    let mut dec = model.decoder(&plain, DecoderOptions::default());
+    assert!(matches!(
+        dec.set_profiling(true),
+        Err(Error::NotApplicable(_))
+    ));
+}
