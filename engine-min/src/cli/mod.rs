@@ -322,3 +322,28 @@ pub fn cpu_time() -> std::time::Duration {
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::byte_size;
+
+    #[test]
+    fn mem_limit_sizes() {
+        for (s, want) in [
+            ("1000", 1000u64),
+            ("512M", 512 << 20),
+            ("4G", 4 << 30),
+            ("4g", 4 << 30),
+            ("4GiB", 4 << 30),
+            ("4GB", 4 << 30),
+            ("1.5G", 3 << 29),
+            ("2K", 2048),
+            ("1T", 1 << 40),
+        ] {
+            assert_eq!(byte_size(s), Ok(want), "{s}");
+        }
+        for s in ["", "G", "0", "0.5", "-1", "4X", "NaN", "inf", "1e30T", "4 G B"] {
+            assert!(byte_size(s).is_err(), "{s}");
+        }
+    }
+}
