@@ -342,7 +342,9 @@ mod tests {
         ] {
             assert_eq!(byte_size(s), Ok(want), "{s}");
         }
-        for s in ["", "G", "0", "0.5", "-1", "4X", "NaN", "inf", "1e30T", "4 G B"] {
+        for s in [
+            "", "G", "0", "0.5", "-1", "4X", "NaN", "inf", "1e30T", "4 G B",
+        ] {
             assert!(byte_size(s).is_err(), "{s}");
         }
     }
