@@ -334,6 +334,7 @@ impl BatchEngine {
                 let (seq, pos) = self.out_row(batch, which, i / vocab);
                 NonFinite {
                     site: None,
+                    searched: true,
                     seq,
                     pos,
                     index: i % vocab,

@@ -153,6 +153,38 @@ pub struct ComposeOptions {
     /// An open QNN session to use for the NPU (QNN allows one per process: several executors
     /// in one process share it, each in a context of its own); `None` opens one.
     pub npu_session: Option<Arc<qnn_sys::Session>>,
+    /// KV-cache positions the engine will use (the resident GPU decoder sizes its cache by it).
+    pub context: usize,
+    /// How a plan that gives every matmul to the GPU runs.
+    pub gpu_path: GpuPath,
+}
+
+/// How an all-GPU plan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GpuPath {
+    /// Whole steps on the device (weights, KV cache, activations resident; one readback a
+    /// step): hetero-opencl-kernels' decoder.
+    #[default]
+    Resident,
+    /// Matmul by matmul through the GPU backend, host ops on the CPU (a round trip per matmul;
+    /// kept to compare).
+    PerMatmul,
+}
+
+impl Default for ComposeOptions {
+    fn default() -> Self {
+        ComposeOptions {
+            plan: PlanChoice::Cpu,
+            profile: None,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            kernel: CpuKernel::default_for_run(),
+            max_batch: 128,
+            npu: NpuOptions::default(),
+            npu_session: None,
+            context: 2048,
+            gpu_path: GpuPath::Resident,
+        }
+    }
 }
 
 /// Why composition failed.
@@ -232,7 +264,7 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
     };
     let forced = profile.is_none();
     let gpu = if want_gpu {
-        match GpuBackend::open() {
+        match crate::backend::gpu::open_device(false) {
             Ok(g) => Some(g),
             Err(e) if forced => return Err(ComposeError::Gpu(e)),
             Err(e) => {
@@ -315,8 +347,27 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
     .map_err(ComposeError::Table)?;
     // A processor no plan uses is not kept (no uploads, no helper thread).
     let used = table.backends();
-    let gpu = gpu.filter(|_| used.contains(&Pb::Gpu));
+    let dev = gpu.filter(|_| used.contains(&Pb::Gpu));
     let npu = npu.filter(|_| used.contains(&Pb::Npu));
+    if let (Some(dev), true) = (
+        &dev,
+        used == [Pb::Gpu] && opts.gpu_path == GpuPath::Resident,
+    ) {
+        // Every matmul on the GPU: whole steps stay on the device.
+        let dec = crate::backend::resident::build(
+            dev,
+            model,
+            opts.context.clamp(1, model.config.context.max(1)),
+            opts.max_batch.max(1),
+        )
+        .map_err(ComposeError::Gpu)?;
+        let exec = Executor::resident(table, cpu, dec)?;
+        return Ok(Composed { exec, notes });
+    }
+    let gpu = dev
+        .map(GpuBackend::with_device)
+        .transpose()
+        .map_err(ComposeError::Gpu)?;
     let exec = Executor::new(
         table,
         Backends { cpu, gpu, npu },

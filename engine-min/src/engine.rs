@@ -98,6 +98,8 @@ pub struct Timings {
     pub matmul: Duration,
     /// Host ops on the CPU pool (norms, RoPE, attention, SwiGLU, embedding), per op.
     pub host: HostTimes,
+    /// Whole steps on the resident GPU decoder (enqueue and readback).
+    pub resident: Duration,
 }
 
 /// Engine settings.
@@ -166,9 +168,16 @@ impl Engine {
         let c = &model.config;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let threads = exec.cpu().pool().threads();
+        // On the resident GPU the cache and activations live on the device: the host keeps
+        // nothing of their size (the decoder checks its own memory plan against the device).
+        let (host_ctx, host_rows) = if exec.is_resident() {
+            (1, 1)
+        } else {
+            (ctx, exec.max_m())
+        };
         EngineSize {
-            ctx,
-            max_batch: exec.max_m(),
+            ctx: host_ctx,
+            max_batch: host_rows,
             threads,
             sequences: 1,
             processors: Processors::of(&exec),
@@ -176,8 +185,8 @@ impl Engine {
         .check(budget, c)
         .map_err(EngineError::Memory)?;
         Ok(Self {
-            cache: KvCache::new(c, ctx),
-            work: Work::new(c, ctx, exec.max_m(), threads)?,
+            cache: KvCache::new(c, host_ctx),
+            work: Work::new(c, host_ctx, host_rows, threads)?,
             timings: Timings::default(),
             model,
             exec,
@@ -240,15 +249,7 @@ impl Engine {
                 got: logits.len(),
             });
         }
-        if self.pos + tokens.len() > self.ctx {
-            return Err(EngineError::ContextFull {
-                need: self.pos + tokens.len(),
-                context: self.ctx,
-            });
-        }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
-            return Err(EngineError::BadToken(t));
-        }
+        self.check(tokens)?;
         if tokens.is_empty() {
             return Ok(());
         }
@@ -263,6 +264,7 @@ impl Engine {
             Some(_) => None,
             None => first_non_finite(logits).map(|(i, value)| NonFinite {
                 site: None,
+                searched: false,
                 seq: 0,
                 pos: pos0 + if all { i / vocab } else { tokens.len() - 1 },
                 index: i % vocab,
@@ -272,6 +274,11 @@ impl Engine {
         let Some(seen) = watch.found.or(bad_logits) else {
             return Ok(());
         };
+        if self.exec.is_resident() {
+            // The device keeps the activations: nothing on the host to search.
+            self.pos = pos0;
+            return Err(EngineError::NonFinite(seen));
+        }
         // Only now: the same tokens again from the same position, checked after every op.
         self.pos = pos0;
         let mut probe = Probe::full();
@@ -279,7 +286,10 @@ impl Engine {
         self.pos = pos0;
         again?;
         // Not reproduced (a non-deterministic fault): what the watch saw.
-        Err(EngineError::NonFinite(probe.found.unwrap_or(seen)))
+        Err(EngineError::NonFinite(probe.found.unwrap_or(NonFinite {
+            searched: true,
+            ..seen
+        })))
     }
 
     /// Runs `tokens` in chunks of the executor's largest row count (logits of every token when
@@ -315,14 +325,67 @@ impl Engine {
         Ok(())
     }
 
+    /// Appends `tokens` and returns the greedy next token (the last row's argmax). On the
+    /// resident GPU only the argmax is read back — so nothing there checks the logits for NaN
+    /// or infinity; otherwise the logits go through `scratch` (`vocab` floats) and
+    /// [`Engine::forward`]'s guard.
+    pub fn forward_argmax(
+        &mut self,
+        tokens: &[u32],
+        scratch: &mut [f32],
+    ) -> Result<u32, EngineError> {
+        let n = tokens.len();
+        let resident = self.exec.is_resident();
+        if !resident || n == 0 || n > self.exec.max_m() {
+            self.forward(tokens, scratch)?;
+            return Ok(crate::sample::argmax(scratch));
+        }
+        self.check(tokens)?;
+        let pos = self.pos;
+        let t0 = Instant::now();
+        let dec = self.exec.resident_decoder().ok_or(BackendError::Resident)?;
+        let r = crate::backend::resident::step_argmax(dec, tokens, pos);
+        self.timings.resident += t0.elapsed();
+        let id = r.map_err(BackendError::from)?;
+        self.pos += n;
+        Ok(id)
+    }
+
+    /// The checks every forward makes before it changes anything.
+    fn check(&self, tokens: &[u32]) -> Result<(), EngineError> {
+        if self.pos + tokens.len() > self.ctx {
+            return Err(EngineError::ContextFull {
+                need: self.pos + tokens.len(),
+                context: self.ctx,
+            });
+        }
+        let vocab = self.model.config.vocab;
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::BadToken(t));
+        }
+        Ok(())
+    }
+
     /// One chunk: takes the step's activation slots, runs it, and gives them back whatever
-    /// happened.
+    /// happened (on the resident GPU: one step of the decoder, which `probe` cannot look
+    /// into).
     fn step(
         &mut self,
         tokens: &[u32],
         logits: Option<&mut [f32]>,
         probe: &mut Probe,
     ) -> Result<(), EngineError> {
+        if let Some(dec) = self.exec.resident_decoder() {
+            let t0 = Instant::now();
+            let r = match logits {
+                Some(l) => crate::backend::resident::step(dec, tokens, self.pos, l),
+                None => crate::backend::resident::fill(dec, tokens, self.pos),
+            };
+            self.timings.resident += t0.elapsed();
+            r.map_err(BackendError::from)?;
+            self.pos += tokens.len();
+            return Ok(());
+        }
         let mut s = self.work.acts().acquire()?;
         let r = self.step_in(&mut s, tokens, logits, probe);
         let released = self.work.acts().release(s);
@@ -352,7 +415,7 @@ impl Engine {
         {
             return Ok(());
         }
-        let Timings { matmul, host } = &mut self.timings;
+        let Timings { matmul, host, .. } = &mut self.timings;
         let mut clock = Clock {
             host: Some(host),
             matmul: Some(matmul),

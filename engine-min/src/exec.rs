@@ -198,6 +198,8 @@ pub struct Executor {
     gpu_helper: Option<Helper>,
     npu_helper: Option<Helper>,
     times: ExecTimes,
+    /// Whole steps on the GPU (every matmul of the plan is the GPU's): the decoder.
+    resident: Option<std::sync::Mutex<hetero_opencl_kernels::decoder::Decoder>>,
 }
 
 /// Maps one plan onto the processors at hand.
@@ -353,6 +355,7 @@ impl Executor {
         let npu_helper = npu.as_ref().map(|_| spawn("engine-min-npu")).transpose()?;
         let n_shapes = execs.len();
         Ok(Executor {
+            resident: None,
             shape_times: ShapeTimes {
                 ns: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
                 calls: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
@@ -367,6 +370,62 @@ impl Executor {
             npu_helper,
             times: ExecTimes::default(),
         })
+    }
+
+    /// An executor whose plan gives every matmul to the GPU, running whole steps on `decoder`
+    /// (weights, KV cache and activations resident on the device) instead of matmul by matmul;
+    /// the CPU backend only lends its pool (host work stays empty). Refused unless every plan
+    /// of `table` is the GPU alone.
+    pub fn resident(
+        table: PlanTable,
+        cpu: CpuBackend,
+        decoder: hetero_opencl_kernels::decoder::Decoder,
+    ) -> Result<Executor, BackendError> {
+        if table.backends() != [Pb::Gpu] {
+            return Err(BackendError::MissingBackend(Pb::Gpu));
+        }
+        let mut execs = Vec::new();
+        for &(k, n) in table.shapes() {
+            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
+                k: k as usize,
+                n: n as usize,
+                m: 1,
+            })?;
+            let v: Vec<Exec> = plans
+                .iter()
+                .map(|p| map_plan(p, k as usize, true, None))
+                .collect();
+            execs.push(((k as usize, n as usize), v));
+        }
+        let n_shapes = execs.len();
+        Ok(Executor {
+            resident: Some(std::sync::Mutex::new(decoder)),
+            shape_times: ShapeTimes {
+                ns: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
+                calls: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
+            },
+            table,
+            execs,
+            weights: Vec::new(),
+            cpu,
+            gpu: None,
+            npu: None,
+            gpu_helper: None,
+            npu_helper: None,
+            times: ExecTimes::default(),
+        })
+    }
+
+    /// The resident decoder, when this executor runs whole steps on the GPU.
+    pub fn resident_decoder(&mut self) -> Option<&mut hetero_opencl_kernels::decoder::Decoder> {
+        self.resident
+            .as_mut()
+            .map(|d| d.get_mut().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether this executor runs whole steps on the GPU.
+    pub fn is_resident(&self) -> bool {
+        self.resident.is_some()
     }
 
     /// The plan table.
@@ -415,6 +474,14 @@ impl Executor {
     pub fn backend_names(&self) -> String {
         let mut v = vec![self.cpu.name().to_owned()];
         v.extend(self.gpu.as_ref().map(|g| g.name().to_owned()));
+        if let Some(d) = &self.resident {
+            let d = d.lock().unwrap_or_else(|e| e.into_inner());
+            v.push(format!(
+                "gpu resident ({}, {} launches a decode token)",
+                d.device().info().name.trim(),
+                d.launches_per_token(hetero_opencl_kernels::decoder::Readout::Logits)
+            ));
+        }
         v.extend(self.npu.as_ref().map(|n| n.name().to_owned()));
         v.join(", ")
     }
@@ -468,6 +535,9 @@ impl Executor {
         uma: &UmaPool,
         out: &mut Handle,
     ) -> Result<(), BackendError> {
+        if self.resident.is_some() {
+            return Err(BackendError::Resident);
+        }
         let p = self
             .weights
             .get(w)

@@ -104,9 +104,12 @@ impl fmt::Display for Site {
 /// Non-finite values came out of a forward step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NonFinite {
-    /// Where they first appeared; `None` when the logits were non-finite but the step, run
-    /// again with per-op checks, produced none (a non-deterministic fault).
+    /// Where they first appeared; `None` when that is unknown (see `searched`).
     pub site: Option<Site>,
+    /// With no site: whether the step was run again with per-op checks and produced no
+    /// non-finite value (a non-deterministic fault), or not searched at all (the resident GPU
+    /// decoder keeps its activations on the device).
+    pub searched: bool,
     /// The sequence of the row (0 for the one-sequence engine).
     pub seq: usize,
     /// The position of the row in its sequence.
@@ -122,16 +125,22 @@ impl fmt::Display for NonFinite {
         let Self {
             pos, index, value, ..
         } = self;
-        match &self.site {
-            Some(site) => write!(
+        match (&self.site, self.searched) {
+            (Some(site), _) => write!(
                 f,
                 "non-finite values first appear {site} (position {pos}, element {index} is \
                  {value}): the model's weights or hyper-parameters are broken"
             ),
-            None => write!(
+            (None, true) => write!(
                 f,
                 "non-finite logits (position {pos}, token {index} is {value}), but the step run \
                  again with a check after every op produced none"
+            ),
+            (None, false) => write!(
+                f,
+                "non-finite logits (position {pos}, token {index} is {value}) from the resident \
+                 GPU decoder, which keeps its activations on the device (--plan cpu names the \
+                 layer and op)"
             ),
         }
     }
@@ -217,6 +226,7 @@ impl Probe {
         let (seq, pos) = at(t);
         self.found = Some(NonFinite {
             site: Some(site),
+            searched: true,
             seq,
             pos,
             index,

@@ -229,13 +229,15 @@ pub struct Processors {
 }
 
 impl Processors {
-    /// The processors `exec` holds (its plan table's backends).
+    /// The processors `exec` holds (its plan table's backends; the resident GPU decoder has
+    /// no host staging, and checks its device memory itself).
     pub fn of(exec: &crate::exec::Executor) -> Self {
         Self {
-            gpu: exec
-                .table()
-                .backends()
-                .contains(&hetero_partition::Backend::Gpu),
+            gpu: !exec.is_resident()
+                && exec
+                    .table()
+                    .backends()
+                    .contains(&hetero_partition::Backend::Gpu),
             npu_seq: exec.npu().and_then(|n| n.options().lengths().next()),
         }
     }

@@ -695,13 +695,53 @@ fn every_hostile_input_ends_in_a_clear_error() {
         );
     }
 
+    // --- On the GPU (OpenCL; PoCL here): the guard on both GPU paths, the device's own
+    // memory plan on the resident one.
+    let gpu = engine_min::backend::gpu::GpuBackend::open().map(drop);
+    let has_gpu = hetero_tests::require("opencl", gpu).is_some();
+    if has_gpu {
+        let mut b = real.clone();
+        synth::poke_scale(&mut b, "blk.12.ffn_down.weight", 0, synth::F16_NAN);
+        let p = t.file("nan.gguf", &b);
+        let input = "a NaN in a scale of `blk.12.ffn_down`";
+        let o = t.run(input, &run_args(&p, PROMPT, &["--plan", "gpu"]), &[]);
+        expect(
+            &o,
+            code(1),
+            &["non-finite logits (position 4, token 0 is NaN) from the resident GPU decoder"],
+        );
+        let per_matmul = ["--plan", "gpu", "--gpu-path", "per-matmul"];
+        let o = t.run(input, &run_args(&p, PROMPT, &per_matmul), &[]);
+        expect(
+            &o,
+            code(1),
+            &["non-finite values first appear in layer 12 after ffn_down"],
+        );
+        let o = t.run(
+            "`--ctx 1000000 --plan gpu` on the 1,000,000-position model",
+            &run_args(&claim, PROMPT, &["--ctx", "1000000", "--plan", "gpu"]),
+            &[],
+        );
+        expect(&o, code(1), &["KV cache 43945.3 MiB"]);
+    }
+
     // --- Threads the system refuses: a 1 TiB minimum stack makes every Rust thread spawn fail.
     let no_threads = [("RUST_MIN_STACK", "1099511627776")];
-    let gpu = engine_min::backend::gpu::GpuBackend::open().map(drop);
-    if hetero_tests::require("opencl", gpu).is_some() {
+    if has_gpu {
         let o = t.run(
             "thread spawn refused (the GPU plan's helper thread)",
-            &run_args(&model, PROMPT, &["--plan", "gpu", "--threads", "1"]),
+            &run_args(
+                &model,
+                PROMPT,
+                &[
+                    "--plan",
+                    "gpu",
+                    "--gpu-path",
+                    "per-matmul",
+                    "--threads",
+                    "1",
+                ],
+            ),
             &no_threads,
         );
         expect(&o, code(1), &["cannot start a helper thread"]);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use engine_min::backend::CpuKernel;
-use engine_min::compose::{ComposeOptions, PlanChoice};
+use engine_min::compose::{ComposeOptions, GpuPath, PlanChoice};
 use engine_min::engine::{Engine, EngineError, EngineOptions};
 use engine_min::exec::Kind;
 use engine_min::model::Model;
@@ -33,14 +33,25 @@ fn plan_engine(
     kernel: CpuKernel,
     profile: Option<hetero_partition::Profile>,
 ) -> Result<Engine, String> {
+    plan_engine_with(model, plan, kernel, profile, GpuPath::Resident)
+}
+
+fn plan_engine_with(
+    model: &Arc<Model>,
+    plan: PlanChoice,
+    kernel: CpuKernel,
+    profile: Option<hetero_partition::Profile>,
+    gpu_path: GpuPath,
+) -> Result<Engine, String> {
     let opts = ComposeOptions {
+        gpu_path,
+        context: 64,
         plan,
         profile,
         threads: 2,
         kernel,
         max_batch: 16,
-        npu: Default::default(),
-        npu_session: None,
+        ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).map_err(|e| e.to_string())?;
     Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 64 }).map_err(|e| e.to_string())
@@ -169,13 +180,47 @@ fn gpu_plan_matches_reference_forward() {
         return;
     }
     let (ids, want) = reference_logits(&model);
+    // Whole steps resident on the device (the default for an all-GPU plan).
     let mut e = plan_engine(&model, PlanChoice::Gpu, f32_kernel(), None).expect("gpu engine");
-    // Prefill 17 (chunked by 16), then 4 decode steps, each checked. f32 GEMVs over exactly
+    assert!(e.executor().is_resident());
+    // Prefill 17 (chunked by 16), then 4 decode steps, each checked. f32 kernels over exactly
     // dequantized weights: the f32 kernels' tolerances.
-    check_f32_prefill_then_decode(&mut e, ids, want, 20, "gpu");
+    check_f32_prefill_then_decode(&mut e, ids, want, 20, "gpu resident");
+    assert!(
+        e.executor().times().snapshot().is_empty(),
+        "no per-matmul calls"
+    );
+    assert!(!e.timings().resident.is_zero());
+    // Greedy through the device's argmax equals the argmax of the read-back logits.
+    let vocab = model.config.vocab;
+    let mut logits = vec![f32::NAN; vocab];
+    e.reset();
+    e.forward(&ids[..5], &mut logits).expect("prefill");
+    let mut scratch = vec![f32::NAN; vocab];
+    let id = e
+        .forward_argmax(&ids[5..6], &mut scratch)
+        .expect("argmax step");
+    assert!(
+        scratch.iter().all(|v| v.is_nan()),
+        "only the argmax was read back"
+    );
+    e.reset();
+    e.forward(&ids[..6], &mut logits).expect("forward");
+    assert_eq!(id, argmax(&logits));
+    // Matmul by matmul (host ops on the CPU), as before the resident path.
+    let mut e = plan_engine_with(
+        &model,
+        PlanChoice::Gpu,
+        f32_kernel(),
+        None,
+        GpuPath::PerMatmul,
+    )
+    .expect("gpu engine");
+    assert!(!e.executor().is_resident());
+    check_f32_prefill_then_decode(&mut e, ids, want, 18, "gpu per matmul");
     let kinds = e.executor().times().snapshot();
     assert!(
-        kinds.iter().all(|k| k.0 == Kind::Gpu),
+        !kinds.is_empty() && kinds.iter().all(|k| k.0 == Kind::Gpu),
         "every matmul on the GPU: {kinds:?}"
     );
 }

@@ -52,6 +52,7 @@ fn engine(
             ..NpuOptions::default()
         },
         npu_session: Some(Arc::clone(session)),
+        ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).expect("executor");
     Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 256 }).expect("engine")

@@ -23,6 +23,7 @@ fn decode_allocations(model: &Arc<Model>, plan: PlanChoice) -> (usize, Vec<Kind>
         max_batch: 8,
         npu: Default::default(),
         npu_session: None,
+        ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).expect("executor");
     let mut e =

@@ -16,6 +16,17 @@ use crate::gguf::GgmlType;
 /// Why the GPU backend could not be opened.
 pub type OpenError = hetero_opencl_kernels::Error;
 
+/// Opens the OpenCL device chosen by the environment (`HETERO_OPENCL_PLATFORM`,
+/// `HETERO_OPENCL_DEVICE`), with a profiling queue when `profiling`. One opening at a time in a
+/// process: PoCL's first device enumeration is not safe to run from several threads at once
+/// (seen here: `clGetDeviceIDs` returning -1, or a crash, when three test threads opened
+/// devices together).
+pub fn open_device(profiling: bool) -> Result<Arc<Device>, OpenError> {
+    static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    Device::from_env_with(profiling)
+}
+
 struct Bufs {
     /// One activation row and one output row (the GEMV's arguments).
     x: Option<Buffer>,
@@ -63,12 +74,11 @@ impl GpuBackend {
     /// Opens the OpenCL device chosen by the environment (`HETERO_OPENCL_PLATFORM`,
     /// `HETERO_OPENCL_DEVICE`) and builds the kernels; the error says why OpenCL is unusable.
     pub fn open() -> Result<Self, OpenError> {
-        // One opening at a time in a process: PoCL's first device enumeration is not safe to
-        // run from several threads at once (seen here: `clGetDeviceIDs` returning -1, or a
-        // crash, when three test threads opened devices together).
-        static OPEN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _one = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        let dev = Device::from_env()?;
+        Self::with_device(open_device(false)?)
+    }
+
+    /// The GPU backend on an open device (builds the kernels).
+    pub fn with_device(dev: Arc<Device>) -> Result<Self, OpenError> {
         let kernels = Box::new(Kernels::new(&dev)?);
         let name = format!("gpu ({})", dev.info().name.trim());
         Ok(Self {

@@ -22,6 +22,7 @@ use crate::gguf::GgmlType;
 pub mod cpu;
 pub mod gpu;
 pub mod npu;
+pub mod resident;
 
 pub use cpu::{CpuBackend, CpuKernel, MAX_K, SME_GEMM_MIN_ROWS};
 
@@ -135,6 +136,8 @@ pub enum BackendError {
     },
     /// The plan needs a backend this executor does not have.
     MissingBackend(hetero_partition::Backend),
+    /// The executor runs whole steps on the GPU (resident): single matmuls are not offered.
+    Resident,
 }
 
 impl fmt::Display for BackendError {
@@ -166,6 +169,9 @@ impl fmt::Display for BackendError {
             Self::Pool(e) => write!(f, "thread pool: {}", e.0),
             Self::NoPlan { k, n, m } => write!(f, "no plan for k={k} n={n} m={m}"),
             Self::MissingBackend(b) => write!(f, "the plan needs the {b}, which is not open"),
+            Self::Resident => {
+                f.write_str("this executor runs whole steps on the GPU; it has no per-matmul path")
+            }
         }
     }
 }

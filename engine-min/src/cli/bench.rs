@@ -42,7 +42,8 @@ pub struct BenchArgs {
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
-    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch)?;
+    let ctx = a.pp.max(a.tg) + 1;
+    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
     let model = Arc::new(load_model(&a.model.model, &a.load)?);
     // Each test runs from an empty cache: its tokens must fit in the model's context.
     let context = model.config.context;
@@ -53,7 +54,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
             )));
         }
     }
-    let ctx = (a.pp.max(a.tg) + 1).min(context);
+    let ctx = ctx.min(context);
     let budget = a.load.engine_budget(&model);
     super::run::check_memory(&model, &opts, ctx, &budget)?;
     let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;

@@ -157,6 +157,18 @@ pub struct MachineArgs {
     /// Standard NPU graph lengths, one to four (e.g. 32 or 32,128).
     #[arg(long, value_delimiter = ',', value_parser = at_least_one, default_value = "32")]
     pub npu_seq: Vec<usize>,
+    /// How a plan with every matmul on the GPU runs: `resident` (whole steps on the device,
+    /// one readback a step) or `per-matmul` (a round trip per matmul, host ops on the CPU).
+    #[arg(long, default_value = "resident", value_parser = gpu_path)]
+    pub gpu_path: crate::compose::GpuPath,
+}
+
+fn gpu_path(s: &str) -> Result<crate::compose::GpuPath, String> {
+    match s {
+        "resident" => Ok(crate::compose::GpuPath::Resident),
+        "per-matmul" => Ok(crate::compose::GpuPath::PerMatmul),
+        _ => Err(format!("`{s}` is not resident or per-matmul")),
+    }
 }
 
 impl MachineArgs {

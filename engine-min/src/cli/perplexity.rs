@@ -38,7 +38,8 @@ pub struct PerplexityArgs {
 
 pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let max_batch = a.ctx.min(256);
-    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch)?;
+    let opts =
+        super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, a.ctx)?;
     let bytes = std::fs::read(&a.file)
         .map_err(|e| Fail::Run(format!("cannot read {}: {e}", a.file.display())))?;
     let text = String::from_utf8_lossy(&bytes);

@@ -10,7 +10,7 @@ use clap::Args;
 use super::{
     cpu_time, load_model, load_profile, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg,
 };
-use crate::compose::{ComposeOptions, PlanChoice};
+use crate::compose::{ComposeOptions, GpuPath, PlanChoice};
 use crate::engine::{Engine, EngineOptions};
 use crate::limits::{EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
@@ -95,6 +95,7 @@ pub fn compose_options(
     profile: Option<&PathBuf>,
     machine: &MachineArgs,
     max_batch: usize,
+    context: usize,
 ) -> Result<ComposeOptions, Fail> {
     let profile = profile.map(|f| load_profile(f)).transpose()?;
     if plan == PlanChoice::Auto && profile.is_none() {
@@ -109,7 +110,9 @@ pub fn compose_options(
         kernel: machine.kernel(),
         max_batch,
         npu: machine.npu()?,
-        npu_session: None,
+        context,
+        gpu_path: machine.gpu_path,
+        ..ComposeOptions::default()
     })
 }
 
@@ -139,21 +142,34 @@ fn planned_processors(opts: &ComposeOptions) -> Processors {
     }
 }
 
-/// Refuses an engine of `ctx` positions under `opts` whose buffers and scratch would not fit
-/// in `budget`, before anything is composed (composing already sizes the backends' scratch
-/// for `opts.max_batch` rows; `Engine::with_budget` checks again).
+/// Refuses an engine of `ctx` positions under `opts` whose host buffers and scratch would not
+/// fit in `budget`, before anything is composed (composing already sizes the backends' scratch
+/// for `opts.max_batch` rows; `Engine::with_budget` checks again). A forced all-GPU plan on
+/// the resident decoder keeps no buffers of that size on the host (the decoder checks its
+/// device memory plan itself); under `auto` the host sizes are counted, an upper bound.
 pub fn check_memory(
     model: &Model,
     opts: &ComposeOptions,
     ctx: usize,
     budget: &MemoryBudget,
 ) -> Result<(), Fail> {
-    let size = EngineSize {
-        ctx,
-        max_batch: opts.max_batch,
-        threads: opts.threads,
-        sequences: 1,
-        processors: planned_processors(opts),
+    let resident = opts.plan == PlanChoice::Gpu && opts.gpu_path == GpuPath::Resident;
+    let size = if resident {
+        EngineSize {
+            ctx: 1,
+            max_batch: 1,
+            threads: opts.threads,
+            sequences: 1,
+            processors: Processors::default(),
+        }
+    } else {
+        EngineSize {
+            ctx,
+            max_batch: opts.max_batch,
+            threads: opts.threads,
+            sequences: 1,
+            processors: planned_processors(opts),
+        }
     };
     size.check(budget, &model.config).map(drop).map_err(|e| {
         Fail::Run(format!(
@@ -170,7 +186,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     } else {
         PlanChoice::Cpu
     });
-    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH)?;
+    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH, a.ctx)?;
     // The output file first: a bad path must not cost the run.
     let mut logits_file = a
         .logits_out
@@ -356,11 +372,14 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         ("prefill", &prefill_t, &prefill_kinds),
         ("decode", &decode_t, &decode_kinds),
     ] {
-        let total = t.matmul + t.host.total();
+        let total = t.matmul + t.host.total() + t.resident;
         if total.is_zero() {
             continue;
         }
         let mut line = format!("{phase} time share:");
+        if !t.resident.is_zero() {
+            line += &format!(" gpu resident steps {:.1}%,", pct(t.resident, total));
+        }
         for (kind, d, calls) in kinds.iter() {
             line += &format!(" {} matmul {:.1}% ({calls}),", kind.name(), pct(*d, total));
         }
