@@ -12,7 +12,9 @@
 //! logits do not depend on what it is batched with; `tests/agents_model.rs` checks this
 //! bit for bit, which is what makes greedy speculative decoding exactly lossless.
 //!
-//! All buffers are allocated in [`BatchEngine::new`]; `forward` does not allocate.
+//! All buffers are allocated in [`BatchEngine::new`], after their size was checked against the
+//! memory budget; `forward` does not allocate, and its logits are finite or it fails with the
+//! layer and op where non-finite values first appeared ([`crate::guard`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +22,9 @@ use std::sync::Arc;
 use crate::act::{Buf, StepSlots};
 use crate::backend::BackendError;
 use crate::exec::Executor;
+use crate::guard::{first_non_finite, NonFinite, Probe, Site};
 use crate::layer::{output_weight, rmsnorm, Clock, KvCache, Rows, Work};
+use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
 
 /// Why a batched forward failed.
@@ -66,6 +70,12 @@ pub enum BatchError {
     },
     /// The executor (a backend, the plan, a slot) failed.
     Backend(BackendError),
+    /// The KV caches and work buffers would not fit in the memory budget (checked before
+    /// anything is allocated).
+    Memory(BudgetError),
+    /// The pass produced NaN or infinite values (where they first appeared; every sequence
+    /// is left as it was before the call).
+    NonFinite(NonFinite),
 }
 
 impl fmt::Display for BatchError {
@@ -89,6 +99,8 @@ impl fmt::Display for BatchError {
                 "cannot truncate sequence {seq} to {len} positions: it holds {held}"
             ),
             Self::Backend(e) => write!(f, "{e}"),
+            Self::Memory(e) => write!(f, "{e} (use fewer sequences or a smaller context)"),
+            Self::NonFinite(e) => write!(f, "sequence {}: {e}", e.seq),
         }
     }
 }
@@ -170,12 +182,35 @@ impl BatchEngine {
     /// An engine for `opts.sequences` sequences whose matmuls run on `exec` (built for this
     /// model's [`crate::engine::matmul_weights`]); one `forward` takes at most the executor's
     /// largest row count of tokens.
+    /// Its buffers must fit in the machine's available memory; see
+    /// [`BatchEngine::with_budget`].
     pub fn new(model: Arc<Model>, exec: Executor, opts: BatchOptions) -> Result<Self, BatchError> {
+        Self::with_budget(model, exec, opts, &MemoryBudget::available())
+    }
+
+    /// [`BatchEngine::new`] within `budget`: the KV caches of every sequence, the work buffers,
+    /// the activation slots and the executor's scratch ([`EngineSize`]) are counted before
+    /// any of them is allocated; too many is [`BatchError::Memory`].
+    pub fn with_budget(
+        model: Arc<Model>,
+        exec: Executor,
+        opts: BatchOptions,
+        budget: &MemoryBudget,
+    ) -> Result<Self, BatchError> {
         let c = &model.config;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let mb = exec.max_m();
-        let caches = (0..opts.sequences).map(|_| KvCache::new(c, ctx)).collect();
         let threads = exec.cpu().pool().threads();
+        EngineSize {
+            ctx,
+            max_batch: mb,
+            threads,
+            sequences: opts.sequences,
+            processors: Processors::of(&exec),
+        }
+        .check(budget, c)
+        .map_err(BatchError::Memory)?;
+        let caches = (0..opts.sequences).map(|_| KvCache::new(c, ctx)).collect();
         Ok(Self {
             caches,
             lens: vec![0; opts.sequences],
@@ -236,6 +271,11 @@ impl BatchEngine {
 
     /// Appends each entry's tokens to its sequence and writes logits (see [`Logits`]). The
     /// total token count must be <= [`BatchEngine::max_batch`]; each sequence at most once.
+    ///
+    /// The pass is watched as [`crate::engine::Engine::forward`]'s steps are; when a watched
+    /// value is NaN or infinite the pass is run again with a check after every op and the
+    /// result is [`BatchError::NonFinite`] naming the layer and op where non-finite values
+    /// first appeared. On any error no sequence changes length.
     pub fn forward(
         &mut self,
         batch: &[SeqTokens<'_>],
@@ -286,11 +326,67 @@ impl BatchEngine {
         if m == 0 {
             return Ok(());
         }
+        let mut watch = Probe::watch();
+        self.pass(batch, which, m, logits, &mut watch)?;
+        let bad_logits = match watch.found {
+            Some(_) => None,
+            None => first_non_finite(logits).map(|(i, value)| {
+                let (seq, pos) = self.out_row(batch, which, i / vocab);
+                NonFinite {
+                    site: None,
+                    searched: true,
+                    seq,
+                    pos,
+                    index: i % vocab,
+                    value,
+                }
+            }),
+        };
+        if let Some(seen) = watch.found.or(bad_logits) {
+            // Only now: the same rows again (same positions), checked after every op.
+            let mut probe = Probe::full();
+            self.pass(batch, which, m, logits, &mut probe)?;
+            // Not reproduced (a non-deterministic fault): what the watch saw.
+            return Err(BatchError::NonFinite(probe.found.unwrap_or(seen)));
+        }
+        for b in batch {
+            self.lens[b.seq] += b.tokens.len();
+        }
+        Ok(())
+    }
+
+    /// One pass in the step's activation slots (given back whatever happened).
+    fn pass(
+        &mut self,
+        batch: &[SeqTokens<'_>],
+        which: Logits,
+        m: usize,
+        logits: &mut [f32],
+        probe: &mut Probe,
+    ) -> Result<(), BatchError> {
         let mut slots = self.work.acts().acquire()?;
-        let r = self.forward_in(&mut slots, batch, which, m, logits);
+        let r = self.forward_in(&mut slots, batch, which, m, logits, probe);
         let released = self.work.acts().release(slots);
         r?;
         Ok(released?)
+    }
+
+    /// The sequence and position of output row `r` of a pass over `batch` (rows as set up by
+    /// `forward`).
+    fn out_row(&self, batch: &[SeqTokens<'_>], which: Logits, r: usize) -> (usize, usize) {
+        let t = match which {
+            Logits::All => r,
+            Logits::Last => batch
+                .iter()
+                .scan(0, |end, b| {
+                    *end += b.tokens.len();
+                    Some((*end, b.tokens.is_empty()))
+                })
+                .filter(|&(_, empty)| !empty)
+                .nth(r)
+                .map_or(0, |(end, _)| end - 1),
+        };
+        (self.row_seq[t], self.row_pos[t])
     }
 
     fn forward_in(
@@ -300,10 +396,11 @@ impl BatchEngine {
         which: Logits,
         m: usize,
         logits: &mut [f32],
+        probe: &mut Probe,
     ) -> Result<(), BatchError> {
-        self.layers(s, batch, m)?;
-        for b in batch {
-            self.lens[b.seq] += b.tokens.len();
+        self.layers(s, batch, m, probe)?;
+        if probe.found.is_some() {
+            return Ok(());
         }
         // Final norm and output head on the wanted rows, gathered into `h`.
         let model = Arc::clone(&self.model);
@@ -334,6 +431,17 @@ impl BatchEngine {
                 r0 += n;
             }
         }
+        let at = OutRows {
+            engine: self,
+            batch,
+            which,
+        };
+        if self
+            .work
+            .probed(probe, s, Buf::H, out_rows, d, Site::OutputNorm, &at)?
+        {
+            return Ok(());
+        }
         let w = output_weight(c.n_layer);
         self.work.matmul(
             &self.exec,
@@ -344,6 +452,17 @@ impl BatchEngine {
             out_rows,
             Buf::Tmp,
         )?;
+        let at = OutRows {
+            engine: self,
+            batch,
+            which,
+        };
+        if self
+            .work
+            .probed(probe, s, Buf::Tmp, out_rows, c.vocab, Site::Output, &at)?
+        {
+            return Ok(());
+        }
         let up = self.work.acts().pool();
         logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..out_rows * c.vocab]);
         Ok(())
@@ -354,6 +473,7 @@ impl BatchEngine {
         s: &mut StepSlots,
         batch: &[SeqTokens<'_>],
         m: usize,
+        probe: &mut Probe,
     ) -> Result<(), BatchError> {
         let model = Arc::clone(&self.model);
         let mut t = 0;
@@ -367,6 +487,13 @@ impl BatchEngine {
             seq: &self.row_seq,
             pos: &self.row_pos,
         };
+        let d = model.config.d_model;
+        if self
+            .work
+            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
+        {
+            return Ok(());
+        }
         self.work.layers(
             &model,
             &self.exec,
@@ -375,7 +502,25 @@ impl BatchEngine {
             &rows,
             m,
             &mut Clock::default(),
+            probe,
         )?;
         Ok(())
+    }
+}
+
+/// The output rows of a pass (the rows whose logits are computed), for the probe.
+struct OutRows<'a, 'b> {
+    engine: &'a BatchEngine,
+    batch: &'a [SeqTokens<'b>],
+    which: Logits,
+}
+
+impl Rows for OutRows<'_, '_> {
+    fn pos(&self, t: usize) -> usize {
+        self.engine.out_row(self.batch, self.which, t).1
+    }
+
+    fn seq(&self, t: usize) -> usize {
+        self.engine.out_row(self.batch, self.which, t).0
     }
 }

@@ -1,6 +1,8 @@
 //! The inference engine for one sequence: KV cache, RoPE, grouped-query attention, SwiGLU and
 //! RMSNorm on the CPU pool; every matmul through the [`Executor`] (which runs the plan table).
-//! All buffers are allocated in [`Engine::new`]; `forward` does not allocate.
+//! All buffers are allocated in [`Engine::new`], after their size was checked against the
+//! memory budget; `forward` does not allocate, and its logits are finite or it fails with the
+//! layer and op where non-finite values first appeared ([`crate::guard`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::act::{Buf, StepSlots};
 use crate::backend::BackendError;
 use crate::exec::Executor;
+use crate::guard::{first_non_finite, NonFinite, Probe, Site};
 use crate::layer::{output_weight, Clock, KvCache, Rows, Work};
+use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
 
 pub use crate::layer::{matmul_weights, rmsnorm, HostOp, HostTimes};
@@ -37,6 +41,12 @@ pub enum EngineError {
     Backend(BackendError),
     /// The activation slots could not be made or taken.
     Uma(hetero_uma::UmaError),
+    /// The KV cache and work buffers would not fit in the memory budget (checked before
+    /// anything is allocated).
+    Memory(BudgetError),
+    /// The step produced NaN or infinite values (where they first appeared; the sequence is
+    /// left as it was before the call).
+    NonFinite(NonFinite),
 }
 
 impl fmt::Display for EngineError {
@@ -51,6 +61,8 @@ impl fmt::Display for EngineError {
             }
             Self::Backend(e) => write!(f, "{e}"),
             Self::Uma(e) => write!(f, "activation slots: {e}"),
+            Self::Memory(e) => write!(f, "{e} (use a smaller --ctx or batch)"),
+            Self::NonFinite(e) => write!(f, "{e}"),
         }
     }
 }
@@ -60,6 +72,8 @@ impl std::error::Error for EngineError {
         match self {
             Self::Backend(e) => Some(e),
             Self::Uma(e) => Some(e),
+            Self::Memory(e) => Some(e),
+            Self::NonFinite(e) => Some(e),
             _ => None,
         }
     }
@@ -131,22 +145,45 @@ impl Rows for Contiguous {
 impl Engine {
     /// An engine for `model` whose matmuls run on `exec` (built for this model's
     /// [`matmul_weights`]); prompts are processed in chunks of the executor's largest row
-    /// count.
+    /// count. Its buffers must fit in the machine's available memory
+    /// ([`MemoryBudget::available`]); see [`Engine::with_budget`].
     pub fn new(
         model: Arc<Model>,
         exec: Executor,
         opts: EngineOptions,
     ) -> Result<Self, EngineError> {
+        Self::with_budget(model, exec, opts, &MemoryBudget::available())
+    }
+
+    /// [`Engine::new`] within `budget`: the KV cache, the work buffers, the activation slots
+    /// and the executor's scratch ([`EngineSize`]) are counted, with checked arithmetic,
+    /// before any of them is allocated; too many is [`EngineError::Memory`] ("needs N GiB,
+    /// limit M GiB").
+    pub fn with_budget(
+        model: Arc<Model>,
+        exec: Executor,
+        opts: EngineOptions,
+        budget: &MemoryBudget,
+    ) -> Result<Self, EngineError> {
         let c = &model.config;
         let ctx = opts.context.clamp(1, c.context.max(1));
         let threads = exec.cpu().pool().threads();
         // On the resident GPU the cache and activations live on the device: the host keeps
-        // nothing of their size.
+        // nothing of their size (the decoder checks its own memory plan against the device).
         let (host_ctx, host_rows) = if exec.is_resident() {
             (1, 1)
         } else {
             (ctx, exec.max_m())
         };
+        EngineSize {
+            ctx: host_ctx,
+            max_batch: host_rows,
+            threads,
+            sequences: 1,
+            processors: Processors::of(&exec),
+        }
+        .check(budget, c)
+        .map_err(EngineError::Memory)?;
         Ok(Self {
             cache: KvCache::new(c, host_ctx),
             work: Work::new(c, host_ctx, host_rows, threads)?,
@@ -196,6 +233,13 @@ impl Engine {
 
     /// Appends `tokens` to the sequence and writes logits: for the last token when
     /// `logits.len() == vocab`, for every token when `logits.len() == tokens.len() * vocab`.
+    ///
+    /// Each step is watched ([`crate::guard`]: its logits, and in every layer the attention
+    /// output, the SwiGLU output and the residual stream); when a watched value is NaN or
+    /// infinite, the call's tokens are run again from the same position with a check after
+    /// every op, and the result is [`EngineError::NonFinite`] naming the layer and op where
+    /// non-finite values first appeared. On any error the sequence is left as it was (same
+    /// [`Engine::pos`]).
     pub fn forward(&mut self, tokens: &[u32], logits: &mut [f32]) -> Result<(), EngineError> {
         let vocab = self.model.config.vocab;
         let all = logits.len() == tokens.len() * vocab && tokens.len() != 1;
@@ -206,19 +250,75 @@ impl Engine {
             });
         }
         self.check(tokens)?;
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let pos0 = self.pos;
+        let mut watch = Probe::watch();
+        let r = self.chunks(tokens, logits, all, &mut watch);
+        if r.is_err() {
+            self.pos = pos0;
+            return r;
+        }
+        let bad_logits = match watch.found {
+            Some(_) => None,
+            None => first_non_finite(logits).map(|(i, value)| NonFinite {
+                site: None,
+                searched: false,
+                seq: 0,
+                pos: pos0 + if all { i / vocab } else { tokens.len() - 1 },
+                index: i % vocab,
+                value,
+            }),
+        };
+        let Some(seen) = watch.found.or(bad_logits) else {
+            return Ok(());
+        };
+        if self.exec.is_resident() {
+            // The device keeps the activations: nothing on the host to search.
+            self.pos = pos0;
+            return Err(EngineError::NonFinite(seen));
+        }
+        // Only now: the same tokens again from the same position, checked after every op.
+        self.pos = pos0;
+        let mut probe = Probe::full();
+        let again = self.chunks(tokens, logits, all, &mut probe);
+        self.pos = pos0;
+        again?;
+        // Not reproduced (a non-deterministic fault): what the watch saw.
+        Err(EngineError::NonFinite(probe.found.unwrap_or(NonFinite {
+            searched: true,
+            ..seen
+        })))
+    }
+
+    /// Runs `tokens` in chunks of the executor's largest row count (logits of every token when
+    /// `all`, else of the last), checked as `probe` says; stops after the chunk in which it
+    /// found a non-finite value.
+    fn chunks(
+        &mut self,
+        tokens: &[u32],
+        logits: &mut [f32],
+        all: bool,
+        probe: &mut Probe,
+    ) -> Result<(), EngineError> {
+        let vocab = self.model.config.vocab;
         let max_batch = self.exec.max_m();
         let mut done = 0;
         while done < tokens.len() {
             let m = (tokens.len() - done).min(max_batch);
             let chunk = &tokens[done..done + m];
             let last = done + m == tokens.len();
-            if all {
-                self.step(chunk, Some(&mut logits[done * vocab..(done + m) * vocab]))?;
+            let out = if all {
+                Some(&mut logits[done * vocab..(done + m) * vocab])
             } else if last {
-                self.step(chunk, Some(logits))?;
-                break;
+                Some(&mut logits[..])
             } else {
-                self.step(chunk, None)?;
+                None
+            };
+            self.step(chunk, out, probe)?;
+            if probe.found.is_some() {
+                break;
             }
             done += m;
         }
@@ -226,8 +326,9 @@ impl Engine {
     }
 
     /// Appends `tokens` and returns the greedy next token (the last row's argmax). On the
-    /// resident GPU only the argmax is read back; otherwise the logits go through `scratch`
-    /// (`vocab` floats).
+    /// resident GPU only the argmax is read back — so nothing there checks the logits for NaN
+    /// or infinity; otherwise the logits go through `scratch` (`vocab` floats) and
+    /// [`Engine::forward`]'s guard.
     pub fn forward_argmax(
         &mut self,
         tokens: &[u32],
@@ -266,8 +367,14 @@ impl Engine {
     }
 
     /// One chunk: takes the step's activation slots, runs it, and gives them back whatever
-    /// happened (on the resident GPU: one step of the decoder).
-    fn step(&mut self, tokens: &[u32], logits: Option<&mut [f32]>) -> Result<(), EngineError> {
+    /// happened (on the resident GPU: one step of the decoder, which `probe` cannot look
+    /// into).
+    fn step(
+        &mut self,
+        tokens: &[u32],
+        logits: Option<&mut [f32]>,
+        probe: &mut Probe,
+    ) -> Result<(), EngineError> {
         if let Some(dec) = self.exec.resident_decoder() {
             let t0 = Instant::now();
             let r = match logits {
@@ -280,7 +387,7 @@ impl Engine {
             return Ok(());
         }
         let mut s = self.work.acts().acquire()?;
-        let r = self.step_in(&mut s, tokens, logits);
+        let r = self.step_in(&mut s, tokens, logits, probe);
         let released = self.work.acts().release(s);
         r?;
         Ok(released?)
@@ -291,15 +398,23 @@ impl Engine {
         s: &mut StepSlots,
         tokens: &[u32],
         logits: Option<&mut [f32]>,
+        probe: &mut Probe,
     ) -> Result<(), EngineError> {
         let model = Arc::clone(&self.model);
         let c = &model.config;
         let (d, m) = (c.d_model, tokens.len());
+        let rows = Contiguous { pos0: self.pos };
         let t0 = Instant::now();
         for (t, &tok) in tokens.iter().enumerate() {
             self.work.embed(&model, s, t, tok)?;
         }
         self.timings.host.add(HostOp::Embed, t0.elapsed());
+        if self
+            .work
+            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
+        {
+            return Ok(());
+        }
         let Timings { matmul, host, .. } = &mut self.timings;
         let mut clock = Clock {
             host: Some(host),
@@ -310,17 +425,21 @@ impl Engine {
             &self.exec,
             s,
             std::slice::from_mut(&mut self.cache),
-            &Contiguous { pos0: self.pos },
+            &rows,
             m,
             &mut clock,
+            probe,
         )?;
+        if probe.found.is_some() {
+            return Ok(());
+        }
         self.pos += m;
         let Some(logits) = logits else { return Ok(()) };
         let vocab = c.vocab;
         let t0 = Instant::now();
         // Normalize only the rows whose logits are wanted, into the first rows of H.
         let first = if logits.len() == vocab { m - 1 } else { 0 };
-        let rows = m - first;
+        let rows_out = m - first;
         {
             let up = self.work.acts().pool();
             let (xh, hh) = s.pair(Buf::X, Buf::H);
@@ -328,19 +447,34 @@ impl Engine {
                 &up.f32s(xh)?[first * d..m * d],
                 &model.output_norm,
                 c.eps,
-                &mut up.f32s_mut(hh)?[..rows * d],
+                &mut up.f32s_mut(hh)?[..rows_out * d],
             );
         }
         self.timings.host.add(HostOp::Norm, t0.elapsed());
+        let out_rows = Contiguous {
+            pos0: rows.pos0 + first,
+        };
+        if self
+            .work
+            .probed(probe, s, Buf::H, rows_out, d, Site::OutputNorm, &out_rows)?
+        {
+            return Ok(());
+        }
         let mut clock = Clock {
             host: None,
             matmul: Some(&mut self.timings.matmul),
         };
         let w = output_weight(c.n_layer);
         self.work
-            .matmul(&self.exec, &mut clock, s, w, Buf::H, rows, Buf::Tmp)?;
+            .matmul(&self.exec, &mut clock, s, w, Buf::H, rows_out, Buf::Tmp)?;
+        if self
+            .work
+            .probed(probe, s, Buf::Tmp, rows_out, vocab, Site::Output, &out_rows)?
+        {
+            return Ok(());
+        }
         let up = self.work.acts().pool();
-        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..rows * vocab]);
+        logits.copy_from_slice(&up.f32s(s.get(Buf::Tmp))?[..rows_out * vocab]);
         Ok(())
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::act::{Acts, Buf, StepSlots};
 use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
+use crate::guard::{LayerOp, Probe, Site};
 use crate::model::{Config, Model};
 use hetero_sme::ThreadPool as Pool;
 
@@ -270,9 +271,31 @@ impl Work {
         Ok(())
     }
 
+    /// When `probe` checks `site`, checks `m` rows of `width` floats of `buf`, written by
+    /// `site`; true when a non-finite value was found (the caller stops the step). Sites the
+    /// probe does not check cost one branch.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn probed<R: Rows>(
+        &self,
+        p: &mut Probe,
+        s: &StepSlots,
+        buf: Buf,
+        m: usize,
+        width: usize,
+        site: Site,
+        rows: &R,
+    ) -> Result<bool, BackendError> {
+        if !p.wants(site) {
+            return Ok(false);
+        }
+        let x = self.acts.pool().f32s(s.get(buf))?;
+        Ok(p.check(site, &x[..m * width], width, |t| (rows.seq(t), rows.pos(t))))
+    }
+
     /// Runs every layer over the `m` rows of the residual stream in `s`: each row's key and
     /// value go to `caches[rows.seq(t)]` at `rows.pos(t)`, and each row attends to its own
-    /// sequence's positions `0..=pos`.
+    /// sequence's positions `0..=pos`. The outputs `probe` wants are checked, and the pass
+    /// stops at the first non-finite value (recorded in the probe).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn layers<R: Rows>(
         &mut self,
@@ -283,18 +306,36 @@ impl Work {
         rows: &R,
         m: usize,
         clock: &mut Clock<'_>,
+        probe: &mut Probe,
     ) -> Result<(), BackendError> {
         let c = &model.config;
         let (d, kv, hd) = (c.d_model, c.kv_dim(), c.head_dim);
         let half = c.rope_dims / 2;
         let pool = exec.cpu().pool();
         for (l, layer) in model.layers.iter().enumerate() {
+            // After an op that wrote `buf` (rows of `width`): stop here if the probe found a
+            // non-finite value in it.
+            macro_rules! checked {
+                ($buf:expr, $width:expr, $op:ident) => {
+                    let site = Site::Layer {
+                        layer: l,
+                        op: LayerOp::$op,
+                    };
+                    if self.probed(probe, s, $buf, m, $width, site, rows)? {
+                        return Ok(());
+                    }
+                };
+            }
             let t0 = clock.start();
             self.norm(pool, s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
+            checked!(Buf::H, d, AttnNorm);
             self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
+            checked!(Buf::Q, d, AttnQ);
             self.matmul(exec, clock, s, weight(l, Op::K), Buf::H, m, Buf::K)?;
+            checked!(Buf::K, kv, AttnK);
             self.matmul(exec, clock, s, weight(l, Op::V), Buf::H, m, Buf::V)?;
+            checked!(Buf::V, kv, AttnV);
             let t0 = clock.start();
             {
                 let up = self.acts.pool();
@@ -322,15 +363,21 @@ impl Work {
             let t0 = clock.start();
             self.attention(c, pool, s, caches, rows, l, m)?;
             clock.host(t0, HostOp::Attention);
+            checked!(Buf::Att, d, Attention);
             self.matmul(exec, clock, s, weight(l, Op::O), Buf::Att, m, Buf::Tmp)?;
+            checked!(Buf::Tmp, d, AttnOutput);
             let t0 = clock.start();
             self.residual(s, m, d)?;
             clock.host(t0, HostOp::Residual);
+            checked!(Buf::X, d, AttnResidual);
             let t0 = clock.start();
             self.norm(pool, s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
+            checked!(Buf::H, d, FfnNorm);
             self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
+            checked!(Buf::G, c.d_ff, FfnGate);
             self.matmul(exec, clock, s, weight(l, Op::Up), Buf::H, m, Buf::U)?;
+            checked!(Buf::U, c.d_ff, FfnUp);
             let t0 = clock.start();
             {
                 let up = self.acts.pool();
@@ -349,10 +396,13 @@ impl Work {
                 }
             }
             clock.host(t0, HostOp::Swiglu);
+            checked!(Buf::G, c.d_ff, Swiglu);
             self.matmul(exec, clock, s, weight(l, Op::Down), Buf::G, m, Buf::Tmp)?;
+            checked!(Buf::Tmp, d, FfnDown);
             let t0 = clock.start();
             self.residual(s, m, d)?;
             clock.host(t0, HostOp::Residual);
+            checked!(Buf::X, d, FfnResidual);
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod engine;
 pub mod exec;
 pub mod gguf;
+pub mod guard;
 mod helper;
 mod layer;
 pub mod limits;

@@ -55,19 +55,20 @@ impl fmt::Display for BudgetError {
     }
 }
 
-/// A byte count in GiB with two decimals, or in MiB or bytes where GiB would print 0.00.
+/// A byte count with two decimals in the largest of GiB, MiB and KiB that is at most the
+/// count, else in bytes (so two different sizes below a GiB, a need and its limit, never print
+/// alike as 0.0x GiB).
 struct Human(u64);
 
 impl fmt::Display for Human {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0 as f64;
-        if b >= GIB / 100.0 {
-            write!(f, "{:.2} GiB", b / GIB)
-        } else if b >= GIB / 1024.0 / 100.0 {
-            write!(f, "{:.2} MiB", b * 1024.0 / GIB)
-        } else {
-            write!(f, "{} bytes", self.0)
+        for (unit, size) in [("GiB", GIB), ("MiB", GIB / 1024.0), ("KiB", 1024.0)] {
+            if b >= size {
+                return write!(f, "{:.2} {unit}", b / size);
+            }
         }
+        write!(f, "{} bytes", self.0)
     }
 }
 
@@ -217,27 +218,115 @@ pub fn acts_bytes(c: &Config, max_batch: usize) -> Result<u64, BudgetError> {
     product(WHAT, &[u(crate::act::SLOTS), u(slot)])
 }
 
-/// Bytes an [`crate::engine::Engine`] allocates for `(config, ctx, max_batch, threads)`:
-/// [`kv_cache_bytes`] of one sequence plus [`work_bytes`] plus [`acts_bytes`].
+/// The processors besides the CPU that an engine's executor runs, whose start-up scratch
+/// (`Backend::reserve`) the budget counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Processors {
+    /// The GPU backend is in the plan.
+    pub gpu: bool,
+    /// The NPU backend is in the plan, with this largest standard graph length.
+    pub npu_seq: Option<usize>,
+}
+
+impl Processors {
+    /// The processors `exec` holds (its plan table's backends; the resident GPU decoder has
+    /// no host staging, and checks its device memory itself).
+    pub fn of(exec: &crate::exec::Executor) -> Self {
+        Self {
+            gpu: !exec.is_resident()
+                && exec
+                    .table()
+                    .backends()
+                    .contains(&hetero_partition::Backend::Gpu),
+            npu_seq: exec.npu().and_then(|n| n.options().lengths().next()),
+        }
+    }
+}
+
+/// Bytes of the backends' scratch that `reserve` sizes for matmuls of `max_batch` rows (an
+/// upper bound: every weight's `k` and `n` taken as the model's widest): the CPU's quantized
+/// activations (hetero-sme `QActs`: one byte per element plus 16 bytes of block data per 32
+/// elements), the GPU's staging buffers (one row in and out, and `max_batch` rows in, out and
+/// on the host, f32) and the NPU's FP16 staging of one chunk of its largest length. The
+/// prepared weights themselves (repacked, uploaded, graphs) are not counted.
+pub fn scratch_bytes(c: &Config, max_batch: usize, p: &Processors) -> Result<u64, BudgetError> {
+    const WHAT: &str = "backend scratch";
+    let kv_dim = product(WHAT, &[u(c.n_kv_head), u(c.head_dim)])?;
+    let max_k = u(c.d_model.max(c.d_ff));
+    let max_n = u(c.d_model.max(c.d_ff).max(c.vocab)).max(kv_dim);
+    let m = u(max_batch.max(1));
+    let elems = product(WHAT, &[m, max_k])?;
+    // hetero_sme::BlockMeta: four 4-byte fields per 32-element block.
+    let cpu = sum(WHAT, &[elems, product(WHAT, &[elems / 32, 16])?])?;
+    let gpu = if p.gpu {
+        let rows = if max_batch >= 2 {
+            product(WHAT, &[F32, m, sum(WHAT, &[max_k, max_n, max_n])?])?
+        } else {
+            0
+        };
+        sum(WHAT, &[product(WHAT, &[F32, max_k + max_n])?, rows])?
+    } else {
+        0
+    };
+    let npu = match p.npu_seq {
+        Some(s) => product(WHAT, &[2, u(s), max_k + max_n])?,
+        None => 0,
+    };
+    sum(WHAT, &[cpu, gpu, npu])
+}
+
+/// What one engine allocates besides the model and the prepared weights: one KV cache of
+/// `ctx` positions per sequence, the work buffers, the activation slots for `max_batch` rows
+/// and the backends' scratch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineSize {
+    /// KV-cache positions per sequence.
+    pub ctx: usize,
+    /// Most rows of one step (the executor's largest row count).
+    pub max_batch: usize,
+    /// CPU pool threads (one attention score row each).
+    pub threads: usize,
+    /// KV caches: 1 for [`crate::engine::Engine`], one per sequence for
+    /// [`crate::batch::BatchEngine`].
+    pub sequences: usize,
+    /// The processors whose scratch is counted besides the CPU's.
+    pub processors: Processors,
+}
+
+impl EngineSize {
+    /// The bytes: [`kv_cache_bytes`] + [`work_bytes`] + [`acts_bytes`] + [`scratch_bytes`].
+    pub fn bytes(&self, c: &Config) -> Result<u64, BudgetError> {
+        sum(
+            "engine buffers",
+            &[
+                kv_cache_bytes(c, self.ctx, self.sequences)?,
+                work_bytes(c, self.ctx, self.max_batch, self.threads)?,
+                acts_bytes(c, self.max_batch)?,
+                scratch_bytes(c, self.max_batch, &self.processors)?,
+            ],
+        )
+    }
+
+    /// `Ok(bytes)` when they fit in `budget`; the error says "KV cache and work buffers needs
+    /// N GiB (B bytes), limit M GiB".
+    pub fn check(&self, budget: &MemoryBudget, c: &Config) -> Result<u64, BudgetError> {
+        budget.check("KV cache and work buffers", self.bytes(c)?)
+    }
+}
+
+/// Bytes an [`crate::engine::Engine`] on the CPU alone allocates for `(config, ctx,
+/// max_batch, threads)` ([`EngineSize`] of one sequence, no GPU or NPU).
 pub fn engine_bytes(
     c: &Config,
     ctx: usize,
     max_batch: usize,
     threads: usize,
 ) -> Result<u64, BudgetError> {
-    sum(
-        "engine buffers",
-        &[
-            kv_cache_bytes(c, ctx, 1)?,
-            work_bytes(c, ctx, max_batch, threads)?,
-            acts_bytes(c, max_batch)?,
-        ],
-    )
+    cpu_engine(ctx, max_batch, threads).bytes(c)
 }
 
-/// Checks that an [`crate::engine::Engine`] for `(config, ctx, max_batch, threads)` fits in
-/// `budget`; the error says "engine buffers for N positions needs X GiB, limit Y GiB" in
-/// effect (what, need and limit).
+/// Checks that an [`crate::engine::Engine`] on the CPU alone for `(config, ctx, max_batch,
+/// threads)` fits in `budget` ([`EngineSize::check`]).
 pub fn check_engine(
     budget: &MemoryBudget,
     c: &Config,
@@ -245,10 +334,17 @@ pub fn check_engine(
     max_batch: usize,
     threads: usize,
 ) -> Result<u64, BudgetError> {
-    budget.check(
-        "KV cache and work buffers",
-        engine_bytes(c, ctx, max_batch, threads)?,
-    )
+    cpu_engine(ctx, max_batch, threads).check(budget, c)
+}
+
+fn cpu_engine(ctx: usize, max_batch: usize, threads: usize) -> EngineSize {
+    EngineSize {
+        ctx,
+        max_batch,
+        threads,
+        sequences: 1,
+        processors: Processors::default(),
+    }
 }
 
 #[cfg(test)]

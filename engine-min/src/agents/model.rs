@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::CpuKernel;
 use crate::batch::{BatchEngine, BatchError, BatchOptions, Logits, SeqTokens};
+use crate::limits::MemoryBudget;
 use crate::model::Model;
 use crate::sample::argmax;
 use hetero_sme::ThreadPool as Pool;
@@ -33,13 +34,27 @@ pub struct ModelVerifier {
 
 impl ModelVerifier {
     /// Loads nothing: wraps `model` with `agents` caches of `context` positions, `threads`
-    /// pool threads and the best CPU kernel.
+    /// pool threads and the best CPU kernel, within the machine's available memory.
     pub fn new(
         model: Arc<Model>,
         agents: usize,
         context: usize,
         threads: usize,
         l_total: usize,
+    ) -> Result<Self, AgentError> {
+        let budget = MemoryBudget::available();
+        Self::with_budget(model, agents, context, threads, l_total, &budget)
+    }
+
+    /// [`ModelVerifier::new`] whose caches and buffers must fit in `budget`
+    /// ([`BatchEngine::with_budget`]).
+    pub fn with_budget(
+        model: Arc<Model>,
+        agents: usize,
+        context: usize,
+        threads: usize,
+        l_total: usize,
+        budget: &MemoryBudget,
     ) -> Result<Self, AgentError> {
         let pool = Arc::new(
             Pool::new(threads.max(1))
@@ -49,13 +64,14 @@ impl ModelVerifier {
         let vocab = model.config.vocab;
         let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)
             .map_err(|e| AgentError::Engine(e.to_string()))?;
-        let engine = BatchEngine::new(
+        let engine = BatchEngine::with_budget(
             model,
             exec,
             BatchOptions {
                 context,
                 sequences: agents,
             },
+            budget,
         )
         .map_err(eng)?;
         Ok(Self {

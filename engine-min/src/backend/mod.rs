@@ -161,7 +161,11 @@ impl fmt::Display for BackendError {
             Self::Qnn(e) => write!(f, "QNN: {e}"),
             Self::Uma(e) => write!(f, "uma: {e}"),
             Self::Sync(e) => write!(f, "sync: {e}"),
-            Self::Spawn(k) => write!(f, "cannot start a helper thread: {k}"),
+            Self::Spawn(k) => write!(
+                f,
+                "cannot start a helper thread ({k}): the system refused a new thread (a limit on \
+                 threads or on memory for their stacks)"
+            ),
             Self::Pool(e) => write!(f, "thread pool: {}", e.0),
             Self::NoPlan { k, n, m } => write!(f, "no plan for k={k} n={n} m={m}"),
             Self::MissingBackend(b) => write!(f, "the plan needs the {b}, which is not open"),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 
-use super::{load_model, Fail};
+use super::{load_model, Fail, LoadArgs};
 use crate::agents::sched::{self, Config, SchedOptions};
 use crate::agents::trace::{self, TraceOptions};
 use crate::agents::workload::Workload;
@@ -100,6 +100,8 @@ struct AgentsRunArgs {
     /// median of 3, and charge every step that calibrated cost).
     #[arg(long, default_value = "measured", value_parser = ["measured", "model"])]
     clock: String,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 /// One scheduling configuration, or all of them.
@@ -182,14 +184,22 @@ fn run(a: AgentsRunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // Everything that can be refused is refused before the model runs.
     let w = Workload::read(&a.workload).map_err(Fail::run)?;
     hetero_partition::DraftBudget::new(w.agents.len(), opts.budget).map_err(Fail::run)?;
-    let model = Arc::new(load_model(&a.model)?);
+    let model = Arc::new(load_model(&a.model, &a.load)?);
+    if a.ctx > model.config.context {
+        return Err(Fail::Usage(format!(
+            "--ctx {} exceeds the model's context length {}",
+            a.ctx, model.config.context
+        )));
+    }
     let prompts = encode(&w, &model, a.ctx, opts.budget.l_total as usize).map_err(Fail::run)?;
-    let mut v = ModelVerifier::new(
+    let budget = a.load.engine_budget(&model);
+    let mut v = ModelVerifier::with_budget(
         Arc::clone(&model),
         w.agents.len(),
         a.ctx,
         threads,
         opts.budget.l_total as usize,
+        &budget,
     )
     .map_err(Fail::run)?;
     if a.clock == "model" {

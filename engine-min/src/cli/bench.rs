@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{load_model, plan_choice, Fail, MachineArgs, ModelArg};
+use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
 use crate::compose::PlanChoice;
 use crate::engine::{Engine, EngineOptions};
 
@@ -35,6 +35,8 @@ pub struct BenchArgs {
     breakdown: bool,
     #[command(flatten)]
     machine: MachineArgs,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
@@ -42,13 +44,25 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let max_batch = a.pp.max(1);
     let ctx = a.pp.max(a.tg) + 1;
     let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
-    let model = Arc::new(load_model(&a.model.model)?);
-    let ctx = ctx.min(model.config.context);
+    let model = Arc::new(load_model(&a.model.model, &a.load)?);
+    // Each test runs from an empty cache: its tokens must fit in the model's context.
+    let context = model.config.context;
+    for (flag, n) in [("--pp", a.pp), ("--tg", a.tg)] {
+        if n > context {
+            return Err(Fail::Usage(format!(
+                "{flag} {n} exceeds the model's context length {context}"
+            )));
+        }
+    }
+    let ctx = ctx.min(context);
+    let budget = a.load.engine_budget(&model);
+    super::run::check_memory(&model, &opts, ctx, &budget)?;
     let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let mut engine = Engine::new(
+    let mut engine = Engine::with_budget(
         Arc::clone(&model),
         composed.exec,
         EngineOptions { context: ctx },
+        &budget,
     )
     .map_err(Fail::run)?;
     let r = crate::bench::pp_tg(&mut engine, a.pp, a.tg, a.reps, 0x5eed).map_err(Fail::run)?;

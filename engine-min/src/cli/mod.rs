@@ -10,6 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::backend::CpuKernel;
 use crate::compose::PlanChoice;
+use crate::limits::MemoryBudget;
+use crate::model::{LoadOptions, Model};
 
 mod agents;
 mod bench;
@@ -237,9 +239,85 @@ pub fn load_profile(file: &std::path::Path) -> Result<hetero_partition::Profile,
     })
 }
 
-/// Loads the model, with the path in the error.
-pub fn load_model(path: &std::path::Path) -> Result<crate::model::Model, Fail> {
-    crate::model::Model::load(path).map_err(Fail::run)
+/// How the model file is loaded and how much memory a command may take (every subcommand that
+/// loads a model takes these).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LoadArgs {
+    /// Read the model into memory instead of mapping it: for files on network or removable
+    /// storage, or that may be rewritten while the program runs (a mapped file that shrinks
+    /// kills the process with SIGBUS on its next page fault; a read one cannot). Costs the
+    /// file's size in memory and one read.
+    #[arg(long)]
+    pub no_mmap: bool,
+    /// Memory the model (when read with --no-mmap) and the engine's buffers may take, in
+    /// bytes or with a K/M/G/T suffix (powers of 1024), e.g. 512M or 4G. Default: the memory
+    /// the machine has available when each is sized.
+    #[arg(long, value_name = "BYTES", value_parser = byte_size)]
+    pub mem_limit: Option<u64>,
+}
+
+impl LoadArgs {
+    /// The model loader's options.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            mmap: !self.no_mmap,
+            memory_limit: self.mem_limit,
+        }
+    }
+
+    /// The budget of the engine's buffers once `model` is loaded: `--mem-limit` less what the
+    /// model holds in memory (the file, when it was read; a mapped file is page cache the
+    /// kernel can reclaim), else the memory available now (which already excludes a read
+    /// model).
+    pub fn engine_budget(&self, model: &Model) -> MemoryBudget {
+        match self.mem_limit {
+            Some(limit) => {
+                let held = if model.file().is_mapped() {
+                    0
+                } else {
+                    model.file().bytes().len() as u64
+                };
+                MemoryBudget::with_limit(limit.saturating_sub(held))
+            }
+            None => MemoryBudget::available(),
+        }
+    }
+}
+
+/// A `--mem-limit` value: bytes, or a number with a K, M, G or T suffix (powers of 1024; an
+/// optional `B` or `iB` after it).
+pub fn byte_size(s: &str) -> Result<u64, String> {
+    let bad = || format!("`{s}` is not a size (bytes, or a number with K, M, G or T, e.g. 4G)");
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let bytes = v * (1u64 << shift) as f64;
+    // Below 2^64 (u64::MAX as f64 rounds up to 2^64, so the comparison is strict).
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("`{s}` is outside 1 byte .. 16 EiB"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Loads the model as `load` says, with the path in the error.
+pub fn load_model(path: &std::path::Path, load: &LoadArgs) -> Result<Model, Fail> {
+    Model::load_with(path, &load.options()).map_err(Fail::run)
 }
 
 /// CPU time consumed by this process so far (all threads), from the OS.
@@ -255,4 +333,31 @@ pub fn cpu_time() -> std::time::Duration {
         return std::time::Duration::ZERO;
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_size;
+
+    #[test]
+    fn mem_limit_sizes() {
+        for (s, want) in [
+            ("1000", 1000u64),
+            ("512M", 512 << 20),
+            ("4G", 4 << 30),
+            ("4g", 4 << 30),
+            ("4GiB", 4 << 30),
+            ("4GB", 4 << 30),
+            ("1.5G", 3 << 29),
+            ("2K", 2048),
+            ("1T", 1 << 40),
+        ] {
+            assert_eq!(byte_size(s), Ok(want), "{s}");
+        }
+        for s in [
+            "", "G", "0", "0.5", "-1", "4X", "NaN", "inf", "1e30T", "4 G B",
+        ] {
+            assert!(byte_size(s).is_err(), "{s}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::{load_model, plan_choice, Fail, MachineArgs, ModelArg};
+use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
 use crate::compose::PlanChoice;
 use crate::engine::{Engine, EngineOptions};
 
@@ -32,6 +32,8 @@ pub struct PerplexityArgs {
     profile: Option<PathBuf>,
     #[command(flatten)]
     machine: MachineArgs,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
@@ -41,7 +43,7 @@ pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let bytes = std::fs::read(&a.file)
         .map_err(|e| Fail::Run(format!("cannot read {}: {e}", a.file.display())))?;
     let text = String::from_utf8_lossy(&bytes);
-    let model = Arc::new(load_model(&a.model.model)?);
+    let model = Arc::new(load_model(&a.model.model, &a.load)?);
     if a.ctx > model.config.context {
         return Err(Fail::Usage(format!(
             "--ctx {} exceeds the model's context length {}",
@@ -51,11 +53,14 @@ pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let t0 = Instant::now();
     let tokens = model.tokenizer.encode(&text, false);
     let tok_s = t0.elapsed().as_secs_f64();
+    let budget = a.load.engine_budget(&model);
+    super::run::check_memory(&model, &opts, a.ctx, &budget)?;
     let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let mut engine = Engine::new(
+    let mut engine = Engine::with_budget(
         Arc::clone(&model),
         composed.exec,
         EngineOptions { context: a.ctx },
+        &budget,
     )
     .map_err(Fail::run)?;
     writeln!(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::{load_model, load_profile, Fail, MachineArgs};
+use super::{load_model, load_profile, Fail, LoadArgs, MachineArgs};
 use crate::planning;
 
 #[derive(Args, Debug)]
@@ -23,13 +23,15 @@ pub struct ProfileArgs {
     reps: usize,
     #[command(flatten)]
     machine: MachineArgs,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The output path first: a bad one must not cost the whole measurement.
     let mut file = std::fs::File::create(&a.out)
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, &a.load)?;
     let threads = a.machine.threads();
     let reps = a.reps;
     let t0 = Instant::now();
@@ -116,6 +118,8 @@ pub struct PlanArgs {
     /// The model whose ops are planned.
     #[arg(long, env = "HETERO_MODEL", value_name = "PATH")]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 fn weight_shape(s: &str) -> Result<(u32, u32), String> {
@@ -156,7 +160,7 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let path = a.model.ok_or_else(|| {
         Fail::Usage("plan without --weight needs --model PATH or HETERO_MODEL".into())
     })?;
-    let model = load_model(&path)?;
+    let model = load_model(&path, &a.load)?;
     let ms: Vec<u32> = match a.seq {
         Some(m) => vec![m],
         None => vec![1, 128],

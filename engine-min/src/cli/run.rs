@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{cpu_time, load_model, load_profile, plan_choice, Fail, MachineArgs, ModelArg};
-use crate::compose::{ComposeOptions, PlanChoice};
+use super::{
+    cpu_time, load_model, load_profile, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg,
+};
+use crate::compose::{ComposeOptions, GpuPath, PlanChoice};
 use crate::engine::{Engine, EngineOptions};
+use crate::limits::{EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
 use crate::sample::{Sampler, SamplerOptions};
 
@@ -62,6 +65,8 @@ pub struct RunArgs {
     logits_at: Vec<i64>,
     #[command(flatten)]
     machine: MachineArgs,
+    #[command(flatten)]
+    load: LoadArgs,
 }
 
 fn temperature(s: &str) -> Result<f32, String> {
@@ -111,6 +116,70 @@ pub fn compose_options(
     })
 }
 
+/// The processors besides the CPU that composing `opts` may open (an upper bound for `auto`:
+/// what its profile lists).
+fn planned_processors(opts: &ComposeOptions) -> Processors {
+    let (gpu, npu) = match (opts.plan, &opts.profile) {
+        (PlanChoice::Auto, Some(p)) => {
+            let has = |b: &str| p.backends.iter().any(|x| x.backend.eq_ignore_ascii_case(b));
+            (has("gpu"), has("npu"))
+        }
+        (plan, _) => plan.needs(),
+    };
+    // Under `auto` the NPU's graphs are the profile's standard lengths.
+    let profile_seq = opts.profile.as_ref().and_then(|p| {
+        p.backends
+            .iter()
+            .filter(|b| b.backend.eq_ignore_ascii_case("npu"))
+            .flat_map(|b| b.standard_m.iter().map(|&m| m as usize))
+            .max()
+    });
+    Processors {
+        gpu,
+        npu_seq: npu
+            .then(|| profile_seq.or_else(|| opts.npu.lengths().next()))
+            .flatten(),
+    }
+}
+
+/// Refuses an engine of `ctx` positions under `opts` whose host buffers and scratch would not
+/// fit in `budget`, before anything is composed (composing already sizes the backends' scratch
+/// for `opts.max_batch` rows; `Engine::with_budget` checks again). A forced all-GPU plan on
+/// the resident decoder keeps no buffers of that size on the host (the decoder checks its
+/// device memory plan itself); under `auto` the host sizes are counted, an upper bound.
+pub fn check_memory(
+    model: &Model,
+    opts: &ComposeOptions,
+    ctx: usize,
+    budget: &MemoryBudget,
+) -> Result<(), Fail> {
+    let resident = opts.plan == PlanChoice::Gpu && opts.gpu_path == GpuPath::Resident;
+    let size = if resident {
+        EngineSize {
+            ctx: 1,
+            max_batch: 1,
+            threads: opts.threads,
+            sequences: 1,
+            processors: Processors::default(),
+        }
+    } else {
+        EngineSize {
+            ctx,
+            max_batch: opts.max_batch,
+            threads: opts.threads,
+            sequences: 1,
+            processors: planned_processors(opts),
+        }
+    };
+    size.check(budget, &model.config).map(drop).map_err(|e| {
+        Fail::Run(format!(
+            "{e} (for {ctx} positions and steps of up to {} rows; use smaller sizes or \
+             --mem-limit)",
+            opts.max_batch
+        ))
+    })
+}
+
 pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let plan = a.plan.unwrap_or(if a.profile.is_some() {
         PlanChoice::Auto
@@ -129,7 +198,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         })
         .transpose()?;
     let t_load = Instant::now();
-    let model = Arc::new(load_model(&a.model.model)?);
+    let model = Arc::new(load_model(&a.model.model, &a.load)?);
     if a.ctx > model.config.context {
         return Err(Fail::Usage(format!(
             "--ctx {} exceeds the model's context length {}",
@@ -155,12 +224,15 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             model.config.context
         )));
     }
+    let budget = a.load.engine_budget(&model);
+    check_memory(&model, &opts, a.ctx, &budget)?;
     let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
     let npu_stats = composed.exec.npu().map(|n| n.stats());
-    let mut engine = Engine::new(
+    let mut engine = Engine::with_budget(
         Arc::clone(&model),
         composed.exec,
         EngineOptions { context: a.ctx },
+        &budget,
     )
     .map_err(Fail::run)?;
     let load = t_load.elapsed();
@@ -214,7 +286,8 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         .as_ref()
         .zip(npu0)
         .map(|(s, t)| s.npu_time().saturating_sub(t));
-    let mut next = sampler.sample(&logits);
+    // The engine's logits are finite (it fails otherwise); try_sample says so again for free.
+    let mut next = sampler.try_sample(&logits).map_err(Fail::run)?;
     let ttft = t0.elapsed();
     if let Some(f) = logits_file.take() {
         write_logits(f, &a.model.model, &ids, &positions, &all, vocab)?;
@@ -244,7 +317,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             break;
         }
         engine.forward(&[next], &mut logits).map_err(Fail::run)?;
-        next = sampler.sample(&logits);
+        next = sampler.try_sample(&logits).map_err(Fail::run)?;
     }
     flush_utf8(out, &mut pending, true)?;
     let decode = t_dec.elapsed();
@@ -255,11 +328,16 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     writeln!(out, "---")?;
     writeln!(
         out,
-        "model: {} layers, width {}, vocab {}; load {:.0} ms; plan {plan}; {} thread(s), cpu kernel {}; processors: {}",
+        "model: {} layers, width {}, vocab {}; load {:.0} ms ({}); plan {plan}; {} thread(s), cpu kernel {}; processors: {}",
         model.config.n_layer,
         model.config.d_model,
         vocab,
         ms(load),
+        if model.file().is_mapped() {
+            "mapped"
+        } else {
+            "read into memory"
+        },
         a.machine.threads(),
         a.machine.kernel().name(),
         engine.executor().backend_names()

@@ -96,6 +96,16 @@ fn byte_char(b: u8) -> char {
 /// width 128, Q4_1 matrices, a Q8_0 tied embedding, F32 norms; tensors in the order
 /// llama.cpp writes SmolLM2's (embedding first, output norm last).
 pub fn tiny_llama() -> Vec<u8> {
+    tiny_llama_with(false)
+}
+
+/// [`tiny_llama`] with a Q8_0 output head of its own (`output.weight`, before the output norm)
+/// instead of the tied embedding.
+pub fn tiny_llama_untied() -> Vec<u8> {
+    tiny_llama_with(true)
+}
+
+fn tiny_llama_with(untied: bool) -> Vec<u8> {
     let (tokens, merges) = vocab();
     let n_vocab = tokens.len() as u64;
     let mut types = vec![Value::I32(1); tokens.len()];
@@ -162,6 +172,14 @@ pub fn tiny_llama() -> Vec<u8> {
         t("attn_output", vec![D, D], Q4_1);
         t("attn_q", vec![D, D], Q4_1);
         t("attn_v", vec![D, KV], Q4_1);
+    }
+    if untied {
+        tensors.push((
+            "output.weight".into(),
+            vec![D, n_vocab],
+            Q8_0,
+            q8_0(&mut rng, (D * n_vocab) as usize),
+        ));
     }
     tensors.push((
         "output_norm.weight".into(),
@@ -272,6 +290,35 @@ impl Patcher {
         buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 }
+
+impl Patcher {
+    /// Overwrites the f16 scale `d` of block `block` of the quantized tensor `name` (Q4_0,
+    /// Q4_1 or Q8_0: the scale is each block's first two bytes) with `bits`.
+    pub fn poke_scale(&self, buf: &mut [u8], name: &str, block: usize, bits: u16) {
+        let t = self
+            .g
+            .tensor(name)
+            .unwrap_or_else(|| panic!("no tensor {name}"));
+        let block_bytes = match t.ty {
+            gguf::GgmlType::Q4_0 => 18,
+            gguf::GgmlType::Q4_1 => 20,
+            gguf::GgmlType::Q8_0 => 34,
+            ty => panic!("{name} is {ty:?}, not a block type with an f16 scale first"),
+        };
+        let at = (self.g.data_offset + t.offset) as usize + block * block_bytes;
+        buf[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+    }
+}
+
+/// [`Patcher::poke_scale`] on a valid file.
+pub fn poke_scale(buf: &mut [u8], name: &str, block: usize, bits: u16) {
+    Patcher::new(buf).poke_scale(buf, name, block, bits)
+}
+
+/// f16 NaN.
+pub const F16_NAN: u16 = 0x7e00;
+/// f16 +infinity.
+pub const F16_INF: u16 = 0x7c00;
 
 /// [`Patcher::set_number`] on a valid file.
 pub fn set_number(buf: &mut [u8], key: &str, v: f64) {
