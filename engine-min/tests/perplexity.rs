@@ -48,26 +48,46 @@ fn perplexity_equals_the_reference_computed_by_hand() {
         }
     }
     let want = (nll / count as f64).exp();
-    // The engine with an exact f32 kernel: same number up to f32 accumulation order.
-    let kernel = CpuKernel::available()
-        .into_iter()
-        .find(|&k| k == CpuKernel::SmeGemv)
-        .unwrap_or(CpuKernel::Portable);
+    // The engine with each f32-exact kernel (f32 activations, weights dequantized exactly):
+    // the same number up to f32 accumulation order. `avx512` is the "f32 reference forward"
+    // row of benches/RESULTS.md's perplexity table, so this is what makes that row the reference.
     let pool = Arc::new(Pool::new(2).expect("pool"));
-    let exec = engine_min::compose::cpu_executor(&model, pool, kernel, 8).expect("exec");
-    let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
+    let f32_kernels: Vec<CpuKernel> = CpuKernel::available()
+        .into_iter()
+        .filter(|k| k.name() == "avx512" || *k == CpuKernel::SmeGemv)
+        .collect();
+    assert!(f32_kernels.contains(&CpuKernel::SmeGemv));
     let mut logits = vec![f32::NAN; ctx * vocab];
-    let mut seen = Vec::new();
-    let r = perplexity(&mut e, &tokens, ctx, None, &mut logits, |c, p| {
-        seen.push((c, p))
-    })
-    .expect("perplexity");
-    eprintln!("ppl {} +/- {} (by hand {want})", r.ppl, r.ppl_err);
-    assert_eq!((r.chunks, r.scored), (chunks, chunks * (ctx - 1 - ctx / 2)));
-    assert_eq!(seen.len(), chunks);
-    // f32 logits vs the reference: max |diff| ~1e-4 (forward.rs), so NLL agrees to ~1e-4.
-    assert!((r.ppl / want - 1.0).abs() < 1e-3, "{} vs {want}", r.ppl);
-    assert!(r.ppl_err > 0.0 && r.ppl_err < r.ppl);
+    for &kernel in &f32_kernels {
+        let exec =
+            engine_min::compose::cpu_executor(&model, Arc::clone(&pool), kernel, 8).expect("exec");
+        let mut e =
+            Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
+        let mut seen = Vec::new();
+        let r = perplexity(&mut e, &tokens, ctx, None, &mut logits, |c, p| {
+            seen.push((c, p))
+        })
+        .expect("perplexity");
+        eprintln!(
+            "{}: ppl {} +/- {} (by hand {want})",
+            kernel.name(),
+            r.ppl,
+            r.ppl_err
+        );
+        assert_eq!((r.chunks, r.scored), (chunks, chunks * (ctx - 1 - ctx / 2)));
+        assert_eq!(seen.len(), chunks);
+        // f32 logits vs the reference: max |diff| ~1e-4 (forward.rs), so NLL agrees to ~1e-4.
+        assert!(
+            (r.ppl / want - 1.0).abs() < 1e-3,
+            "{}: {} vs {want}",
+            kernel.name(),
+            r.ppl
+        );
+        assert!(r.ppl_err > 0.0 && r.ppl_err < r.ppl);
+    }
+    let exec =
+        engine_min::compose::cpu_executor(&model, pool, CpuKernel::SmeGemv, 8).expect("exec");
+    let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
     // --chunks limits the work; bad contexts and too-short texts are typed errors.
     let r2 = perplexity(&mut e, &tokens, ctx, Some(1), &mut logits, |_, _| {}).expect("1 chunk");
     assert_eq!(r2.chunks, 1);
