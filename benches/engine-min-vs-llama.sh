@@ -1,31 +1,43 @@
 #!/usr/bin/env bash
 # Side by side on this machine: engine-min's `bench` and llama.cpp's `llama-bench`, the same
 # model, the same thread count, pp128 and tg64, alternating ROUNDS times so both see the same
-# machine state; prints each run and the medians. llama.cpp is not part of this project: build
-# it yourself (issue 9 says how) and pass its llama-bench binary.
-#   LLAMA_BENCH=/path/to/llama-bench benches/engine-min-vs-llama.sh [ROUNDS] [THREADS] [KERNEL]
+# machine state; prints each run (with the load average) and the medians per model.
+# llama.cpp is not part of this project: build it yourself (issue 9 says how) and pass its
+# llama-bench binary.
+#   LLAMA_BENCH=/path/to/llama-bench [MODELS="a.gguf b.gguf"] \
+#     benches/engine-min-vs-llama.sh [ROUNDS] [THREADS] [KERNEL]
+# MODELS defaults to $HETERO_MODEL; each round runs every model, ours then theirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-3}; THREADS=${2:-2}; KERNEL=${3:-sme}
+ROUNDS=${1:-3}; THREADS=${2:-2}; KERNEL=${3:-sme-int8}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 eval "$(scripts/setup.sh --env)"
+MODELS=${MODELS:-$HETERO_MODEL}
 cargo build -q --profile ci -p engine-min
 E=target/ci/engine-min
 LIBDIR=$(dirname "$LLAMA_BENCH")
-ours_pp=(); ours_tg=(); theirs_pp=(); theirs_tg=()
+declare -A ours_pp ours_tg theirs_pp theirs_tg
 for r in $(seq "$ROUNDS"); do
-  echo "round $r, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  o=$($E bench --model "$HETERO_MODEL" --threads "$THREADS" --kernel "$KERNEL" --reps 3)
-  echo "$o" | sed 's/^/  engine-min: /'
-  ours_pp+=("$(echo "$o" | awk '/^pp128/ {print $2}')"); ours_tg+=("$(echo "$o" | awk '/^tg64/ {print $2}')")
-  l=$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$HETERO_MODEL" -t "$THREADS" -p 128 -n 64 -r 3 -o csv 2>/dev/null)
-  pp=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"128","0"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
-  tg=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"0","64"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
-  echo "  llama.cpp:  pp128 $pp tok/s, tg64 $tg tok/s"
-  theirs_pp+=("$pp"); theirs_tg+=("$tg")
+  for m in $MODELS; do
+    name=$(basename "$m" .gguf)
+    echo "round $r, $name, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    o=$($E bench --model "$m" --threads "$THREADS" --kernel "$KERNEL" --reps 3)
+    echo "$o" | sed 's/^/  engine-min: /'
+    ours_pp[$m]+=" $(echo "$o" | awk '/^pp128/ {print $2}')"
+    ours_tg[$m]+=" $(echo "$o" | awk '/^tg64/ {print $2}')"
+    l=$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$m" -t "$THREADS" -p 128 -n 64 -r 3 -o csv 2>/dev/null)
+    pp=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"128","0"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
+    tg=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"0","64"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
+    echo "  llama.cpp:  pp128 $pp tok/s, tg64 $tg tok/s"
+    theirs_pp[$m]+=" $pp"; theirs_tg[$m]+=" $tg"
+  done
 done
-med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-op=$(med "${ours_pp[@]}"); ot=$(med "${ours_tg[@]}"); tp=$(med "${theirs_pp[@]}"); tt=$(med "${theirs_tg[@]}")
+med() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 echo "medians over $ROUNDS rounds, $THREADS threads, kernel $KERNEL:"
-echo "  pp128: engine-min $op tok/s, llama.cpp $tp tok/s, ratio $(awk -v a="$op" -v b="$tp" 'BEGIN {printf "%.2f", a/b}')"
-echo "  tg64:  engine-min $ot tok/s, llama.cpp $tt tok/s, ratio $(awk -v a="$ot" -v b="$tt" 'BEGIN {printf "%.2f", a/b}')"
+for m in $MODELS; do
+  op=$(med "${ours_pp[$m]}"); ot=$(med "${ours_tg[$m]}"); tp=$(med "${theirs_pp[$m]}"); tt=$(med "${theirs_tg[$m]}")
+  echo "$(basename "$m" .gguf):"
+  echo "  pp128: engine-min $op tok/s, llama.cpp $tp tok/s, ratio $(ratio "$op" "$tp")"
+  echo "  tg64:  engine-min $ot tok/s, llama.cpp $tt tok/s, ratio $(ratio "$ot" "$tt")"
+done

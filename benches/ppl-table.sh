@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/setup.sh --env)"
 CTX=${CTX:-512}; THREADS=${THREADS:-2}; OUT=${OUT:-target/ppl}
-KERNELS=${KERNELS:-avx512 sme-gemv sme-int8}; PLANS=${PLANS:-}; PLAN_CHUNKS=${PLAN_CHUNKS:-1}
+KERNELS=${KERNELS-avx512 sme-gemv sme-int8}; PLANS=${PLANS:-}; PLAN_CHUNKS=${PLAN_CHUNKS:-1}
 TEXTS=${TEXTS:-GPL-3 Apache-2.0 GFDL-1.3}
 if [[ -z "${MODELS:-}" ]]; then
   MODELS="$HETERO_MODEL $(ls "$HETERO_FIXTURES"/*.gguf 2>/dev/null | tr '\n' ' ')"
