@@ -19,6 +19,8 @@
 #         dequantized to f32), i.e. the f32 reference forward.
 # PLANS:  extra plans (gpu, npu, ...) run with the default kernel, at most PLAN_CHUNKS chunks
 #         each (PoCL and the QNN simulator are slow here). Default: none.
+# PLAN_ARGS: extra arguments of the plan runs (e.g. "--gpu-path per-matmul": on PoCL under load a
+#         256-row resident prefill step can outlast the decoder's 60 s readback bound).
 # CHUNKS: at most this many chunks per text on the CPU (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +73,7 @@ for m in $MODELS; do
   for name in $TEXTS; do
     t=$(text_path "$name")
     for k in $KERNELS; do ours "$m" "$t" "$k" "${CHUNKS:-}" --kernel "$k"; done
-    for p in $PLANS; do ours "$m" "$t" "plan-$p" "$PLAN_CHUNKS" --plan "$p"; done
+    for p in $PLANS; do ours "$m" "$t" "plan-$p" "$PLAN_CHUNKS" --plan "$p" ${PLAN_ARGS:-}; done
     if [[ -n "${LLAMA_PERPLEXITY:-}" ]]; then theirs "$m" "$t"; fi
   done
 done
