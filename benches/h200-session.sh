@@ -22,8 +22,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 M=/root/smollm2.gguf
-E=$(pwd)/.device/eng/engine-min
-D=$(pwd)/.device/ocl-resident
+E=${E:-$(pwd)/.device/eng/engine-min}
+D=${D:-$(pwd)/.device/ocl-resident}
 SUM=$OUT/summary.txt
 say() { echo "$*" | tee -a "$SUM"; }
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
