@@ -192,6 +192,10 @@ impl Default for ComposeOptions {
 pub enum ComposeError {
     /// The plan needs the GPU and OpenCL is not usable.
     Gpu(hetero_opencl_kernels::Error),
+    /// The GPU-resident decoder could not be built (the device lacks memory for the model or
+    /// the KV cache — the message names the sizes —, a kernel did not build — the message holds
+    /// the build log —, ...).
+    Resident(hetero_opencl_kernels::Error),
     /// The plan needs the NPU and QNN is not usable.
     Npu(NpuError),
     /// `auto` without a profile.
@@ -208,6 +212,7 @@ impl fmt::Display for ComposeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Gpu(e) => write!(f, "the plan needs the GPU, but OpenCL is not usable: {e}"),
+            Self::Resident(e) => write!(f, "the GPU-resident decoder could not be built: {e}"),
             Self::Npu(e) => write!(f, "the plan needs the NPU: {e}"),
             Self::NoProfile => f.write_str(
                 "--plan auto needs --profile FILE (write one with `engine-min profile`)",
@@ -360,7 +365,7 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
             opts.context.clamp(1, model.config.context.max(1)),
             opts.max_batch.max(1),
         )
-        .map_err(ComposeError::Gpu)?;
+        .map_err(ComposeError::Resident)?;
         let exec = Executor::resident(table, cpu, dec)?;
         return Ok(Composed { exec, notes });
     }
