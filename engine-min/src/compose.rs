@@ -256,7 +256,7 @@ impl fmt::Display for ComposeError {
 impl std::error::Error for ComposeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Gpu(e) => Some(e),
+            Self::Gpu(e) | Self::Resident(e) => Some(e),
             Self::Npu(e) => Some(e),
             Self::NoProfile => None,
             Self::Profile(e) => Some(e),
