@@ -59,10 +59,12 @@ theirs() {
   log="$OUT/$(short "$m").$(basename "$t").llama.txt"; l0=$(load); t0=$(date +%s.%N)
   if LD_LIBRARY_PATH="$(dirname "$LLAMA_PERPLEXITY")" "$LLAMA_PERPLEXITY" -m "$m" -f "$t" -c "$CTX" \
       -t "$THREADS" ${CHUNKS:+--chunks "$CHUNKS"} >"$log" 2>&1; then
-    # "Final estimate: PPL = 12.3456 +/- 0.12345"; chunks from "computing over N chunks".
-    local n; n=$(sed -n 's/.*computing over \([0-9]*\) chunks.*/\1/p' "$log" | head -1)
-    awk -v m="$(short "$m")" -v t="$(basename "$t")" -v n="$n" -v s="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')" -v l="$l0" \
-      '/Final estimate/ {printf "%s\t%s\tllama.cpp\tcpu\t%s\t%s\t%s\t%.0f\t%s\n", m, t, n, $5, $7, s, l}' "$log"
+    # "[timestamp I] Final estimate: PPL = 12.3456 +/- 0.12345" (recent builds prefix a
+    # timestamp); chunks from "calculating perplexity over N chunks" (older: "computing over").
+    local n r; n=$(sed -n 's/.* over \([0-9]*\) chunks.*/\1/p' "$log" | head -1)
+    r=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1\t\2/p' "$log")
+    printf '%s\t%s\tllama.cpp\tcpu\t%s\t%s\t%.0f\t%s\n' "$(short "$m")" "$(basename "$t")" "$n" "$r" \
+      "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')" "$l0"
   else
     printf '%s\t%s\tllama.cpp\tcpu\tfailed: %s\n' "$(short "$m")" "$(basename "$t")" "$(tail -1 "$log")"
   fi
