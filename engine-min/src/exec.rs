@@ -27,6 +27,7 @@ use std::time::Instant;
 use hetero_partition::{Backend as Pb, OpPlan, PlanTable};
 use hetero_uma::{Block, ColumnsMut, Handle, MatrixLayout, Pool as UmaPool};
 
+use crate::backend::cpu::MAX_GROUP;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::NpuBackend;
 use crate::backend::{Backend, BackendError, CpuBackend, WeightId, WeightView};
@@ -558,6 +559,85 @@ impl Executor {
         self.times.calls[i].fetch_add(1, Ordering::Relaxed);
         self.shape_times.ns[si].fetch_add(ns, Ordering::Relaxed);
         self.shape_times.calls[si].fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    /// `out_i[m x n_i] = x[m x k] · W_{w_i}ᵀ` for up to [`MAX_GROUP`] of the model's weights
+    /// that share the input `x` (a layer's Q, K and V; gate and up), each into its own output
+    /// slot. When the plan gives every one of them to the CPU alone at `m` rows, the CPU runs
+    /// them as one pool job ([`CpuBackend::matmul_group`]: one dispatch, activations quantized
+    /// once); otherwise each runs as [`Executor::matmul`] would. The outputs are bit-identical
+    /// either way. The group's time is shared among its shapes in proportion to their columns.
+    pub fn matmul_group(
+        &self,
+        group: &mut [(usize, &mut Handle)],
+        x: &[f32],
+        m: usize,
+        uma: &UmaPool,
+    ) -> Result<(), BackendError> {
+        if self.resident.is_some() {
+            return Err(BackendError::Resident);
+        }
+        if group.len() > MAX_GROUP {
+            return Err(BackendError::Shape(
+                "more matmuls in a group than MAX_GROUP",
+            ));
+        }
+        // Per member: (shape index, CPU weight id, columns) when it runs on the CPU alone.
+        let mut cpu: [Option<(usize, WeightId, usize)>; MAX_GROUP] = [None; MAX_GROUP];
+        for (slot, (w, _)) in cpu.iter_mut().zip(group.iter()) {
+            let p = self
+                .weights
+                .get(*w)
+                .ok_or(BackendError::Shape("weight index"))?;
+            if x.len() != m * p.k {
+                return Err(BackendError::Shape("x"));
+            }
+            if m == 0 {
+                continue;
+            }
+            let (si, ex) = self.exec_at(p.k, p.n, m)?;
+            if let [only] = ex.parts.as_slice() {
+                if only.who == Pb::Cpu && only.cols == (0..p.n) {
+                    *slot = Some((si, p.id(Pb::Cpu, &only.cols)?, p.n));
+                }
+            }
+        }
+        let n = group.len();
+        if m == 0 || n < 2 || cpu[..n].iter().any(Option::is_none) {
+            for (w, out) in group.iter_mut() {
+                self.matmul(*w, x, m, uma, out)?;
+            }
+            return Ok(());
+        }
+        let mut outs = group.iter_mut();
+        let mut calls: [Option<(WeightId, &mut [f32])>; MAX_GROUP] = Default::default();
+        for (c, member) in calls.iter_mut().zip(&cpu[..n]) {
+            let (Some((_, id, cols)), Some((_, h))) = (member, outs.next()) else {
+                continue;
+            };
+            let o = uma
+                .f32s_mut(h)?
+                .get_mut(..m * cols)
+                .ok_or(BackendError::Shape("output slot too small"))?;
+            *c = Some((*id, o));
+        }
+        let t0 = Instant::now();
+        let r = match calls {
+            [Some(a), Some(b), None] => self.cpu.matmul_group(&mut [a, b], x, m),
+            [Some(a), Some(b), Some(c)] => self.cpu.matmul_group(&mut [a, b, c], x, m),
+            _ => Err(BackendError::Shape("group")),
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        let total_cols: usize = cpu.iter().flatten().map(|c| c.2).sum();
+        let i = Kind::Cpu.index();
+        self.times.ns[i].fetch_add(ns, Ordering::Relaxed);
+        self.times.calls[i].fetch_add(n as u64, Ordering::Relaxed);
+        for (si, _, cols) in cpu.iter().flatten() {
+            let share = ns * *cols as u64 / total_cols.max(1) as u64;
+            self.shape_times.ns[*si].fetch_add(share, Ordering::Relaxed);
+            self.shape_times.calls[*si].fetch_add(1, Ordering::Relaxed);
+        }
         r
     }
 
