@@ -43,6 +43,8 @@ pub struct PhaseBreakdown {
     pub host: HostTimes,
     /// Matmul time in all.
     pub matmul: Duration,
+    /// CPU pool jobs that woke workers ([`hetero_sme::ThreadPool::dispatches`]).
+    pub dispatches: u64,
 }
 
 /// Token ids below `vocab` from a seeded xorshift64*: any token id will do, and the same seed
@@ -72,6 +74,7 @@ pub fn breakdown(
         |engine: &mut Engine, steps: &[Vec<u32>]| -> Result<PhaseBreakdown, EngineError> {
             engine.reset();
             engine.reset_timings();
+            let jobs0 = engine.executor().cpu().pool().dispatches();
             let t0 = Instant::now();
             for s in steps {
                 engine.forward(s, &mut logits)?;
@@ -84,6 +87,7 @@ pub fn breakdown(
                 matmuls: engine.executor().shape_times(),
                 host: t.host,
                 matmul: t.matmul,
+                dispatches: engine.executor().cpu().pool().dispatches() - jobs0,
             })
         };
     let prompt: Vec<Vec<u32>> = vec![(0..pp).map(|_| next_token()).collect()];

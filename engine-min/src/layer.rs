@@ -18,6 +18,7 @@ use crate::exec::Executor;
 use crate::guard::{LayerOp, Probe, Site};
 use crate::model::{Config, Model};
 use hetero_sme::ThreadPool as Pool;
+use hetero_uma::Handle;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -330,11 +331,18 @@ impl Work {
             self.norm(pool, s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, AttnNorm);
-            self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
+            // Q, K and V share their input: one pool job when they all run on the CPU.
+            {
+                let [_, h, q, k, v, ..] = s.each_mut();
+                let group = [
+                    (weight(l, Op::Q), q),
+                    (weight(l, Op::K), k),
+                    (weight(l, Op::V), v),
+                ];
+                self.matmul_group(exec, clock, h, group, m)?;
+            }
             checked!(Buf::Q, d, AttnQ);
-            self.matmul(exec, clock, s, weight(l, Op::K), Buf::H, m, Buf::K)?;
             checked!(Buf::K, kv, AttnK);
-            self.matmul(exec, clock, s, weight(l, Op::V), Buf::H, m, Buf::V)?;
             checked!(Buf::V, kv, AttnV);
             let t0 = clock.start();
             {
@@ -374,9 +382,13 @@ impl Work {
             self.norm(pool, s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, FfnNorm);
-            self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
+            // Gate and up share their input: one pool job when both run on the CPU.
+            {
+                let [_, h, _, _, _, _, _, g, u] = s.each_mut();
+                let group = [(weight(l, Op::Gate), g), (weight(l, Op::Up), u)];
+                self.matmul_group(exec, clock, h, group, m)?;
+            }
             checked!(Buf::G, c.d_ff, FfnGate);
-            self.matmul(exec, clock, s, weight(l, Op::Up), Buf::H, m, Buf::U)?;
             checked!(Buf::U, c.d_ff, FfnUp);
             let t0 = clock.start();
             {
@@ -425,6 +437,26 @@ impl Work {
         let x = up.f32s(xh)?;
         let k = exec.weight_k(w)?;
         let r = exec.matmul(w, &x[..m * k], m, up, oh);
+        clock.matmul(t0);
+        r
+    }
+
+    /// The model's weights `group` (each with its output slot) times the rows of slot `input`
+    /// ([`Executor::matmul_group`]: one pool job when the plan gives them all to the CPU).
+    fn matmul_group<const N: usize>(
+        &self,
+        exec: &Executor,
+        clock: &mut Clock<'_>,
+        input: &Handle,
+        mut group: [(usize, &mut Handle); N],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let t0 = clock.start();
+        let up = self.acts.pool();
+        let x = up.f32s(input)?;
+        let k = exec.weight_k(group[0].0)?;
+        let x = x.get(..m * k).ok_or(BackendError::Shape("x"))?;
+        let r = exec.matmul_group(&mut group, x, m, up);
         clock.matmul(t0);
         r
     }

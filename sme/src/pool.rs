@@ -357,6 +357,9 @@ pub struct ThreadPool {
     /// Serializes jobs (the protocol has one job at a time) and the inline paths, which use
     /// thread index 0 like the jobs' callers.
     run_lock: Mutex<()>,
+    /// Jobs that woke workers so far ([`ThreadPool::dispatches`]); a statistic outside the
+    /// protocol (std's atomic under loom too).
+    dispatches: core::sync::atomic::AtomicU64,
 }
 
 impl core::fmt::Debug for ThreadPool {
@@ -447,6 +450,7 @@ impl ThreadPool {
             workers: Vec::with_capacity(threads - 1),
             threads,
             run_lock: Mutex::new(()),
+            dispatches: core::sync::atomic::AtomicU64::new(0),
         };
         for index in 1..threads {
             let w = PoolWorker {
@@ -471,6 +475,13 @@ impl ThreadPool {
     /// Number of threads that run jobs (the workers plus the caller).
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Jobs so far that opened workers' seats (not those run inline on the caller alone):
+    /// what a profile multiplies by the dispatch cost. Only the caller holding the run lock
+    /// adds to it; read it between jobs.
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches.load(Ordering::Relaxed)
     }
 
     /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool by work
@@ -565,6 +576,8 @@ impl ThreadPool {
             s.steal.with(|st| f(unsafe { &*st }, 0));
             return;
         }
+        self.dispatches
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         // SAFETY: as for `steal` above.
         s.job.with_mut(|j| unsafe { *j = Some(JobRef::new(f)) });
         // SAFETY: only the caller holding `run_lock` touches the epoch.

@@ -85,7 +85,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         let dispatch = dispatch_us(engine.executor().cpu().pool());
         for (name, b) in [("pp", &pp), ("tg", &tg)] {
             if b.tokens > 0 {
-                print_breakdown(out, name, b, dispatch, model.config.n_layer)?;
+                print_breakdown(out, name, b, dispatch)?;
             }
         }
     }
@@ -111,7 +111,6 @@ fn print_breakdown(
     name: &str,
     b: &crate::bench::PhaseBreakdown,
     dispatch_us: f64,
-    n_layer: usize,
 ) -> Result<(), Fail> {
     let wall = b.wall.as_secs_f64() * 1e6;
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / b.tokens as f64;
@@ -150,12 +149,11 @@ fn print_breakdown(
         per(rest),
         pct(rest)
     )?;
-    // Every matmul is one pool job (at most 16 rows: larger GEMV batches are several), and
-    // every layer's attention one more.
-    let jobs = calls as f64 + (b.steps * n_layer) as f64;
+    // Counted by the pool: jobs that woke workers (fused Q/K/V and gate/up are one each).
+    let jobs = b.dispatches as f64;
     writeln!(
         out,
-        "  pool dispatch: {dispatch_us:.2} us per empty job; ~{:.0} jobs/token => ~{:.1} us/token",
+        "  pool dispatch: {dispatch_us:.2} us per empty job; {:.0} jobs/token ({calls} matmuls in all) => ~{:.1} us/token",
         jobs / b.tokens as f64,
         dispatch_us * jobs / b.tokens as f64
     )?;
