@@ -17,6 +17,7 @@ use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
 use crate::guard::{LayerOp, Probe, Site};
 use crate::model::{Config, Model};
+use crate::swiglu::swiglu;
 use hetero_sme::ThreadPool as Pool;
 use hetero_uma::Handle;
 
@@ -618,13 +619,6 @@ const PAR_ROWS: usize = 4;
 /// Rows per task so every thread gets about two tasks (work stealing evens out the rest).
 fn rows_per_task(m: usize, threads: usize) -> usize {
     m.div_ceil(2 * threads.max(1)).max(1)
-}
-
-/// `g = silu(g) * u`, element by element.
-fn swiglu(g: &mut [f32], u: &[f32]) {
-    for (g, u) in g.iter_mut().zip(u) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
 }
 
 #[inline(always)]

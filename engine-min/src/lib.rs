@@ -20,4 +20,5 @@ pub mod planning;
 pub mod quant;
 pub mod reference;
 pub mod sample;
+mod swiglu;
 pub mod tokenizer;
