@@ -369,8 +369,9 @@ impl Kernels {
     }
 
     /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
-    /// file), `x` of `k` f32, `y` of `n` f32. Block formats need `k % 32 == 0`. FP16 with
-    /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
+    /// file), `x` of `k` f32, `y` of `n` f32; every type of [`crate::COMPUTABLE`]. Block
+    /// formats need `k % 32 == 0`, the K-quants `k % 256 == 0`. FP16 with `k % 8 == 0` takes
+    /// the 16-byte-load kernel, other `k` the element-wise one.
     pub fn gemv(
         &self,
         format: GgmlType,
@@ -405,6 +406,12 @@ impl Kernels {
             GgmlType::Q4_0 => ("gemv_q4_0", k / 8),
             GgmlType::Q4_1 => ("gemv_q4_1", k / 8),
             GgmlType::Q8_0 => ("gemv_q8_0", k / 8),
+            // GGUF bytes as stored; one work-item per 8 consecutive values (k / 8 parts a row).
+            GgmlType::Q5_0 => ("gemv_q5_0", k / 8),
+            GgmlType::Q5_1 => ("gemv_q5_1", k / 8),
+            GgmlType::Q4K => ("gemv_q4_k", k / 8),
+            GgmlType::Q5K => ("gemv_q5_k", k / 8),
+            GgmlType::Q6K => ("gemv_q6_k", k / 8),
             other => return Err(Error::UnsupportedFormat(other)),
         };
         let default = if name == "gemv_f16" {
@@ -601,6 +608,11 @@ impl Kernels {
             GgmlType::Q4_0 => ("gemm_q4_0", k / 32),
             GgmlType::Q4_1 => ("gemm_q4_1", k / 32),
             GgmlType::Q8_0 => ("gemm_q8_0", k / 32),
+            GgmlType::Q5_0 => ("gemm_q5_0", k / 32),
+            GgmlType::Q5_1 => ("gemm_q5_1", k / 32),
+            GgmlType::Q4K => ("gemm_q4_k", k / 32),
+            GgmlType::Q5K => ("gemm_q5_k", k / 32),
+            GgmlType::Q6K => ("gemm_q6_k", k / 32),
             other => return Err(Error::UnsupportedFormat(other)),
         };
         let s = self.fit(RowShape::for_units(units, 64));

@@ -67,16 +67,45 @@ fn rand_weights(r: &mut StdRng, format: GgmlType, n: usize, k: usize) -> Vec<u8>
         _ => {
             let bb = format.block().map_or(2, |b| b.1);
             for blk in w.chunks_exact_mut(bb) {
+                // Random bytes everywhere (every quant, fifth-bit and packed-scale pattern),
+                // then finite f16 scales where the format keeps them.
                 r.fill(&mut blk[..]);
-                blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
-                if format == GgmlType::Q4_1 {
-                    blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
-                }
+                set_f16_scales(r, format, blk);
             }
         }
     }
     w
 }
+
+/// Overwrites the f16 fields of one block with scales in a realistic range: `d` (and `m` of
+/// Q4_1/Q5_1, `dmin` of Q4_K/Q5_K, positive as quantizers write it); Q6_K keeps `d` last.
+fn set_f16_scales(r: &mut StdRng, format: GgmlType, blk: &mut [u8]) {
+    match format {
+        GgmlType::Q6K => {
+            let n = blk.len();
+            blk[n - 2..].copy_from_slice(&f16_bytes(r.gen_range(0.0005..0.005)));
+        }
+        GgmlType::Q4K | GgmlType::Q5K => {
+            blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.0005..0.005)));
+            blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(0.0..0.01)));
+        }
+        _ => {
+            blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
+            if matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
+            }
+        }
+    }
+}
+
+/// The formats read as GGUF stores them without a dedicated re-layout, beyond the first four.
+const NEW_FORMATS: [GgmlType; 5] = [
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
 
 fn poisoned(k: &Kernels, n: usize) -> Buffer {
     k.device().upload(&vec![f32::NAN; n]).unwrap()
@@ -276,6 +305,56 @@ fn gemv_all_formats_match_reference() {
             n,
             kk,
         );
+    }
+}
+
+/// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K GEMVs over the K of K-quant rows (256, 512, 1536) and row
+/// counts that leave partial work-groups (1, 37, 67, 257), default and explicit work-group
+/// shapes on Q4_K (one work-item a row; more work-items than a row's parts); outputs poisoned,
+/// the bounds of `check_mm` (f32 accumulation of <= 1536 products; same reasoning as above).
+#[test]
+fn gemv_q5_and_k_quants_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(14);
+    for format in NEW_FORMATS {
+        for &(n, kk) in &[(1, 256), (37, 512), (257, 1536), (67, 256)] {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, kk);
+            let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
+            let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
+            // Explicit shapes on one format only: the loop they exercise is the one macro all
+            // five share, and each shape is another PoCL compile of the kernel.
+            let shapes: &[Option<(usize, usize)>] = if n == 37 && format == GgmlType::Q4K {
+                &[None, Some((1, 4)), Some((256, 1))]
+            } else {
+                &[None]
+            };
+            for &shape in shapes {
+                let by = poisoned(k, n);
+                let shape = shape.map(|(tpr, rows)| ocl::RowShape {
+                    tpr,
+                    rows,
+                    per_item: 1,
+                    unroll: 0,
+                });
+                k.gemv_with(format, &bw, &bx, &by, n, kk, shape)
+                    .unwrap()
+                    .enqueue()
+                    .unwrap();
+                check_mm(
+                    &format!("gemv {format} {n}x{kk} shape {shape:?}"),
+                    &read(&by, n),
+                    &want,
+                    format,
+                    &w,
+                    &x,
+                    1,
+                    n,
+                    kk,
+                );
+            }
+        }
     }
 }
 
@@ -636,6 +715,45 @@ fn gemm_small_m_matches_reference() {
                 .unwrap();
             check_mm(
                 &format!("gemm {format:?} {m}x{n}x{kk}"),
+                &read(&by, m * n),
+                &want,
+                format,
+                &w,
+                &x,
+                m,
+                n,
+                kk,
+            );
+        }
+    }
+}
+
+/// The small-M GEMM of Q5_0, Q5_1, Q4_K, Q5_K and Q6_K: every row count 1..=33 (every
+/// remainder of the kernel's 4-row tiles) on one shape, and K = 256 / 1536 with row counts
+/// that leave partial work-groups; outputs poisoned, `check_mm`'s bounds.
+#[test]
+fn gemm_q5_and_k_quants_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(15);
+    for format in NEW_FORMATS {
+        let mut cases: Vec<(usize, usize, usize)> = (1..=33).map(|m| (m, 45, 512)).collect();
+        cases.extend([(7, 130, 1536), (2, 257, 256)]);
+        for (m, n, kk) in cases {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, m * kk);
+            let want = reference::gemm(format, &w, &x, m, n, kk).unwrap();
+            let (bw, bx, by) = (
+                d.upload(&w).unwrap(),
+                d.upload(&x).unwrap(),
+                poisoned(k, m * n),
+            );
+            k.gemm(format, &bw, &bx, &by, m, n, kk)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            check_mm(
+                &format!("gemm {format} {m}x{n}x{kk}"),
                 &read(&by, m * n),
                 &want,
                 format,
