@@ -597,6 +597,26 @@ impl Kernels {
         n: usize,
         k: usize,
     ) -> Result<Launch> {
+        self.gemm_with(format, w, x, y, m, n, k, None)
+    }
+
+    /// [`Kernels::gemm`] with an explicit work-group shape (`tpr` work-items share a weight row,
+    /// `rows` rows a group; `per_item` must be 1; for tuning; `None` = default).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_with(
+        &self,
+        format: GgmlType,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch> {
+        if shape.is_some_and(|s| s.per_item != 1) {
+            return Err(Error::NotApplicable("the GEMMs take one row per work-item"));
+        }
         if m == 0 {
             return Err(Error::BadShape("M must be positive".into()));
         }
@@ -615,7 +635,7 @@ impl Kernels {
             GgmlType::Q6K => ("gemm_q6_k", k / 32),
             other => return Err(Error::UnsupportedFormat(other)),
         };
-        let s = self.fit(RowShape::for_units(units, 64));
+        let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 64)));
         let (global, local) = s.grid(n);
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;

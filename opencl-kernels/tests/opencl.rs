@@ -309,35 +309,37 @@ fn gemv_all_formats_match_reference() {
 }
 
 /// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K GEMVs over the K of K-quant rows (256, 512, 1536) and row
-/// counts that leave partial work-groups (1, 37, 67, 257), default and explicit work-group
-/// shapes on Q4_K (one work-item a row; more work-items than a row's parts); outputs poisoned,
-/// the bounds of `check_mm` (f32 accumulation of <= 1536 products; same reasoning as above).
+/// counts that leave partial work-groups (1, 37, 67, 257); outputs poisoned, the bounds of
+/// `check_mm` (f32 accumulation of <= 1536 products; same reasoning as above). Every K runs
+/// under one work-group shape per format (K = 512's default; the kernels' K-dependence is the
+/// loop bound, not the shape), since each shape is one more PoCL compile of the kernel; the
+/// shape choice itself is the format-independent code the tests above cover. Q4_K also runs
+/// one work-item a row and more work-items than a row has parts.
 #[test]
 fn gemv_q5_and_k_quants_match_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(14);
+    let same = ocl::RowShape::for_units(512 / 8, 128);
     for format in NEW_FORMATS {
         for &(n, kk) in &[(1, 256), (37, 512), (257, 1536), (67, 256)] {
             let w = rand_weights(&mut r, format, n, kk);
             let x = randn(&mut r, kk);
             let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
             let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
-            // Explicit shapes on one format only: the loop they exercise is the one macro all
-            // five share, and each shape is another PoCL compile of the kernel.
-            let shapes: &[Option<(usize, usize)>] = if n == 37 && format == GgmlType::Q4K {
-                &[None, Some((1, 4)), Some((256, 1))]
-            } else {
-                &[None]
-            };
-            for &shape in shapes {
+            let mut shapes = vec![(kk != 512).then_some(same)];
+            if n == 37 && format == GgmlType::Q4K {
+                shapes.extend([(1, 4), (256, 1)].map(|(tpr, rows)| {
+                    Some(ocl::RowShape {
+                        tpr,
+                        rows,
+                        per_item: 1,
+                        unroll: 0,
+                    })
+                }));
+            }
+            for shape in shapes {
                 let by = poisoned(k, n);
-                let shape = shape.map(|(tpr, rows)| ocl::RowShape {
-                    tpr,
-                    rows,
-                    per_item: 1,
-                    unroll: 0,
-                });
                 k.gemv_with(format, &bw, &bx, &by, n, kk, shape)
                     .unwrap()
                     .enqueue()
@@ -729,13 +731,15 @@ fn gemm_small_m_matches_reference() {
 }
 
 /// The small-M GEMM of Q5_0, Q5_1, Q4_K, Q5_K and Q6_K: every row count 1..=33 (every
-/// remainder of the kernel's 4-row tiles) on one shape, and K = 256 / 1536 with row counts
-/// that leave partial work-groups; outputs poisoned, `check_mm`'s bounds.
+/// remainder of the kernel's 4-row tiles) at K = 512, and K = 256 / 1536 with row counts that
+/// leave partial work-groups, all under K = 512's default shape (one PoCL compile per format,
+/// as for the GEMVs above); outputs poisoned, `check_mm`'s bounds.
 #[test]
 fn gemm_q5_and_k_quants_match_reference() {
     let Some(k) = kernels() else { return };
     let d = k.device();
     let mut r = rng(15);
+    let same = ocl::RowShape::for_units(512 / 32, 64);
     for format in NEW_FORMATS {
         let mut cases: Vec<(usize, usize, usize)> = (1..=33).map(|m| (m, 45, 512)).collect();
         cases.extend([(7, 130, 1536), (2, 257, 256)]);
@@ -748,7 +752,8 @@ fn gemm_q5_and_k_quants_match_reference() {
                 d.upload(&x).unwrap(),
                 poisoned(k, m * n),
             );
-            k.gemm(format, &bw, &bx, &by, m, n, kk)
+            let shape = (kk != 512).then_some(same);
+            k.gemm_with(format, &bw, &bx, &by, m, n, kk, shape)
                 .unwrap()
                 .enqueue()
                 .unwrap();
