@@ -642,7 +642,7 @@ fn mixed_type_layers_match_reference() {
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
     let mut dec = model.decoder(&dev, DecoderOptions::default());
     for (layer, l) in model.layers.iter().enumerate() {
-        let cases: [(Matrix, usize, usize, usize, Option<&[f32]>); 7] = [
+        let cases: [Case<'_>; 7] = [
             (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
             (Matrix::K, 1, dkv, d, None),
             (Matrix::V, 2, dkv, d, Some(&l.attn_norm)),
@@ -777,6 +777,10 @@ fn layer_range_split_matches_reference() {
     );
 }
 
+/// A column-hook case: (matrix, index into the layer's weights (7: the head), rows, columns,
+/// its norm).
+type Case<'a> = (Matrix, usize, usize, usize, Option<&'a [f32]>);
+
 /// The column-split hook: column ranges of every resident matrix, from host rows and from the
 /// resident activations, one row (GEMV) and several (GEMM), with and without the fused norm.
 #[test]
@@ -796,8 +800,6 @@ fn matmul_rows_matches_reference() {
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
     let mut dec = model.decoder(&dev, DecoderOptions::default());
     let l = &model.layers[1];
-    // (matrix, index into the layer's weights (7: the head), rows, columns, its norm)
-    type Case<'a> = (Matrix, usize, usize, usize, Option<&'a [f32]>);
     let cases: [Case<'_>; 8] = [
         (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
         (Matrix::K, 1, dkv, d, Some(&l.attn_norm)),
