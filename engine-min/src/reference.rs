@@ -1,7 +1,11 @@
 //! A plain f32 reference forward pass over fully dequantized weights: no KV cache, no
 //! batching tricks, f64 accumulation, naive loops. It is the test oracle for the engine (slow:
-//! about a tenth of a second per token) and shares no kernel code with it (its dequantization
-//! is written out again here, scalar).
+//! about a tenth of a second per token) and shares no kernel code with it: its dequantization
+//! of F32/F16/BF16/Q4_0/Q4_1/Q8_0 is written out again here, scalar; the other block types
+//! (Q5_0, Q5_1, the K-quants) go through `hetero_sme::dequantize_row`, the family's one
+//! dequantizer, which `tests/gguf_oracle.rs` proves bit for bit against gguf-py's on every
+//! fixture (no kernel reads weights through it: the CPU kernels pack their own forms and the
+//! OpenCL kernels decode GGUF bytes on the device).
 
 use crate::gguf::GgmlType;
 use crate::model::{Model, WeightRef};
@@ -53,6 +57,16 @@ pub fn dequantize_bytes(ty: GgmlType, n_el: usize, b: &[u8]) -> Vec<f32> {
                     }
                 };
                 out.push(x);
+            }
+        }
+        ty if ty.can_dequantize() => {
+            // The whole tensor as one row of whole blocks; anything that does not fit leaves
+            // NaN, as for the types nobody dequantizes.
+            out.resize(n_el, f32::NAN);
+            if let Some(nb) = ty.row_bytes(n_el).filter(|&nb| b.len() >= nb) {
+                if hetero_sme::dequantize_row(ty, &b[..nb], &mut out).is_err() {
+                    out.fill(f32::NAN);
+                }
             }
         }
         _ => out.resize(n_el, f32::NAN),
