@@ -967,18 +967,34 @@ fn bad_inputs_are_typed_errors() {
     let d = k.device();
     let b = d.alloc(64).unwrap();
     let big = d.alloc(1 << 16).unwrap();
-    // K not a multiple of 32 for a block format.
-    for f in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let e = k.gemv(f, &big, &big, &big, 4, 48).unwrap_err();
+    // K not a multiple of 32 for a block format, of 256 for a K-quant (GEMV and GEMM).
+    for (f, kk, block) in [
+        (GgmlType::Q4_0, 48, "32"),
+        (GgmlType::Q4_1, 48, "32"),
+        (GgmlType::Q8_0, 48, "32"),
+        (GgmlType::Q5_0, 48, "32"),
+        (GgmlType::Q5_1, 48, "32"),
+        (GgmlType::Q4K, 288, "256"),
+        (GgmlType::Q5K, 288, "256"),
+        (GgmlType::Q6K, 64, "256"),
+    ] {
+        let want = format!("multiple of {block}");
+        let e = k.gemv(f, &big, &big, &big, 4, kk).unwrap_err();
         assert!(
-            matches!(e, Error::BadShape(ref s) if s.contains("multiple of 32")),
-            "{e}"
+            matches!(e, Error::BadShape(ref s) if s.contains(&want)),
+            "{f}: {e}"
+        );
+        let e = k.gemm(f, &big, &big, &big, 2, 4, kk).unwrap_err();
+        assert!(
+            matches!(e, Error::BadShape(ref s) if s.contains(&want)),
+            "{f}: {e}"
         );
     }
     // Types the kernels do not compute are typed errors, for the GEMV, the GEMM and the sizes.
     for f in [
-        GgmlType::Q5_0,
-        GgmlType::Q4K,
+        GgmlType::BF16,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
         GgmlType::F32,
         GgmlType::Other(16),
     ] {
