@@ -3,7 +3,9 @@
 # (binaries from opencl-kernels/benches/h200-resident-build.sh, carried in .device/ocl-resident):
 #
 #  1. correctness on NVIDIA's OpenCL: the decoder tests (both decode paths, every format,
-#     against the f64 reference) and the kernel tests;
+#     against the f64 reference) and the kernel tests; where the model travelled, the real-model
+#     test and (FIXTURES=1, the default) the fixture test on the five requantized files that
+#     gguf-requantize writes there from it (~1 minute);
 #  2. speed, ROUNDS rounds (default 3) alternating with llama.cpp's CUDA llama-bench when one is
 #     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (both decode paths;
 #     the model file does not travel in one call) for each layer format of FORMATS (default
@@ -20,7 +22,7 @@
 # benches/engine-min-h200.sh does; the model is then also checked by the real-model test).
 # Without them step 2 times ours alone and says so.
 #
-# Outputs in $OUT: tests.txt, bench.txt, profile.txt, llama.txt, summary.txt.
+# Outputs in $OUT: tests.txt, fixtures.txt, bench.txt, profile.txt, llama.txt, summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -63,8 +65,18 @@ if [ -z "$MODEL" ] && [ -f target/devmodel/part00 ] && [ -f target/devmodel/part
 fi
 if [ -n "$MODEL" ] && [ -x $D/gpu-resident-tests ]; then
   HETERO_MODEL=$MODEL HETERO_REQUIRE=opencl,model timeout 300 $D/gpu-resident-tests --nocapture \
-    --test-threads 1 >> "$OUT/tests.txt" 2>&1
+    --test-threads 1 --skip every_fixture >> "$OUT/tests.txt" 2>&1
   grep -E "pos (0|16|127|199|263):|compared|^test result" "$OUT/tests.txt" | tail -8 | tee -a "$SUM"
+  if [ "${FIXTURES:-1}" = 1 ] && [ -x $D/gguf-requantize ]; then
+    FX=/tmp/hetero-fixtures; mkdir -p $FX
+    for f in q4_k_m:Q4_K_M q5_k:Q5_K q6_k:Q6_K q5_0:Q5_0 q5_1:Q5_1; do
+      $D/gguf-requantize "$MODEL" "$FX/SmolLM2-135M-Instruct.${f#*:}.gguf" "${f%%:*}" > /dev/null ||
+        say "gguf-requantize ${f%%:*} failed"
+    done
+    HETERO_MODEL=$MODEL HETERO_FIXTURES=$FX HETERO_REQUIRE=opencl,model timeout 300 \
+      $D/gpu-resident-tests --nocapture --test-threads 1 every_fixture > "$OUT/fixtures.txt" 2>&1
+    grep -E "launches a decode step|^test result|panicked" "$OUT/fixtures.txt" | tee -a "$SUM"
+  fi
 else
   say "real-model test: not run (no model here)"
 fi
