@@ -22,6 +22,9 @@
 # benches/engine-min-h200.sh does; the model is then also checked by the real-model test).
 # Without them step 2 times ours alone and says so.
 #
+# Budget: with every format, the fixtures and llama-bench this can approach the device tool's
+# 10-minute limit (not yet run); trim with ROUNDS=2, FORMATS="q4_1 q4_k_m" or FIXTURES=0.
+#
 # Outputs in $OUT: tests.txt, fixtures.txt, bench.txt, profile.txt, llama.txt, summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
