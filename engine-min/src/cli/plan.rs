@@ -181,15 +181,13 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
             }
         }
         if let Some((r, _)) = &d.resident {
-            let shares: Vec<String> = names
-                .iter()
-                .filter_map(|&(name, k, n)| {
-                    r.latency_us(k, n, m, phase)
-                        .ok()
-                        .map(|us| format!("{name} {us:.1} us"))
-                })
-                .collect();
-            writeln!(out, "  gpu resident shares of a step: {}", shares.join(", "))?;
+            match r.step_us(m, true) {
+                Ok(us) => writeln!(
+                    out,
+                    "  gpu resident: a step of {m} rows (logits of the last) predicted {us:.1} us"
+                )?,
+                Err(e) => writeln!(out, "  gpu resident: no prediction at {m} rows ({e})")?,
+            }
         }
     }
     let far: Vec<String> = d.plans.extrapolated().map(|p| {

@@ -269,7 +269,13 @@ pub fn measure(
                 bw.a, bw.b, bw.both
             ));
             cpu.bandwidth_gbps = Some(bw.a);
-            let (split_us, ov) = split_and_overlap(model, &pool, o.kernel, gpu_exec.into_backends())?;
+            let (split_us, ov) = split_and_overlap(
+                model,
+                &pool,
+                o.kernel,
+                gpu_exec.into_backends(),
+                info.is_cpu,
+            )?;
             progress(&format!(
                 "cpu+gpu split: {split_us:.1} us fixed cost, overlap {ov:.2}"
             ));
@@ -282,8 +288,13 @@ pub fn measure(
             notes.push(format!(
                 "pair cpu-gpu: split_us = a 64/64-column split of attn_k's first 128 columns at \
                  one row minus its slower side alone; overlap from ffn_gate split 768/768 at 16 \
-                 rows, (T_cpu + T_gpu - (T_split - split_us)) / min; concurrent_gbps: both \
+                 rows, (T_cpu + T_gpu - (T_split - split_us)) / min{}; concurrent_gbps: both \
                  streaming one-row GEMVs over their own layers' weights (even / odd) for {} ms",
+                if info.is_cpu {
+                    " in process CPU time (the GPU shares the CPU's cores)"
+                } else {
+                    " in wall time"
+                },
                 window.as_millis()
             ));
             let mut paths = Vec::new();
@@ -356,12 +367,16 @@ pub fn measure(
 }
 
 /// The cpu+gpu pair's `split_us` and `overlap`, through executors on the backends of a
-/// finished GPU executor (no second device, no kernel rebuild).
+/// finished GPU executor (no second device, no kernel rebuild). When the GPU shares the CPU's
+/// cores (`shared`), the overlap is measured in process CPU time instead of wall time: on a
+/// machine shared with other processes, a split's extra thread wins a larger share of the
+/// cores, which wall time would read as overlap although no more compute exists.
 fn split_and_overlap(
     model: &Model,
     pool: &Arc<Pool>,
     kernel: CpuKernel,
     b: Backends,
+    shared: bool,
 ) -> Result<(f64, f64), String> {
     let l0 = model.layers.first().ok_or("the model has no layers")?;
     let e = |e: crate::backend::BackendError| e.to_string();
@@ -373,10 +388,13 @@ fn split_and_overlap(
         Executor::new(plans(&[Pb::Cpu, Pb::Gpu], policy, ws, 16)?, b, ws).map_err(|e| e.to_string())
     };
     let times = |x: &Executor, bench: &Bench| -> Result<(f64, f64), String> {
-        Ok((
-            pairs::median_call_us(x, bench, 0, tiny.k, 1, 101)?,
-            pairs::median_call_us(x, bench, 1, gate.k, 16, 21)?,
-        ))
+        let tiny_us = pairs::median_call_us(x, bench, 0, tiny.k, 1, 101)?;
+        let gate_us = if shared {
+            pairs::cpu_per_call_us(x, bench, 1, gate.k, 16, 21)?
+        } else {
+            pairs::median_call_us(x, bench, 1, gate.k, 16, 21)?
+        };
+        Ok((tiny_us, gate_us))
     };
     let cpu = |b: Backends| Backends {
         cpu: CpuBackend::new(Arc::clone(pool), kernel),
@@ -401,7 +419,9 @@ fn split_and_overlap(
     let eg = exec(Policy::Single(Pb::Gpu), &hi, cpu(ec.into_backends()))?;
     let (g_tiny, g_gate) = times(&eg, &bench)?;
     let split_us = split_cost_us(s_tiny, c_tiny, g_tiny);
-    Ok((split_us, overlap(s_gate, split_us, c_gate, g_gate)))
+    // CPU seconds have no fixed split cost to take out.
+    let fixed = if shared { 0.0 } else { split_us };
+    Ok((split_us, overlap(s_gate, fixed, c_gate, g_gate)))
 }
 
 /// The resident paths' points (decode, prefill) and the prefill chunks left out.

@@ -33,6 +33,31 @@ pub(super) fn median_call_us(
     r
 }
 
+/// Process CPU time (all threads) of `n` calls of weight `w` at `m` rows, per call, µs (after
+/// two warm-up calls).
+pub(super) fn cpu_per_call_us(
+    exec: &Executor,
+    bench: &Bench,
+    w: usize,
+    k: usize,
+    m: usize,
+    n: usize,
+) -> Result<f64, String> {
+    let mut out = bench.slot()?;
+    let r = (|| {
+        for _ in 0..2 {
+            bench.call(exec, w, k, m, &mut out)?;
+        }
+        let c0 = crate::cli::cpu_time();
+        for _ in 0..n.max(1) {
+            bench.call(exec, w, k, m, &mut out)?;
+        }
+        Ok(crate::cli::cpu_time().saturating_sub(c0).as_secs_f64() * 1e6 / n.max(1) as f64)
+    })();
+    bench.give(out);
+    r
+}
+
 /// `split_us`: the split's time beyond its slower side, `t_split − max(t_a, t_b)`, at least 0.
 pub fn split_cost_us(t_split: f64, t_a: f64, t_b: f64) -> f64 {
     (t_split - t_a.max(t_b)).max(0.0)

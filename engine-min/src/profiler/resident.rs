@@ -189,7 +189,9 @@ pub(super) fn measure(
         steps: Vec::new(),
     };
     let (lat, t, r) = st.attributed(dec, c, 1, pos, budget)?;
-    progress(&format!("gpu resident decode step: {t:.1} us ({r} timed steps)"));
+    progress(&format!(
+        "gpu resident decode step: {t:.1} us ({r} timed steps + 1 profiled)"
+    ));
     out.steps.push((1, t));
     out.decode = lat.iter().map(|&(s, us)| point(s, 1, us)).collect();
     let mut heads = Vec::new();
@@ -197,15 +199,16 @@ pub(super) fn measure(
     for &m in prefill_m {
         let left = budget.saturating_sub(t_start.elapsed());
         // A chunk costs at least the last one and at most in proportion to its rows; it needs
-        // a warm-up, a timed and a profiled step.
+        // a warm-up and a profiled step. The first chunk is always measured (the prefill path
+        // needs a point).
         let est = (last.1 * f64::from(m) / f64::from(last.0)).max(last.1);
-        if Duration::from_secs_f64(est * 3e-6) > left {
+        if !out.prefill.is_empty() && Duration::from_secs_f64(est * 2e-6) > left {
             out.skipped.push(m);
             continue;
         }
         let (lat, t, r) = st.attributed(dec, c, m, 0, left)?;
         progress(&format!(
-            "gpu resident prefill chunk m={m}: {t:.1} us ({r} timed steps)"
+            "gpu resident prefill chunk m={m}: {t:.1} us ({r} timed steps + 1 profiled)"
         ));
         out.steps.push((m, t));
         last = (m, t);
@@ -240,8 +243,9 @@ impl Steps {
         Ok(t0.elapsed())
     }
 
-    /// A warm-up step, up to `reps` timed steps within `left` (their median `T`, µs), one
-    /// profiled step, and the attribution of `T`; also the timed steps' count.
+    /// A warm-up step, up to `reps` timed steps that fit in `left` besides one profiled step
+    /// (their median is `T`, µs; with none, `T` is the profiled step's wall time), the profiled
+    /// step, and the attribution of `T`; also the timed steps' count.
     #[allow(clippy::type_complexity)]
     fn attributed(
         &mut self,
@@ -255,16 +259,20 @@ impl Steps {
         let warm = self.step(dec, m_us, pos)?;
         let fit = (left.saturating_sub(warm * 2).as_secs_f64() / warm.as_secs_f64().max(1e-6))
             as usize;
-        let r = self.reps.min(fit).max(1);
+        let r = self.reps.min(fit);
         let v: Vec<f64> = (0..r)
             .map(|_| self.step(dec, m_us, pos).map(|d| d.as_secs_f64() * 1e6))
             .collect::<Result<_, _>>()?;
-        let t = crate::bench::median(&v);
         dec.set_profiling(true).map_err(|e| e.to_string())?;
         let profiled = self.step(dec, m_us, pos);
         let ops = dec.take_op_times().map_err(|e| e.to_string());
         dec.set_profiling(false).map_err(|e| e.to_string())?;
-        profiled?;
+        let profiled_us = profiled?.as_secs_f64() * 1e6;
+        let t = if v.is_empty() {
+            profiled_us
+        } else {
+            crate::bench::median(&v)
+        };
         let lat = attribute(c, t, &ops?, true)
             .ok_or_else(|| format!("the profiled {m}-row step recorded no matmul time"))?;
         Ok((lat, t, r))
