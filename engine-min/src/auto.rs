@@ -158,6 +158,15 @@ impl StepShapes {
         }
     }
 
+    /// The distinct `(k, n)` shapes, sorted.
+    pub fn shapes(&self) -> Vec<(u32, u32)> {
+        let mut v: Vec<(u32, u32)> = self.layers.iter().map(|e| e.0).collect();
+        v.push(self.head);
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// Predicted time of one step of `m` rows whose LM head runs on `head_rows` rows (0: no
     /// head), each matmul costing `lat(k, n, rows)` µs.
     pub fn step_us<E>(
@@ -304,13 +313,22 @@ pub fn decide(
     max_m: u32,
     workload: Workload,
 ) -> Result<Decision, AutoError> {
-    let shapes_all = crate::compose::model_shapes(model);
-    let step = StepShapes::of(model);
+    decide_for(profile, &StepShapes::of(model), max_m, workload)
+}
+
+/// [`decide`] for a model whose steps run the matmuls `step`.
+pub fn decide_for(
+    profile: &Profile,
+    step: &StepShapes,
+    max_m: u32,
+    workload: Workload,
+) -> Result<Decision, AutoError> {
+    let shapes_all = step.shapes();
     let v = views(profile);
     let per_op = v.per_op.check().map_err(AutoError::Profile)?;
     let plans =
         PhasePlans::build(&per_op, Policy::Auto, &shapes_all, max_m).map_err(AutoError::Table)?;
-    let table = table_workload(&plans, &step, workload.prompt).map_err(AutoError::Table)?;
+    let table = table_workload(&plans, step, workload.prompt).map_err(AutoError::Table)?;
     let mut singles = Vec::new();
     for b in Pb::ALL {
         if !per_op.has(b) || b == Pb::Npu {
@@ -319,7 +337,7 @@ pub fn decide(
         }
         let single = PhasePlans::build(&per_op, Policy::Single(b), &shapes_all, max_m)
             .ok()
-            .and_then(|t| table_workload(&t, &step, workload.prompt).ok());
+            .and_then(|t| table_workload(&t, step, workload.prompt).ok());
         if let Some(p) = single {
             let name = if b == Pb::Gpu {
                 "gpu per-matmul".to_string()
@@ -460,4 +478,162 @@ fn summarize(
         let _ = write!(s, "; best per-op plan {}", rate(&table));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four 64x64 and two 64x128 matmuls a layer-set, a 64x256 head.
+    fn step() -> StepShapes {
+        StepShapes {
+            layers: vec![((64, 64), 4), ((64, 128), 2)],
+            head: (64, 256),
+        }
+    }
+
+    /// Points at 1 and 128 rows for the three shapes, `a` µs per row-1 unit.
+    fn pts(a: f64) -> String {
+        let p = |k: u32, n: u32, m: u32, us: f64| {
+            format!(r#"{{ "k": {k}, "n": {n}, "m": {m}, "us": {us} }}"#)
+        };
+        [
+            p(64, 64, 1, a),
+            p(64, 64, 128, 10.0 * a),
+            p(64, 128, 1, 2.0 * a),
+            p(64, 128, 128, 20.0 * a),
+            p(64, 256, 1, 4.0 * a),
+            p(64, 256, 128, 40.0 * a),
+        ]
+        .join(", ")
+    }
+
+    /// CPU at 10 µs a unit; the GPU per matmul at `gpu` µs, sharing the CPU's cores when
+    /// `shared`; with `resident`, resident paths 10x faster than the CPU.
+    fn profile(gpu: f64, shared: bool, resident: bool) -> Profile {
+        let res = if resident {
+            r#"{ "name": "resident", "phase": "decode", "points": [
+                   { "k": 64, "n": 64, "m": 1, "us": 1 }, { "k": 64, "n": 128, "m": 1, "us": 2 },
+                   { "k": 64, "n": 256, "m": 1, "us": 4 } ] },
+               { "name": "resident", "phase": "prefill", "points": [
+                   { "k": 64, "n": 64, "m": 128, "us": 10 }, { "k": 64, "n": 128, "m": 128, "us": 20 },
+                   { "k": 64, "n": 256, "m": 1, "us": 4 } ] },"#
+        } else {
+            ""
+        };
+        let json = format!(
+            r#"{{ "backends": [
+              {{ "backend": "cpu", "points": [ {} ] }},
+              {{ "backend": "gpu", {} "paths": [ {res}
+                 {{ "name": "per-matmul", "points": [ {} ] }} ] }} ] }}"#,
+            pts(10.0),
+            if shared {
+                r#""shares_cores_with": "cpu","#
+            } else {
+                ""
+            },
+            pts(gpu)
+        );
+        Profile::from_json(&json).expect("profile")
+    }
+
+    const W: Workload = Workload {
+        prompt: 128,
+        generate: 10,
+    };
+
+    /// By hand: resident prefill 4·10 + 2·20 + head 4 = 84 µs, decode 4·1 + 2·2 + 4 = 12; the
+    /// per-op plans (the CPU: the shared-core GPU at 5x never helps) prefill 4·100 + 2·200 +
+    /// the head on one row from the decode curve 40 = 840, decode 4·10 + 2·20 + 40 = 120.
+    #[test]
+    fn resident_wins_when_its_steps_are_faster() {
+        let d = decide_for(&profile(50.0, true, true), &step(), 128, W).expect("decision");
+        assert_eq!(d.mode, Mode::Resident);
+        assert_eq!(d.table.prefill_us, 840.0);
+        assert_eq!(d.table.decode_us, 120.0);
+        let (r, p) = d.resident.as_ref().expect("resident");
+        assert_eq!((p.prefill_us, p.decode_us), (84.0, 12.0));
+        assert_eq!(r.step_us(1, true), Ok(12.0));
+        assert_eq!(r.step_us(128, false), Ok(80.0));
+        assert_eq!(d.predicted(), *p);
+        assert!(
+            d.summary
+                .starts_with("plan: gpu alone, whole steps resident on the device"),
+            "{}",
+            d.summary
+        );
+    }
+
+    #[test]
+    fn one_backend_said_plainly_when_no_split_gains() {
+        let d = decide_for(&profile(50.0, true, false), &step(), 128, W).expect("decision");
+        assert_eq!(d.mode, Mode::Table);
+        assert!(d.resident.is_none());
+        assert_eq!(d.plans.backends(), [Pb::Cpu]);
+        assert!(
+            d.summary
+                .starts_with("plan: cpu alone — no split predicted to gain >= 5%"),
+            "{}",
+            d.summary
+        );
+        // The resident decoder predicted slower than the table: the table runs.
+        let mut slow = profile(50.0, true, true);
+        for p in slow.backends[1].paths.iter_mut().filter(|p| p.name == "resident") {
+            for q in &mut p.points {
+                q.us *= 100.0;
+            }
+        }
+        let d = decide_for(&slow, &step(), 128, W).expect("decision");
+        assert_eq!(d.mode, Mode::Table);
+        assert!(d.summary.contains("gpu resident prefill"), "{}", d.summary);
+    }
+
+    #[test]
+    fn a_split_that_gains_is_mixed() {
+        // The GPU per matmul as fast as the CPU, on its own cores: halves.
+        let d = decide_for(&profile(10.0, false, false), &step(), 128, W).expect("decision");
+        assert_eq!(d.mode, Mode::Table);
+        assert_eq!(d.plans.backends(), [Pb::Cpu, Pb::Gpu]);
+        assert!(d.summary.starts_with("plan: mixed (cpu + gpu)"), "{}", d.summary);
+        assert!(d.table.decode_us < 0.95 * 120.0, "{:?}", d.table);
+    }
+
+    #[test]
+    fn views_separate_the_resident_paths() {
+        let p = profile(50.0, true, true);
+        let v = views(&p);
+        let res = v.resident.expect("resident view");
+        assert_eq!(res.backends.len(), 1);
+        assert!(res.backends[0].paths.iter().all(|x| x.name == RESIDENT_PATH));
+        assert_eq!(res.backends[0].paths.len(), 2);
+        let gpu = &v.per_op.backends[1];
+        assert_eq!(gpu.paths.len(), 1);
+        assert_eq!(gpu.paths[0].name, "per-matmul");
+        v.per_op.check().expect("per-op view checks");
+        // A GPU with nothing but resident paths leaves the per-op view, with its pairs and
+        // the sharing entries that name it.
+        let mut only = p.clone();
+        only.backends[1].paths.retain(|x| x.name == RESIDENT_PATH);
+        only.backends[1].shares_cores_with = None;
+        only.backends[0].shares_cores_with = Some("gpu".into());
+        only.pairs.push(hetero_partition::PairProfile {
+            backends: ["cpu".into(), "gpu".into()],
+            ..Default::default()
+        });
+        only.check().expect("whole profile checks");
+        let v = views(&only);
+        assert_eq!(v.per_op.backends.len(), 1);
+        assert!(v.per_op.pairs.is_empty());
+        assert_eq!(v.per_op.backends[0].shares_cores_with, None);
+        v.per_op.check().expect("per-op view checks");
+    }
+
+    #[test]
+    fn chunks_as_the_engine_cuts_them() {
+        let c: Vec<(u32, bool)> = chunks(300, 128).collect();
+        assert_eq!(c, [(128, false), (128, false), (44, true)]);
+        assert_eq!(chunks(128, 128).collect::<Vec<_>>(), [(128, true)]);
+        assert_eq!(chunks(0, 128).count(), 0);
+        assert_eq!(chunks(3, 0).collect::<Vec<_>>(), [(1, false), (1, false), (1, true)]);
+    }
 }

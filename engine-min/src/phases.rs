@@ -129,3 +129,57 @@ impl From<PlanTable> for PhasePlans {
         PhasePlans { decode: None, main }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetero_partition::Profile;
+
+    /// A CPU whose decode path (1 and 4 rows) and prefill path (16 and 128 rows) differ.
+    fn checked() -> CheckedProfile {
+        Profile::from_json(
+            r#"{ "backends": [ { "backend": "cpu", "paths": [
+                { "name": "d", "phase": "decode", "points": [
+                    { "k": 64, "n": 64, "m": 1, "us": 3 }, { "k": 64, "n": 64, "m": 4, "us": 7 } ] },
+                { "name": "p", "phase": "prefill", "points": [
+                    { "k": 64, "n": 64, "m": 16, "us": 100 }, { "k": 64, "n": 64, "m": 128, "us": 800 } ] }
+              ] } ] }"#,
+        )
+        .expect("profile")
+        .check()
+        .expect("checked")
+    }
+
+    #[test]
+    fn decode_rows_read_the_decode_curve() {
+        let p = PhasePlans::build(&checked(), Policy::Auto, &[(64, 64)], 128).expect("plans");
+        let us = |m| p.get(64, 64, m).expect("plan").predicted_us();
+        assert_eq!(us(1), 3.0);
+        // Two rows: the CPU's 16-row tile, but never past the next measured point (4 rows).
+        assert_eq!(us(2), 7.0);
+        assert_eq!(us(4), 7.0);
+        // Five rows: the prefill curve, flat below its first point.
+        assert_eq!(us(5), 100.0);
+        assert_eq!(us(128), 800.0);
+        assert_eq!(p.phase_of(4), Phase::Decode);
+        assert_eq!(p.phase_of(5), Phase::Prefill);
+        assert_eq!(p.max_m(), 128);
+        assert_eq!(p.backends(), [Pb::Cpu]);
+        assert!(p.get(64, 64, 129).is_none());
+        assert!(p.get(64, 32, 1).is_none());
+        // Up to DECODE_ROWS rows in all: one decode table.
+        let small = PhasePlans::build(&checked(), Policy::Auto, &[(64, 64)], 3).expect("plans");
+        assert_eq!(small.max_m(), 3);
+        assert_eq!(small.phase_of(3), Phase::Decode);
+        assert_eq!(small.get(64, 64, 3).expect("plan").predicted_us(), 7.0);
+    }
+
+    #[test]
+    fn one_table_keeps_its_phases() {
+        let t = PlanTable::build(&checked(), Policy::Auto, &[(64, 64)], 8).expect("table");
+        let p = PhasePlans::from(t);
+        assert_eq!(p.phase_of(1), Phase::Decode);
+        assert_eq!(p.phase_of(2), Phase::Prefill);
+        assert_eq!(p.get(64, 64, 2).expect("plan").predicted_us(), 100.0);
+    }
+}

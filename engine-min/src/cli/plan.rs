@@ -52,7 +52,7 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The output path first: a bad one must not cost the whole measurement.
     let mut file = std::fs::File::create(&a.out)
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;
-    let model = load_model(&a.model, &a.load)?;
+    let model = std::sync::Arc::new(load_model(&a.model, &a.load)?);
     let t0 = Instant::now();
     let opts = ProfileOptions {
         threads: a.machine.threads(),

@@ -21,9 +21,10 @@
 //! each curve stops growing in `m` before it would overrun the time budget, and the profile's
 //! notes say which row counts were left out (the planner extrapolates them, and warns when far).
 
+mod calls;
 mod pairs;
-mod passes;
 pub mod resident;
+mod steps;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,7 +40,8 @@ use crate::backend::{CpuBackend, CpuKernel, WeightView};
 use crate::exec::{Backends, Executor};
 use crate::model::Model;
 use crate::phases::PhasePlans;
-use passes::{Bench, PassPlan};
+use crate::engine::{Engine, EngineOptions};
+use calls::Bench;
 
 pub use pairs::{overlap, split_cost_us};
 
@@ -141,7 +143,7 @@ fn layers_of<'a>(ws: &[WeightView<'a>], n_layer: usize, parity: usize) -> Vec<(u
 /// Measures every available processor on `model` (see the module docs); `progress` gets one
 /// line per measured curve or figure.
 pub fn measure(
-    model: &Model,
+    model: &Arc<Model>,
     o: &ProfileOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Profile, String> {
@@ -151,15 +153,15 @@ pub fn measure(
     let ws = crate::engine::matmul_weights(model);
     let layer_ws = &ws[..crate::layer::output_weight(c.n_layer).min(ws.len())];
     let wbytes = weight_bytes(layer_ws);
-    let pass = PassPlan::of(&ws);
     let max_m = o.max_batch.max(1);
     let bench = Bench::new(&ws, max_m as usize, 2)?;
     let prefill_m = prefill_rows(max_m);
     let decode_m: Vec<u32> = DECODE_M.iter().copied().filter(|&m| m <= max_m).collect();
     let mut notes = vec![format!(
         "measured by engine-min profile ({} threads, cpu kernel {}, {} timed passes per point, \
-         budget {:.0} s per curve set, load average {}): every point is the median \
-         Executor::matmul call in passes over all the model's weights in model order",
+         budget {:.0} s per curve set, load average {}): every point is the mean \
+         Executor::matmul call of its weight shape inside an engine step (Engine::forward of m \
+         tokens, host ops between the matmuls as in run), median over the timed steps",
         o.threads,
         o.kernel.name(),
         o.reps,
@@ -178,8 +180,10 @@ pub fn measure(
         &ws,
     )
     .map_err(|e| format!("cpu executor: {e}"))?;
-    let dec = passes::curves(&cpu_exec, &pass, &bench, &decode_m, o.reps, o.budget, "cpu decode", progress)?;
-    let pre = passes::curves(&cpu_exec, &pass, &bench, &prefill_m, o.reps, o.budget, "cpu prefill", progress)?;
+    let mut engine = engine_on(model, cpu_exec, max_m)?;
+    let dec = steps::curves(&mut engine, &decode_m, o.reps, o.budget, "cpu decode", progress)?;
+    let pre = steps::curves(&mut engine, &prefill_m, o.reps, o.budget, "cpu prefill", progress)?;
+    let cpu_exec = engine.into_executor();
     for (name, cv) in [("decode", &dec), ("prefill", &pre)] {
         if !cv.skipped.is_empty() {
             notes.push(format!(
@@ -247,7 +251,9 @@ pub fn measure(
             )
             .map_err(|e| format!("gpu executor: {e}"))?;
             let all_m: Vec<u32> = decode_m.iter().chain(&prefill_m).copied().collect();
-            let per = passes::curves(&gpu_exec, &pass, &bench, &all_m, o.reps, o.budget, "gpu per-matmul", progress)?;
+            let mut engine = engine_on(model, gpu_exec, max_m)?;
+            let per = steps::curves(&mut engine, &all_m, o.reps, o.budget, "gpu per-matmul", progress)?;
+            let gpu_exec = engine.into_executor();
             if !per.skipped.is_empty() {
                 notes.push(format!(
                     "gpu per-matmul: rows {:?} left out (time budget; the planner extrapolates \
@@ -371,6 +377,18 @@ pub fn measure(
 /// cores (`shared`), the overlap is measured in process CPU time instead of wall time: on a
 /// machine shared with other processes, a split's extra thread wins a larger share of the
 /// cores, which wall time would read as overlap although no more compute exists.
+/// An engine of `max_m`-row steps (and that many positions) on `exec`.
+fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, String> {
+    Engine::new(
+        Arc::clone(model),
+        exec,
+        EngineOptions {
+            context: max_m as usize,
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn split_and_overlap(
     model: &Model,
     pool: &Arc<Pool>,

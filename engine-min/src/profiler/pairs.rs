@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hetero_sme::ThreadPool as Pool;
 
-use super::passes::Bench;
+use super::calls::Bench;
 use crate::backend::WeightView;
 use crate::exec::Executor;
 
