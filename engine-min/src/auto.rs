@@ -69,7 +69,15 @@ impl std::fmt::Display for AutoError {
     }
 }
 
-impl std::error::Error for AutoError {}
+impl std::error::Error for AutoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Profile(e) => Some(e),
+            Self::Table(e) => Some(e),
+            Self::Resident(e) => Some(e),
+        }
+    }
+}
 
 /// The two views of a profile.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,7 +125,10 @@ pub fn views(p: &Profile) -> Views {
             .pairs
             .retain(|pair| !pair.backends.iter().any(|b| gone.contains(b)));
         for b in &mut per_op.backends {
-            if b.shares_cores_with.as_ref().is_some_and(|s| gone.contains(s)) {
+            if b.shares_cores_with
+                .as_ref()
+                .is_some_and(|s| gone.contains(s))
+            {
                 b.shares_cores_with = None;
             }
         }
@@ -184,7 +195,6 @@ impl StepShapes {
         }
         Ok(t)
     }
-
 }
 
 /// The chunks `Engine::forward` cuts a prompt of `prompt` tokens into (`max_m` rows each, the
@@ -249,8 +259,9 @@ impl ResidentModel {
     /// its last row, µs.
     pub fn step_us(&self, m: u32, logits: bool) -> Result<f64, PlanError> {
         let phase = phase_of_rows(m);
-        self.shapes
-            .step_us(m, u32::from(logits), |k, n, r| self.latency_us(k, n, r, phase))
+        self.shapes.step_us(m, u32::from(logits), |k, n, r| {
+            self.latency_us(k, n, r, phase)
+        })
     }
 
     /// Predicted prompt and decode-step times with prompt chunks of `max_m` rows.
@@ -578,7 +589,11 @@ mod tests {
         );
         // The resident decoder predicted slower than the table: the table runs.
         let mut slow = profile(50.0, true, true);
-        for p in slow.backends[1].paths.iter_mut().filter(|p| p.name == "resident") {
+        for p in slow.backends[1]
+            .paths
+            .iter_mut()
+            .filter(|p| p.name == "resident")
+        {
             for q in &mut p.points {
                 q.us *= 100.0;
             }
@@ -594,7 +609,11 @@ mod tests {
         let d = decide_for(&profile(10.0, false, false), &step(), 128, W).expect("decision");
         assert_eq!(d.mode, Mode::Table);
         assert_eq!(d.plans.backends(), [Pb::Cpu, Pb::Gpu]);
-        assert!(d.summary.starts_with("plan: mixed (cpu + gpu)"), "{}", d.summary);
+        assert!(
+            d.summary.starts_with("plan: mixed (cpu + gpu)"),
+            "{}",
+            d.summary
+        );
         assert!(d.table.decode_us < 0.95 * 120.0, "{:?}", d.table);
     }
 
@@ -604,7 +623,10 @@ mod tests {
         let v = views(&p);
         let res = v.resident.expect("resident view");
         assert_eq!(res.backends.len(), 1);
-        assert!(res.backends[0].paths.iter().all(|x| x.name == RESIDENT_PATH));
+        assert!(res.backends[0]
+            .paths
+            .iter()
+            .all(|x| x.name == RESIDENT_PATH));
         assert_eq!(res.backends[0].paths.len(), 2);
         let gpu = &v.per_op.backends[1];
         assert_eq!(gpu.paths.len(), 1);
@@ -634,6 +656,9 @@ mod tests {
         assert_eq!(c, [(128, false), (128, false), (44, true)]);
         assert_eq!(chunks(128, 128).collect::<Vec<_>>(), [(128, true)]);
         assert_eq!(chunks(0, 128).count(), 0);
-        assert_eq!(chunks(3, 0).collect::<Vec<_>>(), [(1, false), (1, false), (1, true)]);
+        assert_eq!(
+            chunks(3, 0).collect::<Vec<_>>(),
+            [(1, false), (1, false), (1, true)]
+        );
     }
 }

@@ -10,8 +10,9 @@
 //! - one piece on the CPU: straight into the output slot;
 //! - pieces on two processors: the output slot is split into disjoint blocks
 //!   ([`hetero_uma::Pool::split_blocks_flag`]: a column split, a row split or an L-shape), the
-//!   offloaded processor's blocks run on its persistent host thread ([`crate::helper`]) while
-//!   the other's run here, both writing their blocks of the ONE output (no scratch, no concat);
+//!   offloaded processor's blocks run on its persistent host thread (the private `helper`
+//!   module) while the other's run here, both writing their blocks of the ONE output (no
+//!   scratch, no concat);
 //!   the helper publishes the slot's `CompletionFlag` when done, and the consumer waits on it.
 //!
 //! Where the plan asks for something this machine cannot do exactly, the executor runs the
@@ -238,13 +239,7 @@ pub struct Executor {
 }
 
 /// Maps one plan onto the processors at hand.
-fn map_plan(
-    p: &OpPlan,
-    phase: Phase,
-    k: usize,
-    have_gpu: bool,
-    npu: Option<&NpuBackend>,
-) -> Exec {
+fn map_plan(p: &OpPlan, phase: Phase, k: usize, have_gpu: bool, npu: Option<&NpuBackend>) -> Exec {
     let (m, n) = (p.m as usize, p.n as usize);
     let partner = match p.split.b {
         Some(b) if b != Pb::Npu => b,

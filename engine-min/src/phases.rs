@@ -115,10 +115,8 @@ impl PhasePlans {
     /// Plans in use that carry an extrapolation warning.
     pub fn extrapolated(&self) -> impl Iterator<Item = &OpPlan> {
         self.shapes().iter().flat_map(move |&(k, n)| {
-            (1..=self.max_m()).filter_map(move |m| {
-                self.get(k, n, m)
-                    .filter(|p| p.extrapolation.is_some())
-            })
+            (1..=self.max_m())
+                .filter_map(move |m| self.get(k, n, m).filter(|p| p.extrapolation.is_some()))
         })
     }
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
 use crate::bench::Part;
 use crate::compose::PlanChoice;
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::Engine;
 use hetero_partition::ErrorStats;
 
 #[derive(Args, Debug)]
@@ -73,23 +73,20 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         }
     }
     let ctx = ctx.min(context);
-    let budget = a.load.engine_budget(&model);
-    super::run::check_memory(&model, &opts, ctx, &budget)?;
-    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let decision = composed.decision;
-    let mut engine = Engine::with_budget(
-        Arc::clone(&model),
-        composed.exec,
-        EngineOptions { context: ctx },
-        &budget,
-    )
-    .map_err(Fail::run)?;
+    let (mut engine, _, decision) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
     let mut errors = PredictionErrors::default();
-    let r = crate::bench::pp_tg_observed(&mut engine, a.pp, a.tg, a.reps, 0x5eed, &mut |e, part, _| {
-        if let (true, Some(d)) = (a.predict, &decision) {
-            errors.observe(e, d, part, a.pp, a.tg, max_batch as u32);
-        }
-    })
+    let r = crate::bench::pp_tg_observed(
+        &mut engine,
+        a.pp,
+        a.tg,
+        a.reps,
+        0x5eed,
+        &mut |e, part, _| {
+            if let (true, Some(d)) = (a.predict, &decision) {
+                errors.observe(e, d, part, a.pp, a.tg, max_batch as u32);
+            }
+        },
+    )
     .map_err(Fail::run)?;
     let show = |v: &[f64]| {
         v.iter()

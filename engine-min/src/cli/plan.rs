@@ -190,9 +190,11 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
             }
         }
     }
-    let far: Vec<String> = d.plans.extrapolated().map(|p| {
-        p.extrapolation.map_or(String::new(), |w| w.to_string())
-    }).collect();
+    let far: Vec<String> = d
+        .plans
+        .extrapolated()
+        .map(|p| p.extrapolation.map_or(String::new(), |w| w.to_string()))
+        .collect();
     if let Some(first) = far.first() {
         writeln!(
             out,

@@ -10,7 +10,7 @@ use clap::Args;
 use super::{
     cpu_time, load_model, load_profile, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg,
 };
-use crate::auto::{Mode, Workload};
+use crate::auto::{Decision, Mode, Workload};
 use crate::compose::{ComposeOptions, GpuPath, PlanChoice};
 use crate::engine::{Engine, EngineOptions};
 use crate::limits::{EngineSize, MemoryBudget, Processors};
@@ -181,6 +181,29 @@ pub fn check_memory(
     })
 }
 
+/// The engine of `ctx` positions for `model` under `opts`, within the memory `load` allows:
+/// the budget checked before anything is composed ([`check_memory`]), then the executor, then
+/// the engine. Also returns what composition noted (a processor the profile lists but this
+/// machine lacks, ...) and what `auto` decided.
+pub fn build_engine(
+    model: &Arc<Model>,
+    opts: &ComposeOptions,
+    ctx: usize,
+    load: &LoadArgs,
+) -> Result<(Engine, Vec<String>, Option<Decision>), Fail> {
+    let budget = load.engine_budget(model);
+    check_memory(model, opts, ctx, &budget)?;
+    let composed = crate::compose::executor(model, opts).map_err(Fail::run)?;
+    let engine = Engine::with_budget(
+        Arc::clone(model),
+        composed.exec,
+        EngineOptions { context: ctx },
+        &budget,
+    )
+    .map_err(Fail::run)?;
+    Ok((engine, composed.notes, composed.decision))
+}
+
 pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let plan = a.plan.unwrap_or(if a.profile.is_some() {
         PlanChoice::Auto
@@ -225,23 +248,13 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             model.config.context
         )));
     }
-    let budget = a.load.engine_budget(&model);
-    check_memory(&model, &opts, a.ctx, &budget)?;
     // `auto` weighs prefill and decode by what this run does.
     opts.workload = Workload {
         prompt: ids.len(),
         generate: a.max_tokens,
     };
-    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let decision = composed.decision;
-    let npu_stats = composed.exec.npu().map(|n| n.stats());
-    let mut engine = Engine::with_budget(
-        Arc::clone(&model),
-        composed.exec,
-        EngineOptions { context: a.ctx },
-        &budget,
-    )
-    .map_err(Fail::run)?;
+    let (mut engine, notes, decision) = build_engine(&model, &opts, a.ctx, &a.load)?;
+    let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
     if plan == PlanChoice::Auto {
         writeln!(
@@ -251,7 +264,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
                 .as_ref()
                 .map_or(String::new(), |p| p.display().to_string())
         )?;
-        for note in &composed.notes {
+        for note in &notes {
             writeln!(out, "  note: {note}")?;
         }
         if let Some(d) = &decision {
@@ -259,7 +272,10 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             let far = d.plans.extrapolated().count();
             if let (Some(p), Mode::Table) = (d.plans.extrapolated().next(), d.mode) {
                 let w = p.extrapolation.map(|w| w.to_string()).unwrap_or_default();
-                writeln!(out, "  warning: {far} plans lean on extrapolated latencies, e.g. {w}")?;
+                writeln!(
+                    out,
+                    "  warning: {far} plans lean on extrapolated latencies, e.g. {w}"
+                )?;
             }
         }
         describe_plan(&engine, &model, ids.len(), out)?;

@@ -17,7 +17,11 @@ pub(super) struct Bench {
 
 impl Bench {
     /// Scratch for matmuls of up to `max_m` rows over `weights`, `threads` output slots.
-    pub(super) fn new(weights: &[WeightView<'_>], max_m: usize, threads: usize) -> Result<Bench, String> {
+    pub(super) fn new(
+        weights: &[WeightView<'_>],
+        max_m: usize,
+        threads: usize,
+    ) -> Result<Bench, String> {
         let max_k = weights.iter().map(|w| w.k).max().unwrap_or(1);
         let max_n = weights.iter().map(|w| w.n).max().unwrap_or(1);
         let bytes = max_m

@@ -37,10 +37,10 @@ use hetero_sme::ThreadPool as Pool;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::{NpuBackend, NpuOptions};
 use crate::backend::{CpuBackend, CpuKernel, WeightView};
+use crate::engine::{Engine, EngineOptions};
 use crate::exec::{Backends, Executor};
 use crate::model::Model;
 use crate::phases::PhasePlans;
-use crate::engine::{Engine, EngineOptions};
 use calls::Bench;
 
 pub use pairs::{overlap, split_cost_us};
@@ -114,7 +114,12 @@ fn path(name: &str, phase: Option<Phase>, points: Vec<LatencyPoint>) -> PathProf
     }
 }
 
-fn plans(backends: &[Pb], policy: Policy, ws: &[WeightView<'_>], max_m: u32) -> Result<PhasePlans, String> {
+fn plans(
+    backends: &[Pb],
+    policy: Policy,
+    ws: &[WeightView<'_>],
+    max_m: u32,
+) -> Result<PhasePlans, String> {
     let checked = Profile::nominal(backends, &[])
         .check()
         .map_err(|e| e.to_string())?;
@@ -132,7 +137,11 @@ fn weight_bytes(ws: &[WeightView<'_>]) -> f64 {
 }
 
 /// The layer weights of every `parity` (0: even, 1: odd) layer, with their executor indices.
-fn layers_of<'a>(ws: &[WeightView<'a>], n_layer: usize, parity: usize) -> Vec<(usize, WeightView<'a>)> {
+fn layers_of<'a>(
+    ws: &[WeightView<'a>],
+    n_layer: usize,
+    parity: usize,
+) -> Vec<(usize, WeightView<'a>)> {
     let per = crate::layer::LAYER_MATMULS;
     (0..n_layer)
         .filter(|l| l % 2 == parity)
@@ -181,8 +190,22 @@ pub fn measure(
     )
     .map_err(|e| format!("cpu executor: {e}"))?;
     let mut engine = engine_on(model, cpu_exec, max_m)?;
-    let dec = steps::curves(&mut engine, &decode_m, o.reps, o.budget, "cpu decode", progress)?;
-    let pre = steps::curves(&mut engine, &prefill_m, o.reps, o.budget, "cpu prefill", progress)?;
+    let dec = steps::curves(
+        &mut engine,
+        &decode_m,
+        o.reps,
+        o.budget,
+        "cpu decode",
+        progress,
+    )?;
+    let pre = steps::curves(
+        &mut engine,
+        &prefill_m,
+        o.reps,
+        o.budget,
+        "cpu prefill",
+        progress,
+    )?;
     let cpu_exec = engine.into_executor();
     for (name, cv) in [("decode", &dec), ("prefill", &pre)] {
         if !cv.skipped.is_empty() {
@@ -202,7 +225,10 @@ pub fn measure(
         ..BackendProfile::default()
     };
     let memory = pairs::memory_gbps(&pool);
-    progress(&format!("memory read bandwidth, {} threads: {memory:.1} GB/s", pool.threads()));
+    progress(&format!(
+        "memory read bandwidth, {} threads: {memory:.1} GB/s",
+        pool.threads()
+    ));
     let mut backends = Vec::new();
     let mut pair_list = Vec::new();
     let mut device = cpu_name();
@@ -233,12 +259,20 @@ pub fn measure(
         }
         Some(dev) => {
             let info = dev.info().clone();
-            device = format!("{device} + {} ({})", info.name.trim(), info.platform_name.trim());
+            device = format!(
+                "{device} + {} ({})",
+                info.name.trim(),
+                info.platform_name.trim()
+            );
             progress(&format!(
                 "gpu: {} ({}){}",
                 info.name.trim(),
                 info.platform_name.trim(),
-                if info.is_cpu { ", a CPU device: shares the CPU backend's cores" } else { "" }
+                if info.is_cpu {
+                    ", a CPU device: shares the CPU backend's cores"
+                } else {
+                    ""
+                }
             ));
             let gpu_exec = Executor::new(
                 plans(&[Pb::Cpu, Pb::Gpu], Policy::Single(Pb::Gpu), &ws, max_m)?,
@@ -252,7 +286,14 @@ pub fn measure(
             .map_err(|e| format!("gpu executor: {e}"))?;
             let all_m: Vec<u32> = decode_m.iter().chain(&prefill_m).copied().collect();
             let mut engine = engine_on(model, gpu_exec, max_m)?;
-            let per = steps::curves(&mut engine, &all_m, o.reps, o.budget, "gpu per-matmul", progress)?;
+            let per = steps::curves(
+                &mut engine,
+                &all_m,
+                o.reps,
+                o.budget,
+                "gpu per-matmul",
+                progress,
+            )?;
             let gpu_exec = engine.into_executor();
             if !per.skipped.is_empty() {
                 notes.push(format!(
@@ -359,7 +400,10 @@ pub fn measure(
             }
         }
     }
-    notes.push(format!("profile measured in {:.1} s", t_all.elapsed().as_secs_f64()));
+    notes.push(format!(
+        "profile measured in {:.1} s",
+        t_all.elapsed().as_secs_f64()
+    ));
     let p = Profile {
         device,
         notes,
@@ -368,7 +412,8 @@ pub fn measure(
         pairs: pair_list,
         ..Profile::default()
     };
-    p.check().map_err(|e| format!("measured profile is invalid: {e}"))?;
+    p.check()
+        .map_err(|e| format!("measured profile is invalid: {e}"))?;
     Ok(p)
 }
 
@@ -418,12 +463,18 @@ fn split_and_overlap(
         cpu: CpuBackend::new(Arc::clone(pool), kernel),
         ..b
     };
-    let split = exec(Policy::WeightCentric(Pb::Cpu, Pb::Gpu, 0.5), &[tiny, gate], cpu(b))?;
+    let split = exec(
+        Policy::WeightCentric(Pb::Cpu, Pb::Gpu, 0.5),
+        &[tiny, gate],
+        cpu(b),
+    )?;
     for (w, c) in [(&tiny, tc), (&gate, gc)] {
         let n = w.n;
         let parts = &split.exec(w.k, n, 1).map_err(e)?.parts;
         if parts.len() != 2 || parts[0].cols != (0..c) {
-            return Err(format!("the split executor did not split {n} columns at {c}: {parts:?}"));
+            return Err(format!(
+                "the split executor did not split {n} columns at {c}: {parts:?}"
+            ));
         }
     }
     let (s_tiny, s_gate) = times(&split, &bench)?;
@@ -458,7 +509,8 @@ fn measure_resident(
     // A decode token at position max_m (after one full chunk), prefill chunks from 0.
     let ctx = (max_m + 16).min(c.context.max(1));
     let pos = max_m.min(ctx - 1);
-    let mut dec = crate::backend::resident::build(&dev, model, ctx, max_m).map_err(|e| e.to_string())?;
+    let mut dec =
+        crate::backend::resident::build(&dev, model, ctx, max_m).map_err(|e| e.to_string())?;
     progress(&format!(
         "gpu resident decoder built in {:.1} s ({} launches a decode token)",
         t0.elapsed().as_secs_f64(),
@@ -512,7 +564,10 @@ fn measure_npu(
                 break;
             }
             let us = pairs::median_call_us(&exec, &bench, w, v.k, m as usize, o.reps)?;
-            progress(&format!("npu k={} n={} m={m}: {us:.1} us (simulated)", v.k, v.n));
+            progress(&format!(
+                "npu k={} n={} m={m}: {us:.1} us (simulated)",
+                v.k, v.n
+            ));
             points.push(LatencyPoint {
                 k: v.k as u32,
                 n: v.n as u32,

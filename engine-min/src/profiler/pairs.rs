@@ -25,7 +25,11 @@ pub(super) fn median_call_us(
             bench.call(exec, w, k, m, &mut out)?;
         }
         let v: Vec<f64> = (0..n.max(1))
-            .map(|_| bench.call(exec, w, k, m, &mut out).map(|d| d.as_secs_f64() * 1e6))
+            .map(|_| {
+                bench
+                    .call(exec, w, k, m, &mut out)
+                    .map(|d| d.as_secs_f64() * 1e6)
+            })
             .collect::<Result<_, _>>()?;
         Ok(crate::bench::median(&v))
     })();
@@ -136,7 +140,9 @@ pub(super) fn bandwidth(
     let (ra, rb) = std::thread::scope(|s| {
         let hb = s.spawn(|| stream(b, bench, wb, window));
         let ra = stream(a, bench, wa, window);
-        let rb = hb.join().unwrap_or_else(|_| Err("streaming thread panicked".into()));
+        let rb = hb
+            .join()
+            .unwrap_or_else(|_| Err("streaming thread panicked".into()));
         (ra, rb)
     });
     let ((ba, ta), (bb, tb)) = (ra?, rb?);

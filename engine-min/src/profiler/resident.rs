@@ -114,7 +114,11 @@ pub fn attribute(
         if r == Role::Head && !head {
             continue;
         }
-        let calls = if r == Role::Head { 1.0 } else { c.n_layer as f64 };
+        let calls = if r == Role::Head {
+            1.0
+        } else {
+            c.n_layer as f64
+        };
         add(r.shape(c), 0.0, calls);
     }
     for op in ops {
@@ -222,7 +226,8 @@ pub(super) fn measure(
     }
     if !heads.is_empty() {
         // The head runs on one row whatever the chunk: one point, the median share.
-        out.prefill.push(point(head, 1, crate::bench::median(&heads)));
+        out.prefill
+            .push(point(head, 1, crate::bench::median(&heads)));
     }
     Ok(out)
 }
@@ -257,8 +262,8 @@ impl Steps {
     ) -> Result<(Vec<((u32, u32), f64)>, f64, usize), String> {
         let m_us = m as usize;
         let warm = self.step(dec, m_us, pos)?;
-        let fit = (left.saturating_sub(warm * 2).as_secs_f64() / warm.as_secs_f64().max(1e-6))
-            as usize;
+        let fit =
+            (left.saturating_sub(warm * 2).as_secs_f64() / warm.as_secs_f64().max(1e-6)) as usize;
         let r = self.reps.min(fit);
         let v: Vec<f64> = (0..r)
             .map(|_| self.step(dec, m_us, pos).map(|d| d.as_secs_f64() * 1e6))

@@ -71,8 +71,7 @@ pub(super) fn curves(
             }
         }
         let warm = step(engine, m as usize)?;
-        let fit =
-            (left.saturating_sub(warm).as_secs_f64() / warm.as_secs_f64().max(1e-6)) as usize;
+        let fit = (left.saturating_sub(warm).as_secs_f64() / warm.as_secs_f64().max(1e-6)) as usize;
         let r = reps.min(fit).max(1);
         // Per class `(k, n)`: the mean call of each timed step.
         let mut calls: Vec<((u32, u32), Vec<f64>)> = Vec::new();

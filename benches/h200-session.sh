@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# engine-min on the H200 device machine: the GPU-resident decoder (issue 15) and the CPU path
+# (issue 19) side by side with llama.cpp, in the calls of one warm device session. The machine
+# has no Rust toolchain and reaches no registry: x86-64 binaries built on the dev VM travel in
+# .device/ (git-ignored), the 98 MB model in parts (one call carries at most 64 MiB), and
+# llama.cpp is built there by the user from its own source, outside this repository (this
+# script only takes the path of its llama-bench).
+#
+#   benches/h200-session.sh check     # model parts in /root/parts/ -> /root/smollm2.gguf;
+#                                     # correctness on NVIDIA's OpenCL (decoder tests, the
+#                                     # resident decoder on the real model, greedy text per plan)
+#   benches/h200-session.sh figures   # the side-by-side figures (needs LLAMA_BENCH)
+#
+# Environment: LLAMA_BENCH (path of a llama-bench built with CUDA sm_90 and GGML_NATIVE=ON, so
+# its CPU backend is the AMX build), ROUNDS (default 3), THREADS (default "1 2 4 8 16"),
+# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional).
+# Binaries: .device/eng/engine-min (stripped `cargo build --profile ci -p engine-min`), and
+# .device/ocl-resident/ from opencl-kernels/benches/h200-resident-build.sh.
+# Outputs under $OUT: check.txt, gpu.txt, cpu.txt, breakdown.txt, oldnew.txt, summary.txt.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+M=/root/smollm2.gguf
+E=${E:-$(pwd)/.device/eng/engine-min}
+D=${D:-$(pwd)/.device/ocl-resident}
+SUM=$OUT/summary.txt
+say() { echo "$*" | tee -a "$SUM"; }
+med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# NVIDIA's OpenCL: the ICD file the loader reads.
+opencl_env() {
+  local nv
+  nv=$(ldconfig -p | grep -o '/[^ ]*libnvidia-opencl.so.1' | head -1)
+  [ -z "$nv" ] && nv=$(find / -xdev -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
+  mkdir -p /etc/OpenCL/vendors && echo "${nv:-libnvidia-opencl.so.1}" > /etc/OpenCL/vendors/nvidia.icd
+  ldconfig -p | grep -q "libOpenCL.so.1 " || export HETERO_OPENCL_LIB=${nv:-libnvidia-opencl.so.1}
+  export HETERO_OPENCL_PLATFORM=${HETERO_OPENCL_PLATFORM:-NVIDIA}
+  export HETERO_OPENCL_CACHE=/root/hetero-ocl-cache
+}
+
+model() {
+  if [ ! -f $M ]; then
+    cat /root/parts/part* > $M
+  fi
+  sha256sum $M | grep -q '^b179c952' || { say "model checksum mismatch"; exit 1; }
+  export HETERO_MODEL=$M
+}
+
+machine() {
+  say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  say "   $(lscpu | grep -E '^Model name' | sed 's/  */ /g'); $(nproc) cpus; amx: $(grep -o 'amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  say "   load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+check() {
+  chmod +x "$E" "$D"/* 2>/dev/null
+  {
+    echo "== decoder tests (NVIDIA)"
+    HETERO_REQUIRE=opencl timeout 240 "$D/decoder-tests" --test-threads 2 2>&1 | tail -15
+    echo "== resident decoder on SmolLM2 vs the f32 reference (NVIDIA)"
+    HETERO_REQUIRE=opencl,model timeout 300 "$D/gpu-resident-tests" --nocapture --test-threads 1 2>&1 |
+      grep -E "max \|logit|compared|^test |test result" | tail -20
+    for p in cpu gpu "gpu --gpu-path per-matmul" cpu-gpu:0.5; do
+      echo "== run --plan $p"
+      # shellcheck disable=SC2086
+      timeout 120 "$E" run --plan $p --threads 16 --prompt "The capital of France is" \
+        --max-tokens 12 2>&1 | tail -9
+    done
+  } > "$OUT/check.txt" 2>&1
+  grep -E "test result|FAILED|panicked|^ Paris| Paris|decode:|prefill:" "$OUT/check.txt" | tee -a "$SUM"
+}
+
+# One engine-min bench line: "pp tg" medians.
+eng() { # ARGS...
+  timeout 240 "$E" bench "$@" 2>&1 | tee -a "$OUT/raw-eng.txt" |
+    awk '/^pp[0-9]+:/ {pp=$2} /^tg[0-9]+:/ {tg=$2} END {print pp+0, tg+0}'
+}
+
+# One llama-bench run: "pp tg" (avg t/s of its repetitions).
+lla() { # ARGS...
+  timeout 240 "$LLAMA_BENCH" -m $M -p 128 -n 64 -r 3 -o csv "$@" 2>>"$OUT/raw-llama.err" |
+    tee -a "$OUT/raw-llama.txt" |
+    awk -F, 'NR==1 {for (i=1;i<=NF;i++) {gsub(/"/,"",$i); c[$i]=i}; next}
+             {gsub(/"/,""); if ($c["n_prompt"]>0) pp=$c["avg_ts"]; else tg=$c["avg_ts"]} END {print pp+0, tg+0}'
+}
+
+figures() {
+  [ -x "${LLAMA_BENCH:-}" ] || { say "LLAMA_BENCH is not an executable: no figures"; exit 1; }
+  local rounds=${ROUNDS:-3} threads=${THREADS:-"1 2 4 8 16"}
+  # -- GPU: the resident decoder vs llama.cpp CUDA (-ngl 99), alternating.
+  : > "$OUT/gpu.txt"
+  for r in $(seq "$rounds"); do
+    echo "round $r ours $(eng --plan gpu --reps 3) llama $(lla -ngl 99)" >> "$OUT/gpu.txt"
+  done
+  local gp gt lp lt
+  gp=$(awk '{print $4}' "$OUT/gpu.txt" | med); gt=$(awk '{print $5}' "$OUT/gpu.txt" | med)
+  lp=$(awk '{print $7}' "$OUT/gpu.txt" | med); lt=$(awk '{print $8}' "$OUT/gpu.txt" | med)
+  say "GPU resident vs llama.cpp CUDA: pp128 $gp / $lp = $(echo "$gp $lp" | awk '{printf "%.2f", $1/$2}')x; tg64 $gt / $lt = $(echo "$gt $lt" | awk '{printf "%.2f", $1/$2}')x"
+  say "   per-matmul GPU path (before): $(eng --plan gpu --gpu-path per-matmul --reps 2)"
+  # -- CPU: engine-min's default kernel vs llama.cpp's CPU backend (CUDA hidden: its AMX build).
+  : > "$OUT/cpu.txt"
+  for t in $threads; do
+    for r in $(seq "$rounds"); do
+      echo "t $t round $r ours $(eng --plan cpu --threads "$t" --reps 3) llama $(CUDA_VISIBLE_DEVICES= lla -ngl 0 -t "$t")" >> "$OUT/cpu.txt"
+    done
+    local cp ct lcp lct
+    cp=$(awk -v t="$t" '$2==t {print $6}' "$OUT/cpu.txt" | med); ct=$(awk -v t="$t" '$2==t {print $7}' "$OUT/cpu.txt" | med)
+    lcp=$(awk -v t="$t" '$2==t {print $9}' "$OUT/cpu.txt" | med); lct=$(awk -v t="$t" '$2==t {print $10}' "$OUT/cpu.txt" | med)
+    say "CPU $t thr vs llama.cpp (AMX build): pp128 $cp / $lcp = $(echo "$cp $lcp" | awk '{printf "%.2f", $1/$2}')x; tg64 $ct / $lct = $(echo "$ct $lct" | awk '{printf "%.2f", $1/$2}')x"
+  done
+  # -- Where the CPU's time goes, per thread count.
+  : > "$OUT/breakdown.txt"
+  for t in $threads; do
+    echo "== threads $t" >> "$OUT/breakdown.txt"
+    timeout 120 "$E" bench --plan cpu --threads "$t" --reps 1 --breakdown 2>&1 | tail -34 >> "$OUT/breakdown.txt"
+  done
+  # -- Issue 14's speed check: the old engine-min against this one, alternating.
+  if [ -n "${OLD:-}" ] && [ -x "${OLD:-}" ] && [ -x "${NEW:-$E}" ]; then
+    : > "$OUT/oldnew.txt"
+    for t in 2 16; do
+      for r in $(seq "$rounds"); do
+        echo "t $t round $r old $(E=$OLD eng --threads "$t" --reps 3) new $(E=${NEW:-$E} eng --threads "$t" --reps 3)" >> "$OUT/oldnew.txt"
+      done
+      local op ot np nt
+      op=$(awk -v t="$t" '$2==t {print $6}' "$OUT/oldnew.txt" | med); ot=$(awk -v t="$t" '$2==t {print $7}' "$OUT/oldnew.txt" | med)
+      np=$(awk -v t="$t" '$2==t {print $9}' "$OUT/oldnew.txt" | med); nt=$(awk -v t="$t" '$2==t {print $10}' "$OUT/oldnew.txt" | med)
+      say "old vs new, $t thr: pp128 $op -> $np ($(echo "$np $op" | awk '{printf "%.3f", $1/$2}')x); tg64 $ot -> $nt ($(echo "$nt $ot" | awk '{printf "%.3f", $1/$2}')x)"
+    done
+  fi
+}
+
+machine
+opencl_env
+model
+case "${1:-check}" in
+  check) check ;;
+  figures) figures ;;
+  *) echo "usage: $0 check|figures" >&2; exit 2 ;;
+esac
