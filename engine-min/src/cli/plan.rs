@@ -21,7 +21,7 @@ pub struct ProfileArgs {
     /// Where to write the profile (JSON); checked before anything is measured.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
-    /// Timed passes per point (the median call is kept), after one warm-up pass.
+    /// Timed steps per point (the median over steps is kept), after one warm-up step.
     #[arg(long, default_value_t = 3, value_parser = super::at_least_one)]
     reps: usize,
     /// Seconds each curve set may take (CPU decode, CPU prefill, GPU per-matmul, GPU resident,
@@ -64,8 +64,8 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
         npu: !a.no_npu && std::env::var_os("QNN_HTP_LIB").is_some(),
     };
     eprintln!(
-        "profiling through the executor ({} threads, cpu kernel {}): every point is the median \
-         matmul call in passes over the model's weights",
+        "profiling through the executor ({} threads, cpu kernel {}): every point is the mean \
+         matmul call of its shape inside engine steps of m tokens",
         opts.threads,
         opts.kernel.name()
     );

@@ -16,10 +16,12 @@
 //! - **NPU** (QNN HTP; on x86 the simulator: simulator times): the executor on an NPU table at
 //!   its standard lengths, path `graphs` for prefill.
 //!
-//! Every latency point is the median of calls timed around [`Executor::matmul`] in passes over
-//! all of the model's weights in model order (each weight comes from memory as in a real step);
-//! each curve stops growing in `m` before it would overrun the time budget, and the profile's
-//! notes say which row counts were left out (the planner extrapolates them, and warns when far).
+//! Every CPU and GPU per-matmul latency point is the mean [`Executor::matmul`] call of its
+//! weight shape inside a real engine step ([`Engine::forward`] of `m` tokens, the host ops
+//! between the matmuls on the same pool as in `run`), the median over the timed steps
+//! (`steps`); each curve stops growing in `m` before it would overrun the time budget, and the
+//! profile's notes say which row counts were left out (the planner extrapolates them, and
+//! warns when far).
 
 mod calls;
 mod pairs;
@@ -66,7 +68,7 @@ pub struct ProfileOptions {
     pub threads: usize,
     /// The CPU kernel.
     pub kernel: CpuKernel,
-    /// Timed passes per point (the median call is kept), after one warm-up pass.
+    /// Timed steps per point (the median over steps is kept), after one warm-up step.
     pub reps: usize,
     /// Largest prompt chunk (`run`'s `MAX_BATCH`).
     pub max_batch: u32,
@@ -167,7 +169,7 @@ pub fn measure(
     let prefill_m = prefill_rows(max_m);
     let decode_m: Vec<u32> = DECODE_M.iter().copied().filter(|&m| m <= max_m).collect();
     let mut notes = vec![format!(
-        "measured by engine-min profile ({} threads, cpu kernel {}, {} timed passes per point, \
+        "measured by engine-min profile ({} threads, cpu kernel {}, {} timed steps per point, \
          budget {:.0} s per curve set, load average {}): every point is the mean \
          Executor::matmul call of its weight shape inside an engine step (Engine::forward of m \
          tokens, host ops between the matmuls as in run), median over the timed steps",
@@ -388,7 +390,8 @@ pub fn measure(
             Ok(n) => {
                 notes.push(
                     "npu: QNN HTP x86 simulator: its latencies are simulator times, not an NPU's \
-                     (left out of speed goals); path graphs (prefill) at the standard lengths \
+                     (left out of speed goals); off Arm it runs on the CPU's cores \
+                     (shares_cores_with cpu); path graphs (prefill) at the standard lengths \
                      32 and 128; the LM head gets no graph; no pair measured with it"
                         .into(),
                 );
@@ -417,11 +420,6 @@ pub fn measure(
     Ok(p)
 }
 
-/// The cpu+gpu pair's `split_us` and `overlap`, through executors on the backends of a
-/// finished GPU executor (no second device, no kernel rebuild). When the GPU shares the CPU's
-/// cores (`shared`), the overlap is measured in process CPU time instead of wall time: on a
-/// machine shared with other processes, a split's extra thread wins a larger share of the
-/// cores, which wall time would read as overlap although no more compute exists.
 /// An engine of `max_m`-row steps (and that many positions) on `exec`.
 fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, String> {
     Engine::new(
@@ -434,6 +432,11 @@ fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, S
     .map_err(|e| e.to_string())
 }
 
+/// The cpu+gpu pair's `split_us` and `overlap`, through executors on the backends of a
+/// finished GPU executor (no second device, no kernel rebuild). When the GPU shares the CPU's
+/// cores (`shared`), the overlap is measured in process CPU time instead of wall time: on a
+/// machine shared with other processes, a split's extra thread wins a larger share of the
+/// cores, which wall time would read as overlap although no more compute exists.
 fn split_and_overlap(
     model: &Model,
     pool: &Arc<Pool>,
@@ -583,6 +586,9 @@ fn measure_npu(
         paths: vec![path("graphs", Some(Phase::Prefill), points)],
         standard_m: NPU_M.to_vec(),
         graph_prepare_us: Some(stats.prepare_time().as_secs_f64() * 1e6 / graphs as f64),
+        // Off Arm, QNN's HTP is the simulator, running on this CPU's cores: a cpu+npu split
+        // there only shares them (overlap 0 in the planner), never two processors.
+        shares_cores_with: cfg!(not(target_arch = "aarch64")).then(|| "cpu".into()),
         ..BackendProfile::default()
     })
 }

@@ -72,7 +72,8 @@ pub fn split_cost_us(t_split: f64, t_a: f64, t_b: f64) -> f64 {
 /// `[0, 1]` (partition's cost model: `max(a, b) + (1 − overlap)·min(a, b) + split_us`).
 pub fn overlap(t_split: f64, split_us: f64, t_a: f64, t_b: f64) -> f64 {
     let lo = t_a.min(t_b);
-    if !(lo > 0.0) {
+    // Also NaN: no side measured, nothing hidden.
+    if lo.is_nan() || lo <= 0.0 {
         return 0.0;
     }
     ((t_a + t_b - (t_split - split_us)) / lo).clamp(0.0, 1.0)
