@@ -37,7 +37,7 @@ if [ -z "$PROFILE" ]; then
     { tail -20 "$OUT/profile.log"; echo "profile failed" >&2; exit 1; }
   echo "  profile written in $(( $(date +%s) - t0 )) s: $PROFILE (progress in $OUT/profile.log)"
 fi
-echo "plan: $("$ENGINE" plan --profile "$PROFILE" 2>&1 | grep -m1 '^plan:')"
+"$ENGINE" plan --profile "$PROFILE" 2>&1 | grep -m1 '^plan:'
 
 # One bench: "pp tg" medians, or "n/a n/a" when the plan cannot run here (its reason in raw.txt).
 bench() { # PLAN [ARGS...]

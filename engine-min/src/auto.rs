@@ -337,10 +337,12 @@ pub fn decide_for(
     let shapes_all = step.shapes();
     let v = views(profile);
     let per_op = v.per_op.check().map_err(AutoError::Profile)?;
-    let plans =
+    let mut plans =
         PhasePlans::build(&per_op, Policy::Auto, &shapes_all, max_m).map_err(AutoError::Table)?;
-    let table = table_workload(&plans, step, workload.prompt).map_err(AutoError::Table)?;
+    let mut table = table_workload(&plans, step, workload.prompt).map_err(AutoError::Table)?;
+    let gain = per_op.min_split_gain();
     let mut singles = Vec::new();
+    let mut best_single: Option<(PhasePlans, Predicted)> = None;
     for b in Pb::ALL {
         if !per_op.has(b) || b == Pb::Npu {
             // The NPU cannot run a decode step alone (static graphs of standard lengths).
@@ -348,14 +350,36 @@ pub fn decide_for(
         }
         let single = PhasePlans::build(&per_op, Policy::Single(b), &shapes_all, max_m)
             .ok()
-            .and_then(|t| table_workload(&t, step, workload.prompt).ok());
-        if let Some(p) = single {
+            .and_then(|t| {
+                table_workload(&t, step, workload.prompt)
+                    .ok()
+                    .map(|p| (t, p))
+            });
+        if let Some((t, p)) = single {
+            if best_single
+                .as_ref()
+                .is_none_or(|(_, q)| p.total_us(workload) < q.total_us(workload))
+            {
+                best_single = Some((t, p));
+            }
             let name = if b == Pb::Gpu {
                 "gpu per-matmul".to_string()
             } else {
                 b.name().to_string()
             };
             singles.push((name, p));
+        }
+    }
+    // Hysteresis over the run: per-op splits that each gain 5% may still leave the run as a
+    // whole (which rows it has, how often) no faster than one backend, while a mixed plan
+    // keeps a second processor's weights, helper thread and driver threads alive. Mixed only
+    // when the whole workload is predicted to gain `min_split_gain`.
+    if let Some((t, p)) = best_single {
+        if plans.backends().len() > 1
+            && table.total_us(workload) >= (1.0 - gain) * p.total_us(workload)
+        {
+            plans = t;
+            table = p;
         }
     }
     let resident = match &v.resident {
@@ -373,7 +397,6 @@ pub fn decide_for(
         Some((_, r)) if r.total_us(workload) < table.total_us(workload) => Mode::Resident,
         _ => Mode::Table,
     };
-    let gain = per_op.min_split_gain();
     let summary = summarize(mode, &plans, table, &singles, workload, gain);
     Ok(Decision {
         mode,
@@ -615,6 +638,50 @@ mod tests {
             d.summary
         );
         assert!(d.table.decode_us < 0.95 * 120.0, "{:?}", d.table);
+    }
+
+    /// Splits that gain per op but not over the run leave one backend: the GPU (own cores)
+    /// as fast as the CPU on the LM head only, 1000x slower on the layers, and the head 0.5% of
+    /// a step: the head's split halves it, the run gains 0.25% (before the whole-run check,
+    /// such a run was "mixed", as on the dev VM where only the head's 2..4-row plans split).
+    #[test]
+    fn splits_that_do_not_speed_up_the_run_leave_one_backend() {
+        let p = |k: u32, n: u32, m: u32, us: f64| {
+            format!(r#"{{ "k": {k}, "n": {n}, "m": {m}, "us": {us} }}"#)
+        };
+        let curve = |layers: f64| {
+            [
+                p(64, 64, 1, 100.0 * layers),
+                p(64, 64, 128, 1000.0 * layers),
+                p(64, 128, 1, 200.0 * layers),
+                p(64, 128, 128, 2000.0 * layers),
+                p(64, 256, 1, 4.0),
+                p(64, 256, 128, 40.0),
+            ]
+            .join(", ")
+        };
+        let json = format!(
+            r#"{{ "backends": [ {{ "backend": "cpu", "points": [ {} ] }},
+                  {{ "backend": "gpu", "points": [ {} ] }} ] }}"#,
+            curve(1.0),
+            curve(1000.0)
+        );
+        let prof = Profile::from_json(&json).expect("profile");
+        // The per-op tables split the head.
+        let per_op = views(&prof).per_op.check().expect("checked");
+        let t = PhasePlans::build(&per_op, Policy::Auto, &step().shapes(), 128).expect("plans");
+        assert_eq!(t.backends(), [Pb::Cpu, Pb::Gpu]);
+        assert!(t.get(64, 256, 1).expect("head").backends().1.is_some());
+        // The run: the CPU alone, said plainly; a decode step 4·100 + 2·200 + 4 µs.
+        let d = decide_for(&prof, &step(), 128, W).expect("decision");
+        assert_eq!(d.plans.backends(), [Pb::Cpu], "{}", d.summary);
+        assert!(
+            d.summary
+                .starts_with("plan: cpu alone — no split predicted to gain >= 5%"),
+            "{}",
+            d.summary
+        );
+        assert_eq!(d.table.decode_us, 804.0);
     }
 
     #[test]

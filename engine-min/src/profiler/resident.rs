@@ -248,9 +248,12 @@ impl Steps {
         Ok(t0.elapsed())
     }
 
-    /// A warm-up step, up to `reps` timed steps that fit in `left` besides one profiled step
-    /// (their median is `T`, µs; with none, `T` is the profiled step's wall time), the profiled
-    /// step, and the attribution of `T`; also the timed steps' count.
+    /// A warm-up step, at least one and up to `reps` timed steps that fit in `left` besides
+    /// one profiled step (their median is `T`, µs), the profiled step, and the attribution of
+    /// `T`; also the timed steps' count. `T` is never the profiled step's own time nor the
+    /// warm-up's: per-op timing and a lazy kernel build slow a step (a PoCL profile that took
+    /// `T` from its profiled 8-row chunk predicted resident prefill at ~1 tok/s where `bench`
+    /// measured ~9), so neither is what `run` sees.
     #[allow(clippy::type_complexity)]
     fn attributed(
         &mut self,
@@ -264,7 +267,7 @@ impl Steps {
         let warm = self.step(dec, m_us, pos)?;
         let fit =
             (left.saturating_sub(warm * 2).as_secs_f64() / warm.as_secs_f64().max(1e-6)) as usize;
-        let r = self.reps.min(fit);
+        let r = self.reps.min(fit).max(1);
         let v: Vec<f64> = (0..r)
             .map(|_| self.step(dec, m_us, pos).map(|d| d.as_secs_f64() * 1e6))
             .collect::<Result<_, _>>()?;
@@ -272,12 +275,8 @@ impl Steps {
         let profiled = self.step(dec, m_us, pos);
         let ops = dec.take_op_times().map_err(|e| e.to_string());
         dec.set_profiling(false).map_err(|e| e.to_string())?;
-        let profiled_us = profiled?.as_secs_f64() * 1e6;
-        let t = if v.is_empty() {
-            profiled_us
-        } else {
-            crate::bench::median(&v)
-        };
+        profiled?;
+        let t = crate::bench::median(&v);
         let lat = attribute(c, t, &ops?, true)
             .ok_or_else(|| format!("the profiled {m}-row step recorded no matmul time"))?;
         Ok((lat, t, r))
