@@ -251,9 +251,8 @@ impl Steps {
     /// A warm-up step, at least one and up to `reps` timed steps that fit in `left` besides
     /// one profiled step (their median is `T`, µs), the profiled step, and the attribution of
     /// `T`; also the timed steps' count. `T` is never the profiled step's own time nor the
-    /// warm-up's: per-op timing and a lazy kernel build slow a step (a PoCL profile that took
-    /// `T` from its profiled 8-row chunk predicted resident prefill at ~1 tok/s where `bench`
-    /// measured ~9), so neither is what `run` sees.
+    /// warm-up's: per-op timing and a lazy kernel build can slow a step, so neither is what
+    /// `run` sees.
     #[allow(clippy::type_complexity)]
     fn attributed(
         &mut self,
