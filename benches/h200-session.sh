@@ -16,7 +16,8 @@
 #
 # Environment: LLAMA_BENCH (path of a llama-bench built with CUDA sm_90 and GGML_NATIVE=ON, so
 # its CPU backend is the AMX build), ROUNDS (default 3), THREADS (default "1 2 4 8 16"),
-# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional).
+# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional), PLAN_THREADS
+# (plans: default 16), M (the model file, default /root/smollm2.gguf), NO_OPENCL_ENV.
 # Binaries: .device/eng/engine-min (stripped `cargo build --profile ci -p engine-min`), and
 # .device/ocl-resident/ from opencl-kernels/benches/h200-resident-build.sh.
 # Outputs under $OUT: check.txt, gpu.txt, cpu.txt, breakdown.txt, oldnew.txt, summary.txt;
@@ -25,7 +26,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-M=/root/smollm2.gguf
+M=${M:-/root/smollm2.gguf}
 E=${E:-$(pwd)/.device/eng/engine-min}
 D=${D:-$(pwd)/.device/ocl-resident}
 SUM=$OUT/summary.txt
@@ -145,7 +146,9 @@ plans() {
 }
 
 machine
-opencl_env
+# NO_OPENCL_ENV=1 keeps this machine's OpenCL setup (a dry run of `plans` on the dev VM with
+# PoCL: M=<the model> E=target/ci/engine-min NO_OPENCL_ENV=1 PLAN_THREADS=2 ROUNDS=1).
+[ -n "${NO_OPENCL_ENV:-}" ] || opencl_env
 model
 case "${1:-check}" in
   check) check ;;
