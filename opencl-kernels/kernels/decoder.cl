@@ -6,7 +6,10 @@
 //                      STORE   y = W x                       (logits, column reads)
 //                      ADD     y += W x                      (o / down projection + residual)
 //                      SWIGLU  y[j] = silu(W x)[2j] * (W x)[2j+1]   (gate/up rows interleaved)
+//                      GATED   y = silu(y) * W x   (up, after a STORE of the gate into y: gate
+//                              and up of different types)
 //                      QKV     RoPE on the q and k columns, q -> y, k and v -> the KV cache
+//                              (columns coff + c of [q; k; v]: a run of Q/K/V of one type)
 //   attn_causal      attention of M query rows over the cache (row m sees positions <= pos0+m)
 //   argmax_rows      index of each row's largest logit
 //
@@ -21,14 +24,16 @@
 #define EPI_ADD 1u
 #define EPI_SWIGLU 2u
 #define EPI_QKV 3u
+#define EPI_GATED 4u
 
 // The trailing arguments of every matmul kernel: the epilogue, its output and the RoPE/cache
 // parameters (dq, dkv: q and k/v widths; hd: head width; npairs: rotated pairs per head;
-// rope[pos * npairs + i] = (cos, sin) of position pos, pair i).
+// rope[pos * npairs + i] = (cos, sin) of position pos, pair i; coff: the QKV column offset).
 #define EPI_PARAMS                                                                               \
     uint mode, __global float *y, uint ldy, __global float *kc, __global float *vc,             \
-        __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs
-#define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs
+        __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs,        \
+        uint coff
+#define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs, coff
 
 // Stores the values v0, v1 of columns c, c+1 (c even) of output row m, as `mode` says.
 inline void epi_pair(uint m, uint c, uint N, float v0, float v1, EPI_PARAMS) {
@@ -42,8 +47,17 @@ inline void epi_pair(uint m, uint c, uint N, float v0, float v1, EPI_PARAMS) {
         if (c + 1u < N) p[1] += v1;
     } else if (mode == EPI_SWIGLU) {
         y[(size_t)m * ldy + (c >> 1)] = v0 / (1.0f + exp(-v0)) * v1;
+    } else if (mode == EPI_GATED) {
+        __global float *p = y + (size_t)m * ldy + c;
+        float g0 = p[0];
+        p[0] = g0 / (1.0f + exp(-g0)) * v0;
+        if (c + 1u < N) {
+            float g1 = p[1];
+            p[1] = g1 / (1.0f + exp(-g1)) * v1;
+        }
     } else {
         uint pos = pos0 + m;
+        c += coff;
         if (c < dq + dkv) {
             uint cc = c < dq ? c : c - dq;
             uint i = (cc % hd) >> 1;
@@ -232,6 +246,50 @@ GEMV2_Q8(gemv2_q8_0_norm, 1)
 GEMV2_F16(gemv2_f16, 0)
 GEMV2_F16(gemv2_f16_norm, 1)
 
+// Q5_0, Q5_1 and the K-quants, GGUF bytes as stored (w0 = the blocks; w1 unused): part i of a
+// row (8 values, common.cl's dot8_*) per work-item step, so neighbouring work-items read
+// neighbouring bytes and activations, as for Q8_0.
+#define GEMV2_G(NAME, F, NORM)                                                                  \
+    __kernel void NAME(__global const uchar *w, __global const uchar *w1_unused,                \
+                       __global const float4 *x, uint xoff4, __global const float4 *g,          \
+                       float eps, uint N, uint K, uint wrow0, uint wstride, EPI_PARAMS) {       \
+        __local float red[2 * MAX_WG];                                                          \
+        uint t = get_local_id(0), r = get_local_id(1);                                          \
+        uint tpr = get_local_size(0), nr = get_local_size(1);                                   \
+        uint c0 = 2u * (uint)get_global_id(1);                                                  \
+        x += xoff4;                                                                             \
+        float inv = NORM ? norm_inv(x, K, eps, red) : 1.0f;                                     \
+        float a0 = 0.0f, a1 = 0.0f;                                                             \
+        if (c0 < N) {                                                                           \
+            uint nw = K >> 3;                                                                   \
+            size_t rb = ROWB_##F(K);                                                            \
+            __global const uchar *w0 = w + (size_t)(wrow0 + c0 * wstride) * rb;                 \
+            __global const uchar *w1 = w + (size_t)(wrow0 + min(c0 + 1u, N - 1u) * wstride) * rb; \
+            for (uint i = t; i < nw; i += tpr) {                                                \
+                float4 xa = x[2u * i], xb = x[2u * i + 1u];                                     \
+                if (NORM) {                                                                     \
+                    xa *= g[2u * i];                                                            \
+                    xb *= g[2u * i + 1u];                                                       \
+                }                                                                               \
+                a0 += dot8_##F(w0, i >> 2, i & 3u, xa, xb);                                     \
+                a1 += dot8_##F(w1, i >> 2, i & 3u, xa, xb);                                     \
+            }                                                                                   \
+        }                                                                                       \
+        pair_sum(&a0, &a1, red, t, r, tpr, nr);                                                 \
+        if (t == 0u && c0 < N) epi_pair(0u, c0, N, a0 * inv, a1 * inv, EPI_ARGS);              \
+    }
+
+GEMV2_G(gemv2_q5_0, q5_0, 0)
+GEMV2_G(gemv2_q5_0_norm, q5_0, 1)
+GEMV2_G(gemv2_q5_1, q5_1, 0)
+GEMV2_G(gemv2_q5_1_norm, q5_1, 1)
+GEMV2_G(gemv2_q4_k, q4_k, 0)
+GEMV2_G(gemv2_q4_k_norm, q4_k, 1)
+GEMV2_G(gemv2_q5_k, q5_k, 0)
+GEMV2_G(gemv2_q5_k_norm, q5_k, 1)
+GEMV2_G(gemv2_q6_k, q6_k, 0)
+GEMV2_G(gemv2_q6_k_norm, q6_k, 1)
+
 // ---- prefill GEMM: Y[M][N] = X[M][K] W[N][K]^T, 64 x 64 tiles, 16 x 16 work-items ----------
 // Each k-step stages a 32-wide slice of k: X[64 rows][32] and W[64 columns][32], dequantized,
 // in local memory ([k][row] order), then every work-item accumulates a 4 x 4 block of outputs
@@ -268,6 +326,17 @@ inline float8 deq8_f16(__global const half *w, __global const uchar *unused, uin
                        uint lp, uint nb, uint K) {
     return vload_half8(0, w + (size_t)pr * K + kt * 32u + lp * 8u);
 }
+// Q5_0, Q5_1, K-quants: part lp of 32-value slice kt of physical row pr, as GGUF stores it.
+#define DEQM8_G(F)                                                                              \
+    inline float8 deqm8_##F(__global const uchar *w, __global const uchar *unused, uint pr,     \
+                            uint kt, uint lp, uint nb, uint K) {                                \
+        return deq8_##F(w + (size_t)pr * ROWB_##F(K), kt, lp);                                  \
+    }
+DEQM8_G(q5_0)
+DEQM8_G(q5_1)
+DEQM8_G(q4_k)
+DEQM8_G(q5_k)
+DEQM8_G(q6_k)
 // First k of part lp of slice kt: T layout (word kt + lp nb) or GGUF (block kt).
 #define XOFF_T(kt, lp, nb) (8u * ((kt) + (lp) * (nb)))
 #define XOFF_G(kt, lp, nb) (32u * (kt) + 8u * (lp))
@@ -343,6 +412,16 @@ GEMM_F(gemm_q8_0, uchar, uchar, deq8_q8_0, XOFF_G, 0)
 GEMM_F(gemm_q8_0_norm, uchar, uchar, deq8_q8_0, XOFF_G, 1)
 GEMM_F(gemm_f16, half, uchar, deq8_f16, XOFF_G, 0)
 GEMM_F(gemm_f16_norm, half, uchar, deq8_f16, XOFF_G, 1)
+GEMM_F(gemm_q5_0, uchar, uchar, deqm8_q5_0, XOFF_G, 0)
+GEMM_F(gemm_q5_0_norm, uchar, uchar, deqm8_q5_0, XOFF_G, 1)
+GEMM_F(gemm_q5_1, uchar, uchar, deqm8_q5_1, XOFF_G, 0)
+GEMM_F(gemm_q5_1_norm, uchar, uchar, deqm8_q5_1, XOFF_G, 1)
+GEMM_F(gemm_q4_k, uchar, uchar, deqm8_q4_k, XOFF_G, 0)
+GEMM_F(gemm_q4_k_norm, uchar, uchar, deqm8_q4_k, XOFF_G, 1)
+GEMM_F(gemm_q5_k, uchar, uchar, deqm8_q5_k, XOFF_G, 0)
+GEMM_F(gemm_q5_k_norm, uchar, uchar, deqm8_q5_k, XOFF_G, 1)
+GEMM_F(gemm_q6_k, uchar, uchar, deqm8_q6_k, XOFF_G, 0)
+GEMM_F(gemm_q6_k_norm, uchar, uchar, deqm8_q6_k, XOFF_G, 1)
 
 // ---- causal attention -----------------------------------------------------------------------
 // q, out: [M][H * D] (query row m at position pos0 + m); kc, vc: [S][Hkv * D] (FP32, one row
@@ -400,7 +479,9 @@ attn_causal(__global const float *q, __global const float *kc, __global const fl
 
 // ---- embedding gather: x[m][i] = E[tok[tokoff + m]][i] ----------------------------------------
 // fmt: 0 F16, 1 Q4_0, 2 Q4_1, 3 Q8_0 (GGUF blocks in w0), 4 Q4_0 T, 5 Q4_1 T (quant plane w0,
-// scale plane w1: the tied output head's own copy). Global (ceil(D/64)*64, M).
+// scale plane w1: the tied output head's own copy), 6 Q5_0, 7 Q5_1, 8 Q4_K, 9 Q5_K, 10 Q6_K
+// (GGUF bytes in w0: the value's 8-value part is decoded and the one value kept).
+// Global (ceil(D/64)*64, M).
 __kernel void embed(__global const uchar *w0, __global const half *w1, __global const uint *tok,
                     uint tokoff, __global float *x, uint M, uint D, uint fmt) {
     uint i = get_global_id(0), m = get_global_id(1);
@@ -420,6 +501,17 @@ __kernel void embed(__global const uchar *w0, __global const half *w1, __global 
         } else if (fmt == 3u) {
             __global const uchar *bp = w0 + ((size_t)r * nb + b) * 34u;
             v = (float)((__global const char *)bp)[2u + e] * vload_half(0, (__global const half *)bp);
+        } else if (fmt >= 6u) {
+            uint kt = i >> 5, p = (i >> 3) & 3u;
+            float8 v8;
+            if (fmt == 6u) v8 = deq8_q5_0(w0 + (size_t)r * ROWB_q5_0(D), kt, p);
+            else if (fmt == 7u) v8 = deq8_q5_1(w0 + (size_t)r * ROWB_q5_1(D), kt, p);
+            else if (fmt == 8u) v8 = deq8_q4_k(w0 + (size_t)r * ROWB_q4_k(D), kt, p);
+            else if (fmt == 9u) v8 = deq8_q5_k(w0 + (size_t)r * ROWB_q5_k(D), kt, p);
+            else v8 = deq8_q6_k(w0 + (size_t)r * ROWB_q6_k(D), kt, p);
+            float a[8];
+            vstore8(v8, 0, a);
+            v = a[i & 7u];
         } else {
             uint wd = i >> 3, u = wd % nb, s = wd / nb;
             uint word = ((__global const uint *)w0)[((size_t)r * nb + u) * 4u + s];
@@ -590,6 +682,27 @@ inline float rowdot_f16(__global const half *w, __global const uchar *unused, ui
     return acc;
 }
 
+// Q5_0, Q5_1, K-quants (GGUF bytes in w0): word wd of a row is part wd % 4 of slice wd / 4.
+#define BLK_KIND_G(F)                                                                           \
+    inline float wdot_##F(__global const uchar *w, __global const uchar *unused, uint row,      \
+                          uint wd, uint nb, __local const float *xp) {                          \
+        __global const uchar *wr = w + (size_t)row * ROWB_##F(nb << 5);                         \
+        return dot8_##F(wr, wd >> 2, wd & 3u, vload4(0, xp), vload4(1, xp));                    \
+    }                                                                                           \
+    inline float rowdot_##F(__global const uchar *w, __global const uchar *unused, uint row,    \
+                            uint lane, uint nb, __local const float *xs) {                      \
+        float acc = 0.0f;                                                                       \
+        __global const uchar *wr = w + (size_t)row * ROWB_##F(nb << 5);                         \
+        for (uint i = lane; i < 4u * nb; i += BT)                                               \
+            acc += dot8_##F(wr, i >> 2, i & 3u, vload4(2u * i, xs), vload4(2u * i + 1u, xs));   \
+        return acc;                                                                             \
+    }
+BLK_KIND_G(q5_0)
+BLK_KIND_G(q5_1)
+BLK_KIND_G(q4_k)
+BLK_KIND_G(q5_k)
+BLK_KIND_G(q6_k)
+
 // out[r] = row r of a matrix (physical row phys(r)) . xs, for r < R, into local `out`:
 // teams of BT work-items, partials in red[r * BT + lane], one barrier, then one work-item a row.
 #define BLK_GEMV(KIND, W0, W1, R, PHYS, NB, XS, RED, OUT)                                       \
@@ -738,6 +851,16 @@ BLOCK_B(q4_0t, uint4, half)
 BLOCK_B(q4_1t, uint4, half)
 BLOCK_B(q8_0, uchar, uchar)
 BLOCK_B(f16, half, uchar)
+BLOCK_A(q5_0, uchar, uchar)
+BLOCK_A(q5_1, uchar, uchar)
+BLOCK_A(q4_k, uchar, uchar)
+BLOCK_A(q5_k, uchar, uchar)
+BLOCK_A(q6_k, uchar, uchar)
+BLOCK_B(q5_0, uchar, uchar)
+BLOCK_B(q5_1, uchar, uchar)
+BLOCK_B(q4_k, uchar, uchar)
+BLOCK_B(q5_k, uchar, uchar)
+BLOCK_B(q6_k, uchar, uchar)
 
 // x += the sum of `nparts` partial rows (one work-group; each element read and written by one
 // work-item).

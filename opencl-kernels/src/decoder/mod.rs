@@ -33,12 +33,11 @@ pub use types::{
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{copy_region, Event};
-use crate::format::GgmlType;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
 use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
-use prepare::HostMat;
+use prepare::{HostMat, MatKind, QkvPart};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -53,9 +52,11 @@ pub const DECODER_SOURCE: &str = concat!(
 
 /// One layer's device matrices and norms.
 struct LayerMats {
-    qkv: Mat,
+    /// Q/K/V in runs of one type (one matrix when they share it).
+    qkv: Vec<QkvPart<Mat>>,
     o: Mat,
-    gate_up: Mat,
+    /// Gate and up interleaved, or `[gate, up]` when their types differ.
+    gate_up: Vec<Mat>,
     down: Mat,
     attn_norm: Buffer,
     ffn_norm: Buffer,
@@ -63,12 +64,13 @@ struct LayerMats {
     vc: Buffer,
 }
 
-/// One layer's prepared launches; `[0]` the GEMV (one row), `[1]` the GEMM (several).
+/// One layer's prepared launches; `[0]` the GEMV (one row), `[1]` the GEMM (several). Q/K/V
+/// and gate/up have one launch per device matrix (see [`LayerMats`]).
 struct LayerOps {
-    qkv: [Op; 2],
+    qkv: Vec<[Op; 2]>,
     attn: Op,
     o: [Op; 2],
-    gate_up: [Op; 2],
+    gate_up: Vec<[Op; 2]>,
     down: [Op; 2],
 }
 
@@ -278,10 +280,21 @@ impl Decoder {
         let mut layers = Vec::with_capacity(c.n_layer);
         for (i, l) in weights.layers.iter().enumerate() {
             let hl = prepare::layer(&c, l, i)?;
+            let mut qkv = Vec::with_capacity(hl.qkv.len());
+            for p in hl.qkv {
+                qkv.push(QkvPart {
+                    mat: upload_mat(device, p.mat, &shared.dummy)?,
+                    col0: p.col0,
+                });
+            }
+            let mut gate_up = Vec::with_capacity(hl.gate_up.len());
+            for m in hl.gate_up {
+                gate_up.push(upload_mat(device, m, &shared.dummy)?);
+            }
             layers.push(LayerMats {
-                qkv: upload_mat(device, hl.qkv, &shared.dummy)?,
+                qkv,
                 o: upload_mat(device, hl.o, &shared.dummy)?,
-                gate_up: upload_mat(device, hl.gate_up, &shared.dummy)?,
+                gate_up,
                 down: upload_mat(device, hl.down, &shared.dummy)?,
                 attn_norm: device.upload(l.attn_norm)?,
                 ffn_norm: device.upload(l.ffn_norm)?,
@@ -304,13 +317,7 @@ impl Decoder {
             ),
             Some(_) => {
                 let e = &weights.embed;
-                let code = match e.ty {
-                    GgmlType::F16 => 0,
-                    GgmlType::Q4_0 => 1,
-                    GgmlType::Q4_1 => 2,
-                    GgmlType::Q8_0 => 3,
-                    other => return Err(Error::UnsupportedFormat(other)),
-                };
+                let code = MatKind::embed_code_gguf(e.ty)?;
                 let need = crate::format::matrix_bytes(e.ty, c.vocab, d)?;
                 if e.data.len() != need {
                     return Err(Error::BadShape(format!(
@@ -344,16 +351,34 @@ impl Decoder {
         };
         let mut ops = Vec::with_capacity(c.n_layer);
         for lm in &layers {
-            let qkv = || Epi::Qkv {
-                q: &q,
-                ld: dq,
-                kc: &lm.kc,
-                vc: &lm.vc,
-            };
+            let mut qkv = Vec::with_capacity(lm.qkv.len());
+            for p in &lm.qkv {
+                let epi = || Epi::Qkv {
+                    q: &q,
+                    ld: dq,
+                    kc: &lm.kc,
+                    vc: &lm.vc,
+                    col0: p.col0,
+                };
+                qkv.push(build.pair(OpKind::QkvRope, &p.mat, &x, d, Some(&lm.attn_norm), epi)?);
+            }
             let add = || Epi::Add { y: &x, ld: d };
-            let swiglu = || Epi::Swiglu { y: &h, ld: c.d_ff };
+            let ffn = |epi: fn(&Buffer, usize) -> Epi<'_>, m: &Mat| {
+                let e = || epi(&h, c.d_ff);
+                build.pair(OpKind::GateUpSwiglu, m, &x, d, Some(&lm.ffn_norm), e)
+            };
+            // One interleaved matrix: SwiGLU in its epilogue. Gate and up apart: the gate's
+            // values stored, then up's epilogue applies silu(gate) * up in place.
+            let gate_up = match &lm.gate_up[..] {
+                [gu] => vec![ffn(|y, ld| Epi::Swiglu { y, ld }, gu)?],
+                [g, u] => vec![
+                    ffn(|y, ld| Epi::Store { y, ld }, g)?,
+                    ffn(|y, ld| Epi::Gated { y, ld }, u)?,
+                ],
+                _ => return Err(Error::NotApplicable("gate/up has one or two matrices")),
+            };
             ops.push(LayerOps {
-                qkv: build.pair(OpKind::QkvRope, &lm.qkv, &x, d, Some(&lm.attn_norm), qkv)?,
+                qkv,
                 attn: ops::attention(
                     device,
                     &prog,
@@ -367,14 +392,7 @@ impl Decoder {
                     rows,
                 )?,
                 o: build.pair(OpKind::OProj, &lm.o, &att, dq, None, add)?,
-                gate_up: build.pair(
-                    OpKind::GateUpSwiglu,
-                    &lm.gate_up,
-                    &x,
-                    d,
-                    Some(&lm.ffn_norm),
-                    swiglu,
-                )?,
+                gate_up,
                 down: build.pair(OpKind::Down, &lm.down, &h, c.d_ff, None, add)?,
             });
         }
@@ -698,14 +716,18 @@ impl Decoder {
     }
 
     /// Kernel launches of one decode step (one token through every layer) that reads back
-    /// `readout`: the gather, 5 a layer (layered) or 2 a layer and the final sum (decode
-    /// blocks), then the head for logits and one more for the argmax.
+    /// `readout`: the gather, 5 a layer (layered; one more for each extra type among a layer's
+    /// Q/K/V runs, and for gate and up of different types) or 2 a layer and the final sum
+    /// (decode blocks), then the head for logits and one more for the argmax.
     pub fn launches_per_token(&self, readout: Readout) -> usize {
         let n = self.cfg.n_layer;
         let layers = if self.blocks.is_some() {
             2 * n + 1
         } else {
-            5 * n
+            self.ops
+                .iter()
+                .map(|o| o.qkv.len() + o.gate_up.len() + 3)
+                .sum()
         };
         let head = match readout {
             Readout::Nothing | Readout::Hidden => 0,
@@ -720,27 +742,26 @@ impl Decoder {
         self.blocks.is_some()
     }
 
-    /// The five launches of layer `l` over `m` rows at positions `pos..pos + m`.
+    /// The launches of layer `l` (five, when Q/K/V and gate/up each share a type) over `m`
+    /// rows at positions `pos..pos + m`.
     fn layer(&mut self, l: usize, pos: usize, m: usize) -> Result<()> {
         let g = usize::from(m > 1);
         let ops = &mut self.ops[l];
-        for op in [
-            &mut ops.qkv[g],
-            &mut ops.o[g],
-            &mut ops.gate_up[g],
-            &mut ops.down[g],
-        ] {
+        let (rec, dev) = (&mut self.rec, &self.dev);
+        let mut run = |op: &mut Op| -> Result<()> {
             op.set_pos0(pos)?;
             op.set_rows(m)?;
+            rec.enqueue(dev, op)
+        };
+        for op in &mut ops.qkv {
+            run(&mut op[g])?;
         }
-        ops.attn.set_pos0(pos)?;
-        ops.attn.set_rows(m)?;
-        let (rec, dev) = (&mut self.rec, &self.dev);
-        rec.enqueue(dev, &ops.qkv[g])?;
-        rec.enqueue(dev, &ops.attn)?;
-        rec.enqueue(dev, &ops.o[g])?;
-        rec.enqueue(dev, &ops.gate_up[g])?;
-        rec.enqueue(dev, &ops.down[g])
+        run(&mut ops.attn)?;
+        run(&mut ops.o[g])?;
+        for op in &mut ops.gate_up {
+            run(&mut op[g])?;
+        }
+        run(&mut ops.down[g])
     }
 
     /// The readout launches after the last chunk (`m` rows in it).

@@ -47,12 +47,16 @@ pub(crate) enum Epi<'a> {
     Add { y: &'a Buffer, ld: usize },
     /// `y[m][j] = silu(v[2j]) * v[2j+1]`.
     Swiglu { y: &'a Buffer, ld: usize },
-    /// RoPE, q to `q`, k and v to the caches.
+    /// `y[m][c] = silu(y[m][c]) * v` (up, after a `Store` of the gate into `y`).
+    Gated { y: &'a Buffer, ld: usize },
+    /// RoPE, q to `q`, k and v to the caches; output column `c` is column `col0 + c` of
+    /// `[q; k; v]`.
     Qkv {
         q: &'a Buffer,
         ld: usize,
         kc: &'a Buffer,
         vc: &'a Buffer,
+        col0: usize,
     },
 }
 
@@ -178,26 +182,33 @@ impl Recorder {
 
 /// GEMV work-group shape `(tpr, rows)` for rows of `k`: `tpr` work-items per column pair
 /// (the T layout's H200 default `nb / 2` clamped to 8..=64; a quarter of the 8-element parts
-/// for Q8_0/F16), `rows` pairs per group, `tpr * rows` = the largest power of two <= 256 the
+/// for the other kinds), `rows` pairs per group, `tpr * rows` = the largest power of two <= 256 the
 /// device allows.
 fn gemv_shape(kind: MatKind, k: usize, max_wg: usize) -> (usize, usize) {
     let units = kind.row_units(k);
     let div = match kind {
         MatKind::Q40T | MatKind::Q41T => 2,
-        MatKind::Q80 | MatKind::F16 => 4,
+        _ => 4,
     };
     let wg = pow2_floor(max_wg.min(MAX_WG));
     let tpr = pow2_floor(units / div).clamp(8, 64).min(wg);
     (tpr, (wg / tpr).max(1))
 }
 
-/// Sets the epilogue's eleven trailing arguments; returns the index of `pos0`.
+/// Sets the epilogue's twelve trailing arguments; returns the index of `pos0`.
 fn epi_args(l: &mut Launch, epi: &Epi<'_>, sh: &Shared) -> Result<u32> {
-    let (mode, y, ld, kc, vc) = match *epi {
-        Epi::Store { y, ld } => (0u32, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Add { y, ld } => (1, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Swiglu { y, ld } => (2, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Qkv { q, ld, kc, vc } => (3, q, ld, kc, vc),
+    let (mode, y, ld, kc, vc, coff) = match *epi {
+        Epi::Store { y, ld } => (0u32, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Add { y, ld } => (1, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Swiglu { y, ld } => (2, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Qkv {
+            q,
+            ld,
+            kc,
+            vc,
+            col0,
+        } => (3, q, ld, kc, vc, col0),
+        Epi::Gated { y, ld } => (4, y, ld, &sh.dummy, &sh.dummy, 0),
     };
     l.scalar(mode)?;
     l.mem(y)?;
@@ -208,7 +219,8 @@ fn epi_args(l: &mut Launch, epi: &Epi<'_>, sh: &Shared) -> Result<u32> {
     l.scalar(u32_of(sh.dq, "dq")?)?
         .scalar(u32_of(sh.dkv, "dkv")?)?
         .scalar(u32_of(sh.hd, "head_dim")?)?
-        .scalar(u32_of(sh.npairs, "rope pairs")?)?;
+        .scalar(u32_of(sh.npairs, "rope pairs")?)?
+        .scalar(u32_of(coff, "column offset")?)?;
     Ok(pos)
 }
 
@@ -243,7 +255,7 @@ pub(crate) fn matmul(
         let l = Launch::create(
             dev,
             prog,
-            mat.kind.gemm(norm.is_some()),
+            &mat.kind.gemm(norm.is_some()),
             2,
             [16 * tiles_n, 16 * max_m.div_ceil(64)],
             [16, 16],
@@ -266,7 +278,7 @@ pub(crate) fn matmul(
         let l = Launch::create(
             dev,
             prog,
-            mat.kind.gemv(norm.is_some()),
+            &mat.kind.gemv(norm.is_some()),
             2,
             [tpr, pairs.div_ceil(rows) * rows],
             [tpr, rows],
@@ -389,15 +401,6 @@ pub(crate) fn block_local_bytes(d: usize, hd: usize, chunk: usize) -> (usize, us
     (a * 4, b * 4)
 }
 
-fn kind_suffix(k: MatKind) -> &'static str {
-    match k {
-        MatKind::Q40T => "q4_0t",
-        MatKind::Q41T => "q4_1t",
-        MatKind::Q80 => "q8_0",
-        MatKind::F16 => "f16",
-    }
-}
-
 /// Block A of one layer (see decoder.cl): reads `xin` plus `parts` (`nparts` rows), writes
 /// `xout`, the caches and the O partial rows.
 #[allow(clippy::too_many_arguments)]
@@ -412,7 +415,7 @@ pub(crate) fn block_a(
     (d, heads, kv_heads): (usize, usize, usize),
     sh: &Shared,
 ) -> Result<Op> {
-    let name = format!("attn_block_{}", kind_suffix(qkv.kind));
+    let name = format!("attn_block_{}", qkv.kind.suffix());
     let l = Launch::create(dev, prog, &name, 1, [256 * heads, 1], [256, 1])?;
     let mut op = Op::new(l, OpKind::BlockAttn);
     let l = &mut op.launch;
@@ -450,7 +453,7 @@ pub(crate) fn block_b(
     bb: &BlockBufs,
     (d, ff): (usize, usize),
 ) -> Result<Op> {
-    let name = format!("ffn_block_{}", kind_suffix(gate_up.kind));
+    let name = format!("ffn_block_{}", gate_up.kind.suffix());
     let l = Launch::create(dev, prog, &name, 1, [256 * bb.chunks, 1], [256, 1])?;
     let mut op = Op::new(l, OpKind::BlockFfn);
     let l = &mut op.launch;
