@@ -15,15 +15,19 @@
 //! 5. down projection with the residual add in its epilogue.
 //!
 //! Per step also the embedding gather, the output head (final RMSNorm fused) and, when asked,
-//! the argmax: 5 · n_layer + 2 (+ 1) launches.
+//! the argmax: 5 · n_layer + 2 (+ 1) launches. A one-token step can instead run in decode
+//! blocks (two launches a layer, `blocks`) or as one persistent launch (`persistent`).
 
+mod arena;
 mod blocks;
 mod hostio;
 mod matmul;
 mod ops;
+mod persistent;
 mod prepare;
 mod types;
 
+pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
     DecodePath, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix, ModelWeights,
@@ -34,7 +38,9 @@ use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{copy_region, Event};
 use crate::format::GgmlType;
+use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
+use persistent::Persistent;
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
 use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
@@ -44,10 +50,11 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, then the
-/// kernels.
+/// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, the decoder's
+/// helpers, then the kernels.
 pub const DECODER_SOURCE: &str = concat!(
     include_str!("../../kernels/common.cl"),
+    include_str!("../../kernels/decoder_ops.cl"),
     include_str!("../../kernels/decoder.cl")
 );
 
@@ -67,6 +74,8 @@ struct LayerMats {
 struct LayerOps {
     qkv: [Op; 2],
     attn: Op,
+    /// The split one-row attention (`split_attention`).
+    attn1: Option<Op>,
     o: [Op; 2],
     gate_up: [Op; 2],
     down: [Op; 2],
@@ -77,6 +86,8 @@ struct LayerOps {
 struct Done {
     readout: Readout,
     rows: usize,
+    /// A persistent step: a status word follows the logits and the argmax.
+    status: bool,
 }
 
 /// The device-resident decoder. See the module documentation.
@@ -103,6 +114,7 @@ pub struct Decoder {
     argmax_op: Op,
     mat_ops: HashMap<MatKey, Op>,
     blocks: Option<Blocks>,
+    persistent: Option<Persistent>,
     rec: Recorder,
     last_launches: u64,
     done: Option<Done>,
@@ -139,6 +151,45 @@ fn upload_mat(dev: &Arc<Device>, m: HostMat, dummy: &Buffer) -> Result<Mat> {
         w0,
         w1,
     })
+}
+
+/// A prepared matrix written into its two (sub-)buffers, `w0` and `w1` (an unused 4-byte
+/// part when its second plane is empty).
+fn fill_mat(m: HostMat, w0: &Buffer, w1: &Buffer) -> Result<Mat> {
+    w0.write(&m.plane0)?;
+    if !m.plane1.is_empty() {
+        w1.write(&m.plane1)?;
+    }
+    Ok(Mat {
+        kind: m.kind,
+        n: m.n,
+        k: m.k,
+        w0: w0.try_clone()?,
+        w1: w1.try_clone()?,
+    })
+}
+
+/// Bytes of the ten parts of a layer's weights, in the persistent step's order: the q/k/v,
+/// o, gate/up and down planes (an empty second plane takes 4 unused bytes) and the two norms.
+fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<[usize; 10]> {
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    let mut out = [4usize; 10];
+    for (i, (t, n, k)) in [
+        (&l.wq, dq + 2 * dkv, d),
+        (&l.wo, d, dq),
+        (&l.gate, 2 * ff, d),
+        (&l.down, d, ff),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (p0, p1) = prepare::MatKind::of(t.ty)?.plane_bytes(n, k)?;
+        out[2 * i] = p0.max(4);
+        out[2 * i + 1] = p1.max(4);
+    }
+    out[8] = d * 4;
+    out[9] = d * 4;
+    Ok(out)
 }
 
 fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
@@ -274,19 +325,35 @@ impl Decoder {
             hd: c.head_dim,
             npairs,
             max_wg: info.max_work_group_size,
+            min_groups: match options.gemv_min_groups {
+                0 => info.compute_units,
+                n => n,
+            },
         };
+        // Every layer's weights in one arena and every cache in another where they fit (the
+        // persistent step reaches them all from one launch); each part is a buffer of its own
+        // to the other launches.
+        let mut sizes = Vec::with_capacity(10 * c.n_layer);
+        for l in &weights.layers {
+            sizes.extend(layer_part_sizes(&c, l)?);
+        }
+        let warena = arena(device, &sizes)?;
+        let kvarena = arena(device, &vec![c.max_context * dkv * 4; 2 * c.n_layer])?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for (i, l) in weights.layers.iter().enumerate() {
             let hl = prepare::layer(&c, l, i)?;
+            let p = &warena.parts[10 * i..10 * i + 10];
+            p[8].write(l.attn_norm)?;
+            p[9].write(l.ffn_norm)?;
             layers.push(LayerMats {
-                qkv: upload_mat(device, hl.qkv, &shared.dummy)?,
-                o: upload_mat(device, hl.o, &shared.dummy)?,
-                gate_up: upload_mat(device, hl.gate_up, &shared.dummy)?,
-                down: upload_mat(device, hl.down, &shared.dummy)?,
-                attn_norm: device.upload(l.attn_norm)?,
-                ffn_norm: device.upload(l.ffn_norm)?,
-                kc: device.alloc(c.max_context * dkv * 4)?,
-                vc: device.alloc(c.max_context * dkv * 4)?,
+                qkv: fill_mat(hl.qkv, &p[0], &p[1])?,
+                o: fill_mat(hl.o, &p[2], &p[3])?,
+                gate_up: fill_mat(hl.gate_up, &p[4], &p[5])?,
+                down: fill_mat(hl.down, &p[6], &p[7])?,
+                attn_norm: p[8].try_clone()?,
+                ffn_norm: p[9].try_clone()?,
+                kc: kvarena.parts[2 * i].try_clone()?,
+                vc: kvarena.parts[2 * i + 1].try_clone()?,
             });
         }
         let head_t = weights.output.as_ref().unwrap_or(&weights.embed);
@@ -331,9 +398,10 @@ impl Decoder {
         let in_bytes = (c.max_context * 4).max(rows * dq.max(d).max(c.d_ff) * 4);
         let input = HostBuf::new(device, in_bytes, zero_copy, "input")?;
         let logit_rows = if c.all_logits { rows } else { 1 };
+        // One more float and one more index: the persistent step's status word.
         let out_floats = (logit_rows * c.vocab).max(rows * (dq + 2 * dkv).max(2 * c.d_ff).max(d));
-        let out = HostBuf::new(device, out_floats * 4, zero_copy, "readback")?;
-        let ids = HostBuf::new(device, rows * 4, zero_copy, "argmax")?;
+        let out = HostBuf::new(device, (out_floats.max(c.vocab + 1)) * 4, zero_copy, "readback")?;
+        let ids = HostBuf::new(device, rows.max(2) * 4, zero_copy, "argmax")?;
         let eps = c.eps;
         let build = Builder {
             dev: device,
@@ -342,6 +410,11 @@ impl Decoder {
             rows,
             eps,
         };
+        // The split attention's parts and per-head counters, shared by the layers' launches.
+        let split = (
+            device.alloc(c.n_head * ops::SPLIT_MAX * (c.head_dim + 2) * 4)?,
+            device.upload(&vec![0u32; c.n_head])?,
+        );
         let mut ops = Vec::with_capacity(c.n_layer);
         for lm in &layers {
             let qkv = || Epi::Qkv {
@@ -352,8 +425,22 @@ impl Decoder {
             };
             let add = || Epi::Add { y: &x, ld: d };
             let swiglu = || Epi::Swiglu { y: &h, ld: c.d_ff };
+            let attn1 = if options.split_attention {
+                Some(ops::attention_decode(
+                    device,
+                    &prog,
+                    &q,
+                    (&lm.kc, &lm.vc),
+                    &att,
+                    (c.n_head, c.n_kv_head, c.head_dim),
+                    (&split.0, &split.1),
+                )?)
+            } else {
+                None
+            };
             ops.push(LayerOps {
                 qkv: build.pair(OpKind::QkvRope, &lm.qkv, &x, d, Some(&lm.attn_norm), qkv)?,
+                attn1,
                 attn: ops::attention(
                     device,
                     &prog,
@@ -436,15 +523,52 @@ impl Decoder {
             logit_rows,
         )?;
         let blocks = match options.decode {
-            DecodePath::Layered => None,
-            DecodePath::Auto if info.is_cpu => None,
-            path => {
-                let why = blocks_unfit(&c, &layers, info.local_mem_size);
-                match (why, path) {
-                    (Some(why), DecodePath::Blocks) => return Err(Error::NotApplicable(why)),
-                    (Some(_), _) => None,
-                    (None, _) => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
-                }
+            DecodePath::Blocks => match blocks_unfit(&c, &layers, info.local_mem_size) {
+                Some(why) => return Err(Error::NotApplicable(why)),
+                None => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
+            },
+            _ => None,
+        };
+        let arenas = persistent::Arenas {
+            weights: warena.whole.as_ref(),
+            caches: kvarena.whole.as_ref(),
+        };
+        let pk = match options.decode {
+            DecodePath::Persistent => true,
+            // Measured: on NVIDIA's OpenCL (H200) the persistent step is the fastest decode.
+            DecodePath::Auto => info.is_nvidia() && !info.is_cpu,
+            _ => false,
+        };
+        let persistent = match (pk, persistent::unfit(&c, &layers, &arenas, info)) {
+            (false, _) => None,
+            (true, Some(why)) if options.decode == DecodePath::Persistent => {
+                return Err(Error::NotApplicable(why))
+            }
+            (true, Some(_)) => None,
+            (true, None) => {
+                let io = persistent::Io {
+                    head: &head,
+                    output_norm: &output_norm,
+                    embed: (&embed_src.0, &embed_src.1, embed_src.2),
+                    tokens: input.buffer(),
+                    x: &x,
+                    q: &q,
+                    att: &att,
+                    h: &h,
+                    logits: out.buffer(),
+                    ids: ids.buffer(),
+                };
+                let g = persistent::groups(info, options.persistent_groups);
+                Some(persistent::build(
+                    device,
+                    &c,
+                    &layers,
+                    &arenas,
+                    &io,
+                    &shared,
+                    g,
+                    options.persistent_barriers_only,
+                )?)
             }
         };
         let flush_every = options.flush_every as u64;
@@ -471,6 +595,7 @@ impl Decoder {
             argmax_op,
             mat_ops: HashMap::new(),
             blocks,
+            persistent,
             rec: Recorder {
                 launches: 0,
                 events: None,
@@ -528,6 +653,9 @@ impl Decoder {
     /// Marks the device lost on errors that mean it (the staging memory a transfer may still
     /// touch is leaked, never freed), and passes the error on.
     fn fail(&mut self, e: Error) -> Error {
+        if matches!(e, Error::GridBarrier { .. }) {
+            self.lost = Some(e.clone());
+        }
         if matches!(e, Error::DeviceLost { .. } | Error::WaitTimeout { .. }) {
             self.lost = Some(e.clone());
             self.input.abandon();
@@ -628,8 +756,12 @@ impl Decoder {
         let r = self.enqueue_checked(input, m, pos0, layers, readout);
         self.last_launches = self.rec.launches - before;
         match r {
-            Ok(()) => {
-                self.done = Some(Done { readout, rows: m });
+            Ok(status) => {
+                self.done = Some(Done {
+                    readout,
+                    rows: m,
+                    status,
+                });
                 self.dev
                     .flush()
                     .map_err(|e| self.fail(crate::event::lost_or(e)))
@@ -638,6 +770,7 @@ impl Decoder {
         }
     }
 
+    /// Enqueues the step; whether it ends with a status word to check (a persistent step).
     fn enqueue_checked(
         &mut self,
         input: Input<'_>,
@@ -645,7 +778,7 @@ impl Decoder {
         pos0: usize,
         layers: Range<usize>,
         readout: Readout,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (d, rows, t) = (self.cfg.d_model, self.cfg.max_rows, self.opts.timeout);
         self.out.release()?;
         self.ids.release()?;
@@ -654,8 +787,16 @@ impl Decoder {
             Input::Hidden(h) => self.input.write(bytes_of(h), t)?,
         }
         let full = layers.start == 0 && layers.end == self.cfg.n_layer;
-        if m == 1 && full && matches!(input, Input::Tokens(_)) && self.blocks.is_some() {
-            return self.decode_blocks(pos0, readout);
+        let decode = m == 1 && full && matches!(input, Input::Tokens(_));
+        let head = !matches!(readout, Readout::Nothing | Readout::Hidden);
+        if let (true, true, Some(pk)) = (decode, head, self.persistent.as_mut()) {
+            let argmax = matches!(readout, Readout::Argmax | Readout::AllArgmax);
+            pk.set_step(pos0, argmax)?;
+            self.rec.enqueue(&self.dev, &pk.op)?;
+            return Ok(true);
+        }
+        if decode && self.blocks.is_some() {
+            return self.decode_blocks(pos0, readout).map(|()| false);
         }
         let mut c0 = 0;
         while c0 < m {
@@ -676,7 +817,7 @@ impl Decoder {
                 self.readout(readout, cm)?;
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// One token through every layer in decode blocks: the gather, blocks A and B of each
@@ -698,10 +839,15 @@ impl Decoder {
     }
 
     /// Kernel launches of one decode step (one token through every layer) that reads back
-    /// `readout`: the gather, 5 a layer (layered) or 2 a layer and the final sum (decode
-    /// blocks), then the head for logits and one more for the argmax.
+    /// `readout`: one (persistent, logits or argmax), or the gather, 5 a layer (layered) or 2
+    /// a layer and the final sum (decode blocks), then the head for logits and one more for
+    /// the argmax.
     pub fn launches_per_token(&self, readout: Readout) -> usize {
         let n = self.cfg.n_layer;
+        let head_readout = !matches!(readout, Readout::Nothing | Readout::Hidden);
+        if self.persistent.is_some() && head_readout {
+            return 1;
+        }
         let layers = if self.blocks.is_some() {
             2 * n + 1
         } else {
@@ -720,6 +866,34 @@ impl Decoder {
         self.blocks.is_some()
     }
 
+    /// How one-token decode steps that read back logits or the argmax run here:
+    /// [`DecodePath::Persistent`], [`DecodePath::Blocks`] or [`DecodePath::Layered`] (what
+    /// [`DecodePath::Auto`] chose).
+    pub fn decode_path(&self) -> DecodePath {
+        if self.persistent.is_some() {
+            DecodePath::Persistent
+        } else if self.blocks.is_some() {
+            DecodePath::Blocks
+        } else {
+            DecodePath::Layered
+        }
+    }
+
+    /// Work-groups of the persistent step, when decode steps run persistent.
+    pub fn persistent_groups(&self) -> Option<usize> {
+        self.persistent.as_ref().map(|p| p.groups)
+    }
+
+    /// The built programs (PTX on NVIDIA): the decoder's kernels, then the persistent step's
+    /// when it is built; for inspection.
+    pub fn program_binaries(&self) -> Result<Vec<Vec<u8>>> {
+        let mut v = vec![self.prog.binary()?];
+        if let Some(p) = &self.persistent {
+            v.push(p.prog.binary()?);
+        }
+        Ok(v)
+    }
+
     /// The five launches of layer `l` over `m` rows at positions `pos..pos + m`.
     fn layer(&mut self, l: usize, pos: usize, m: usize) -> Result<()> {
         let g = usize::from(m > 1);
@@ -733,11 +907,15 @@ impl Decoder {
             op.set_pos0(pos)?;
             op.set_rows(m)?;
         }
-        ops.attn.set_pos0(pos)?;
-        ops.attn.set_rows(m)?;
+        let attn = match (&mut ops.attn1, m) {
+            (Some(a), 1) => a,
+            _ => &mut ops.attn,
+        };
+        attn.set_pos0(pos)?;
+        attn.set_rows(m)?;
         let (rec, dev) = (&mut self.rec, &self.dev);
         rec.enqueue(dev, &ops.qkv[g])?;
-        rec.enqueue(dev, &ops.attn)?;
+        rec.enqueue(dev, attn)?;
         rec.enqueue(dev, &ops.o[g])?;
         rec.enqueue(dev, &ops.gate_up[g])?;
         rec.enqueue(dev, &ops.down[g])
@@ -778,22 +956,40 @@ impl Decoder {
         }
     }
 
-    /// Rows the last step's readout has, if it is one of `kinds`.
-    fn done_rows(&self, kinds: &[Readout], what: &'static str) -> Result<usize> {
+    /// Rows the last step's readout has, if it is one of `kinds`, and whether a status word
+    /// follows them (a persistent step).
+    fn done_rows(&self, kinds: &[Readout], what: &'static str) -> Result<(usize, bool)> {
         self.alive()?;
         match self.done {
-            Some(Done { readout, rows }) if kinds.contains(&readout) => Ok(match readout {
-                Readout::Logits | Readout::Argmax => 1,
-                _ => rows,
-            }),
+            Some(Done {
+                readout,
+                rows,
+                status,
+            }) if kinds.contains(&readout) => Ok((
+                match readout {
+                    Readout::Logits | Readout::Argmax => 1,
+                    _ => rows,
+                },
+                status,
+            )),
             _ => Err(Error::NotApplicable(what)),
         }
+    }
+
+    /// A persistent step's status word (`word`, read back after its results): nonzero when a
+    /// work-group gave up waiting at a grid barrier, which marks the decoder lost.
+    fn check_status(&mut self, word: u32) -> Result<()> {
+        if word == 0 {
+            return Ok(());
+        }
+        let groups = self.persistent.as_ref().map_or(0, |p| p.groups);
+        Err(self.fail(Error::GridBarrier { groups }))
     }
 
     /// The last step's logits (`vocab` floats, or `m * vocab` for the all-rows readouts), once
     /// the device has produced them (bounded wait).
     pub fn logits(&mut self) -> Result<&[f32]> {
-        let r = self.done_rows(
+        let (r, status) = self.done_rows(
             &[
                 Readout::Logits,
                 Readout::Argmax,
@@ -803,27 +999,38 @@ impl Decoder {
             "the last step read out no logits",
         )?;
         let len = r * self.cfg.vocab * 4;
-        if let Err(e) = self.out.read(len, self.opts.timeout) {
+        let extra = if status { 4 } else { 0 };
+        if let Err(e) = self.out.read(len + extra, self.opts.timeout) {
             return Err(self.fail(e));
+        }
+        if status {
+            let word = as_u32(&self.out.view(len + 4)?[len..])?[0];
+            self.check_status(word)?;
         }
         as_f32(self.out.view(len)?)
     }
 
     /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]).
     pub fn argmax(&mut self) -> Result<&[u32]> {
-        let r = self.done_rows(
+        let (r, status) = self.done_rows(
             &[Readout::Argmax, Readout::AllArgmax],
             "the last step read out no argmax",
         )?;
-        if let Err(e) = self.ids.read(r * 4, self.opts.timeout) {
+        // A persistent step leaves its status word after the index.
+        let len = if status { 8 } else { r * 4 };
+        if let Err(e) = self.ids.read(len, self.opts.timeout) {
             return Err(self.fail(e));
+        }
+        if status {
+            let word = as_u32(self.ids.view(8)?)?[1];
+            self.check_status(word)?;
         }
         as_u32(self.ids.view(r * 4)?)
     }
 
     /// The last step's hidden rows (`m * d_model` floats) after its layer range.
     pub fn hidden(&mut self) -> Result<&[f32]> {
-        let r = self.done_rows(&[Readout::Hidden], "the last step read out no hidden rows")?;
+        let (r, _) = self.done_rows(&[Readout::Hidden], "the last step read out no hidden rows")?;
         let len = r * self.cfg.d_model * 4;
         if let Err(e) = self.out.read(len, self.opts.timeout) {
             return Err(self.fail(e));

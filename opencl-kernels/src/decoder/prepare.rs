@@ -66,6 +66,28 @@ impl MatKind {
         }
     }
 
+    /// Bytes of the two planes of an `n x k` matrix stored this way (the second is empty for
+    /// Q8_0 and F16).
+    pub(crate) fn plane_bytes(self, n: usize, k: usize) -> Result<(usize, usize)> {
+        match self {
+            MatKind::Q40T => relayout_q4_t_len(GgmlType::Q4_0, n, k),
+            MatKind::Q41T => relayout_q4_t_len(GgmlType::Q4_1, n, k),
+            MatKind::Q80 => Ok((matrix_bytes(GgmlType::Q8_0, n, k)?, 0)),
+            MatKind::F16 => Ok((matrix_bytes(GgmlType::F16, n, k)?, 0)),
+        }
+    }
+
+    /// The kernels' name for this storage (decoder.cl's block kernels, persistent.cl's
+    /// build options).
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            MatKind::Q40T => "q4_0t",
+            MatKind::Q41T => "q4_1t",
+            MatKind::Q80 => "q8_0",
+            MatKind::F16 => "f16",
+        }
+    }
+
     /// The embedding kernel's format code for a matrix stored this way.
     pub(crate) fn embed_code(self) -> u32 {
         match self {
