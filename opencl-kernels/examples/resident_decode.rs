@@ -6,8 +6,11 @@
 //! on a profiling queue, device time per op kind, so the gap between device time and wall
 //! time (launch and host overhead) is visible.
 //!
-//! Environment (defaults in brackets): `RD_PATHS` decode paths to time, comma-separated
-//! (`blocks,layered`), `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
+//! Environment (defaults in brackets): `RD_PATHS` decode variants to time, comma-separated
+//! (`blocks,layered`): `auto`, `layered`, `blocks`, `persistent`, and the measurement variants
+//! `layered-nosplit` (one-row attention one work-group a head, not split over positions),
+//! `layered-wide` (`gemv_min_groups` 1: the widest GEMV work-groups), `persistent-gN` (N
+//! work-groups) and `persistent-barriers` (its grid barriers alone); `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
 //! embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
@@ -146,6 +149,44 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// A decode variant to time: its name (as in `RD_PATHS`) and decoder options.
+struct Variant {
+    name: String,
+    opts: DecoderOptions,
+}
+
+/// Parses one `RD_PATHS` entry (see the header); `None` for an unknown one.
+fn variant(s: &str) -> Option<Variant> {
+    let name = s.trim();
+    let mut opts = DecoderOptions::default();
+    match name {
+        "auto" => {}
+        "layered" => opts.decode = DecodePath::Layered,
+        "blocks" => opts.decode = DecodePath::Blocks,
+        "persistent" => opts.decode = DecodePath::Persistent,
+        "layered-nosplit" => {
+            opts.decode = DecodePath::Layered;
+            opts.split_attention = false;
+        }
+        "layered-wide" => {
+            opts.decode = DecodePath::Layered;
+            opts.gemv_min_groups = 1;
+        }
+        "persistent-barriers" => {
+            opts.decode = DecodePath::Persistent;
+            opts.persistent_barriers_only = true;
+        }
+        _ => {
+            opts.decode = DecodePath::Persistent;
+            opts.persistent_groups = name.strip_prefix("persistent-g")?.parse().ok()?;
+        }
+    }
+    Some(Variant {
+        name: name.to_string(),
+        opts,
+    })
+}
+
 fn open(profiling: bool) -> Res<Arc<Device>> {
     Ok(Device::from_env_with(profiling)?)
 }
@@ -205,6 +246,7 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
             OpKind::BlockAttn => "block A (attn)",
             OpKind::BlockFfn => "block B (ffn)",
             OpKind::BlockFinish => "block finish",
+            OpKind::Persistent => "persistent step",
         };
         println!(
             "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% |",
@@ -228,14 +270,10 @@ fn main() -> Res<()> {
         "f16" => GgmlType::F16,
         _ => GgmlType::Q4_1,
     };
-    let paths: Vec<DecodePath> = std::env::var("RD_PATHS")
+    let paths: Vec<Variant> = std::env::var("RD_PATHS")
         .unwrap_or_else(|_| "blocks,layered".into())
         .split(',')
-        .filter_map(|p| match p.trim() {
-            "blocks" => Some(DecodePath::Blocks),
-            "layered" => Some(DecodePath::Layered),
-            _ => None,
-        })
+        .filter_map(variant)
         .collect();
     let flushes: Vec<usize> = std::env::var("RD_FLUSH")
         .unwrap_or_else(|_| "0".into())
@@ -289,7 +327,7 @@ fn main() -> Res<()> {
         plan.scratch as f64 / 1048576.0
     );
     println!("pp{pp} = one {pp}-token prefill at position 0, last row's logits read back; tg{tg} = {tg} one-token steps from position 0, each waited for; medians of {reps}");
-    for (&path, &flush) in paths
+    for (path, &flush) in paths
         .iter()
         .flat_map(|p| flushes.iter().map(move |f| (p, f)))
     {
@@ -303,7 +341,10 @@ fn main() -> Res<()> {
             (path, flush, first),
             (pp, tg, reps, profile),
         ) {
-            println!("\n== decode path {path:?}, flush every {flush}: error: {e}");
+            println!(
+                "\n== decode path {}, flush every {flush}: error: {e}",
+                path.name
+            );
         }
     }
     Ok(())
@@ -315,26 +356,23 @@ fn run_path(
     cfg: &DecoderConfig,
     w: &ModelWeights<'_>,
     tokens: &[u32],
-    (path, flush, first): (DecodePath, usize, bool),
+    (path, flush, first): (&Variant, usize, bool),
     (pp, tg, reps, profile): (usize, usize, usize, bool),
 ) -> Res<()> {
     let layers = cfg.n_layer;
     let opts = DecoderOptions {
-        decode: path,
         flush_every: flush,
-        ..DecoderOptions::default()
+        ..path.opts.clone()
     };
     let t = Instant::now();
     let mut dec = Decoder::new(dev, cfg.clone(), w, opts.clone())?;
-    let name = if dec.decode_blocks_on() {
-        "blocks"
-    } else {
-        "layered"
-    };
+    let name = &path.name;
     println!(
-            "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
+            "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, runs {:?} ({} groups), launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
             t.elapsed().as_secs_f64(),
             dec.zero_copy(),
+            dec.decode_path(),
+            dec.persistent_groups().map_or("no".into(), |g| g.to_string()),
             dec.launches_per_token(Readout::Logits),
             dec.launches_per_token(Readout::Argmax),
             5 * layers + 2

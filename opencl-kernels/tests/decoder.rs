@@ -387,7 +387,8 @@ fn prefill_then_decode(dec: &mut Decoder, model: &TestModel, toks: &[u32], p: us
 
 /// SmolLM2's layout (Q4_1 layers, Q8_0 embedding tied to the head), normal RoPE: prefill
 /// lengths 1, 5, 8 (one whole chunk) and 19 (three chunks of max_rows 8), then decode steps;
-/// decode steps layered and in decode blocks, staged and zero-copy host buffers alike.
+/// decode steps layered, in decode blocks and persistent, staged and zero-copy host buffers
+/// alike.
 #[test]
 fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
     let Some(dev) = device() else { return };
@@ -409,6 +410,8 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
         (false, DecodePath::Layered),
         (true, DecodePath::Blocks),
         (false, DecodePath::Blocks),
+        (true, DecodePath::Persistent),
+        (false, DecodePath::Persistent),
     ] {
         let mut dec = model.decoder(
             &dev,
@@ -423,14 +426,21 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
         sendable(&dec);
         assert_eq!(dec.zero_copy(), zero_copy);
         assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
+        assert_eq!(dec.decode_path(), decode);
         for p in [1, 5, 8, 19] {
             let n = if p == 19 { 24 } else { p + 2 };
             let what = format!("zero_copy {zero_copy}, {decode:?}");
             prefill_then_decode(&mut dec, &model, &toks[..n], p, &what);
         }
         // One decode step: the gather, five launches a layer (or two, and the final sum), the
-        // head.
+        // head; or one persistent launch.
         dec.forward(&toks[..1], 0).unwrap();
+        if decode == DecodePath::Persistent {
+            assert_eq!(dec.last_launches(), 1);
+            assert_eq!(dec.launches_per_token(Readout::Logits), 1);
+            assert_eq!(dec.launches_per_token(Readout::Argmax), 1);
+            continue;
+        }
         let per = if decode == DecodePath::Blocks {
             2 * 2 + 1
         } else {
@@ -484,7 +494,11 @@ fn other_formats_and_neox_match_reference() {
             },
         );
         let toks = tokens(&mut r, 13, model.cfg.vocab);
-        for decode in [DecodePath::Layered, DecodePath::Blocks] {
+        for decode in [
+            DecodePath::Layered,
+            DecodePath::Blocks,
+            DecodePath::Persistent,
+        ] {
             let opts = DecoderOptions {
                 decode,
                 ..DecoderOptions::default()
@@ -863,7 +877,8 @@ fn hung_device_is_an_error_not_a_hang() {
 }
 
 /// Per-op device time with a profiling queue: one entry per op kind, launch counts that add up
-/// to the steps' launches, positive times; layered decode and decode blocks.
+/// to the steps' launches, positive times; layered decode, decode blocks and the persistent
+/// step.
 #[test]
 fn profiled_steps_report_device_time_per_op() {
     let Some(_) = device() else { return };
@@ -890,6 +905,7 @@ fn profiled_steps_report_device_time_per_op() {
             vec![Argmax, BlockAttn, BlockFfn, BlockFinish],
             12 + 8,
         ),
+        (DecodePath::Persistent, vec![Persistent], 12 + 1),
     ] {
         let opts = DecoderOptions {
             decode,
@@ -919,4 +935,89 @@ fn profiled_steps_report_device_time_per_op() {
         dec.set_profiling(true),
         Err(Error::NotApplicable(_))
     ));
+}
+
+/// The persistent step on its own: greedy decisions (the argmax, the only value read back)
+/// equal the reference's wherever its top-1 margin exceeds 1e-4, and the logits within the
+/// bounds, with one work-group and with the default count (one per compute unit on a GPU);
+/// the measurement mode that runs only the grid barriers completes; a model whose layers store
+/// a matrix differently is refused (and runs layered under Auto); and on a CPU device, where
+/// work-groups need not run at once, more groups than it runs together end the step with
+/// GridBarrier within the bound, after which the decoder refuses work.
+#[test]
+fn persistent_step_argmax_groups_and_stuck_barrier() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(29);
+    let t = Types {
+        embed: GgmlType::Q8_0,
+        layer: GgmlType::Q4_1,
+        output: None,
+    };
+    let model = TestModel::random(&mut r, config(3, RopeMode::Normal, 16), t);
+    let toks = tokens(&mut r, 20, model.cfg.vocab);
+    let want = ref_forward(&model, &toks, 3).logits;
+    for groups in [1, 0] {
+        let opts = DecoderOptions {
+            decode: DecodePath::Persistent,
+            persistent_groups: groups,
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        assert!(dec.persistent_groups().is_some_and(|g| g >= 1));
+        dec.forward(&toks[..4], 0).unwrap();
+        let mut compared = 0;
+        for p in 4..toks.len() {
+            let id = dec.forward_argmax(&toks[p..p + 1], p).unwrap();
+            let what = format!("groups {groups}: decode at {p}");
+            check_logits(&what, dec.logits().unwrap(), &want[p]);
+            if margin(&want[p]) > 1e-4 {
+                assert_eq!(id, argmax(&want[p]), "{what}");
+                compared += 1;
+            }
+        }
+        assert!(compared >= 8, "only {compared} decisions compared");
+    }
+    // Barriers alone (a measurement mode): the step completes.
+    let opts = DecoderOptions {
+        decode: DecodePath::Persistent,
+        persistent_barriers_only: true,
+        ..DecoderOptions::default()
+    };
+    let mut dec = model.decoder(&dev, opts);
+    dec.forward_argmax(&toks[..1], 0).unwrap();
+    // One layer's o stored differently: refused when forced, layered under Auto.
+    let c = model.cfg.clone();
+    let q8 = rand_matrix(&mut r, GgmlType::Q8_0, c.d_model, c.q_dim(), 0.3);
+    let mut w = model.weights();
+    w.layers[1].wo = Tensor {
+        ty: GgmlType::Q8_0,
+        data: &q8,
+    };
+    let forced = DecoderOptions {
+        decode: DecodePath::Persistent,
+        ..DecoderOptions::default()
+    };
+    assert!(matches!(
+        Decoder::new(&dev, c.clone(), &w, forced),
+        Err(Error::NotApplicable(s)) if s.contains("alike")
+    ));
+    let dec = Decoder::new(&dev, c, &w, DecoderOptions::default()).unwrap();
+    assert_ne!(dec.decode_path(), DecodePath::Persistent);
+    if !dev.info().is_cpu {
+        println!("stuck-barrier case: runs on CPU devices only (a GPU holds these groups)");
+        return;
+    }
+    let opts = DecoderOptions {
+        decode: DecodePath::Persistent,
+        persistent_groups: 64,
+        ..DecoderOptions::default()
+    };
+    let mut dec = model.decoder(&dev, opts);
+    let t0 = std::time::Instant::now();
+    let e = dec.forward_argmax(&toks[..1], 0).unwrap_err();
+    println!("64 groups on a CPU device: {e} after {:?}", t0.elapsed());
+    assert_eq!(e, Error::GridBarrier { groups: 64 });
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert_eq!(dec.lost(), Some(&e));
+    assert_eq!(dec.forward(&toks[..1], 0).unwrap_err(), e);
 }

@@ -40,15 +40,19 @@ use crate::event::{copy_region, Event};
 use crate::format::GgmlType;
 use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
-use persistent::Persistent;
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
 use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
+use persistent::Persistent;
 use prepare::HostMat;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Whether [`DecodePath::Auto`] picks the persistent step on NVIDIA GPUs: only once it was
+/// measured faster there than the layered path (opencl-kernels/benches/h200-resident.sh).
+const AUTO_PERSISTENT: bool = false;
 
 /// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, the decoder's
 /// helpers, then the kernels.
@@ -400,7 +404,12 @@ impl Decoder {
         let logit_rows = if c.all_logits { rows } else { 1 };
         // One more float and one more index: the persistent step's status word.
         let out_floats = (logit_rows * c.vocab).max(rows * (dq + 2 * dkv).max(2 * c.d_ff).max(d));
-        let out = HostBuf::new(device, (out_floats.max(c.vocab + 1)) * 4, zero_copy, "readback")?;
+        let out = HostBuf::new(
+            device,
+            (out_floats.max(c.vocab + 1)) * 4,
+            zero_copy,
+            "readback",
+        )?;
         let ids = HostBuf::new(device, rows.max(2) * 4, zero_copy, "argmax")?;
         let eps = c.eps;
         let build = Builder {
@@ -535,8 +544,10 @@ impl Decoder {
         };
         let pk = match options.decode {
             DecodePath::Persistent => true,
-            // Measured: on NVIDIA's OpenCL (H200) the persistent step is the fastest decode.
-            DecodePath::Auto => info.is_nvidia() && !info.is_cpu,
+            // Auto takes the persistent step only where it was measured to win; on NVIDIA's
+            // OpenCL (H200) the layered path was measured faster than decode blocks (628 vs
+            // 555 tok/s) and the persistent step has not been measured yet.
+            DecodePath::Auto => AUTO_PERSISTENT && info.is_nvidia() && !info.is_cpu,
             _ => false,
         };
         let persistent = match (pk, persistent::unfit(&c, &layers, &arenas, info)) {

@@ -194,7 +194,13 @@ impl Recorder {
 /// 8-element parts for Q8_0/F16), `rows` pairs per group: `tpr * rows` is the largest power of
 /// two <= 256 the device allows, halved while that leaves fewer than `min_groups` groups (a
 /// decoder's small matrices, 576 x 576 say, would otherwise run on a few multiprocessors).
-fn gemv_shape(kind: MatKind, k: usize, n: usize, max_wg: usize, min_groups: usize) -> (usize, usize) {
+fn gemv_shape(
+    kind: MatKind,
+    k: usize,
+    n: usize,
+    max_wg: usize,
+    min_groups: usize,
+) -> (usize, usize) {
     let units = kind.row_units(k);
     let div = match kind {
         MatKind::Q40T | MatKind::Q41T => 2,
@@ -365,7 +371,14 @@ pub(crate) fn attention_decode(
     (heads, kv_heads, head_dim): (usize, usize, usize),
     (parts, cnt): (&Buffer, &Buffer),
 ) -> Result<Op> {
-    let l = Launch::create(dev, prog, "attn_decode", 1, [SPLIT_WG * heads, 1], [SPLIT_WG, 1])?;
+    let l = Launch::create(
+        dev,
+        prog,
+        "attn_decode",
+        1,
+        [SPLIT_WG * heads, 1],
+        [SPLIT_WG, 1],
+    )?;
     let mut op = Op::new(l, OpKind::Attention);
     let l = &mut op.launch;
     l.mem(q)?.mem(kc)?.mem(vc)?.mem(out)?;

@@ -47,15 +47,31 @@ pub(super) struct Arenas<'a> {
     pub(super) caches: Option<&'a (Buffer, Vec<u64>)>,
 }
 
-/// Work-groups for this device: `asked`, or one per compute unit on a GPU and one on a CPU
-/// device (whose work-groups need not run concurrently).
-pub(super) fn groups(info: &DeviceInfo, asked: usize) -> usize {
-    if asked > 0 {
-        asked
-    } else if info.is_cpu {
+/// Work-groups of the persistent step a GPU compute unit is assumed to hold at once. One is
+/// safe wherever the kernel launches at all (its registers and local memory fit one group);
+/// more would depend on register use that OpenCL does not report.
+const SAFE_GROUPS_PER_CU: usize = 1;
+
+/// The most work-groups this device is trusted to run at once: `CL_DEVICE_MAX_COMPUTE_UNITS` x
+/// [`SAFE_GROUPS_PER_CU`] on a GPU; one on a CPU device, whose work-groups need not run
+/// concurrently at all.
+pub(super) fn max_groups(info: &DeviceInfo) -> usize {
+    if info.is_cpu {
         1
     } else {
-        info.compute_units.max(1)
+        info.compute_units.max(1) * SAFE_GROUPS_PER_CU
+    }
+}
+
+/// Work-groups for this device: [`max_groups`] by default (`asked` 0), else `asked`, capped at
+/// [`max_groups`] on a GPU. On a CPU device an explicit count is taken as asked (no count is
+/// promised to run concurrently there; the tests use it to make a barrier stall): a group that
+/// never runs ends the step in [`Error::GridBarrier`] after a bounded wait, not a hang.
+pub(super) fn groups(info: &DeviceInfo, asked: usize) -> usize {
+    match asked {
+        0 => max_groups(info),
+        n if info.is_cpu => n,
+        n => n.min(max_groups(info)),
     }
 }
 
@@ -174,7 +190,11 @@ pub(super) fn build(
     l.mem(&io.head.w0)?.mem(&io.head.w1)?.mem(io.output_norm)?;
     l.mem(io.embed.0)?.mem(io.embed.1)?.scalar(io.embed.2)?;
     l.mem(kvarena)?.mem(&kvofs)?.mem(&sh.rope)?.mem(io.tokens)?;
-    l.mem(io.x)?.mem(io.q)?.mem(io.att)?.mem(io.h)?.mem(&parts)?;
+    l.mem(io.x)?
+        .mem(io.q)?
+        .mem(io.att)?
+        .mem(io.h)?
+        .mem(&parts)?;
     l.mem(io.logits)?.mem(io.ids)?.mem(&state)?;
     l.scalar(0u32)?.scalar(u(c.n_layer, "layers")?)?;
     let pos_arg = l.next_arg();

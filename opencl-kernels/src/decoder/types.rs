@@ -160,7 +160,9 @@ pub struct DecoderOptions {
     pub flush_every: usize,
     /// Work-groups of the persistent decode step ([`DecodePath::Persistent`]); 0 (default):
     /// one per compute unit on a GPU, one on a CPU device. Every group must be resident at
-    /// once: more than the device can hold makes each step fail after a bounded wait.
+    /// once, so on a GPU a larger count is capped at one per compute unit; on a CPU device it
+    /// is taken as asked, and groups the device does not run together make each step fail
+    /// with [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
     pub persistent_groups: usize,
     /// One-row decode attention split over heads x ranges of positions, the last group of a
     /// head combining the parts (default); `false`: the prefill kernel, one work-group a head.
@@ -256,9 +258,10 @@ pub enum OpKind {
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
-    /// Chosen by device class, from measurements: [`DecodePath::Persistent`] on NVIDIA GPUs
-    /// where it applies, else [`DecodePath::Layered`] (on CPU devices the blocks' few
-    /// work-groups are slower, and on the one GPU measured the layered path beat them).
+    /// Chosen by device class, from measurements: [`DecodePath::Layered`] (on CPU devices the
+    /// blocks' few work-groups are slower, and on the one GPU measured, NVIDIA's H200, the
+    /// layered path beat them: 628 vs 555 tok/s); [`DecodePath::Persistent`] on NVIDIA GPUs
+    /// only where it was measured to win (see the crate README).
     Auto,
     /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form; the
     /// attention split over positions, see [`DecoderOptions::split_attention`]).
