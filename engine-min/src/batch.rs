@@ -105,7 +105,16 @@ impl fmt::Display for BatchError {
     }
 }
 
-impl std::error::Error for BatchError {}
+impl std::error::Error for BatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Backend(e) => Some(e),
+            Self::Memory(e) => Some(e),
+            Self::NonFinite(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<BackendError> for BatchError {
     fn from(e: BackendError) -> Self {

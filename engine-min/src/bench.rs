@@ -45,6 +45,19 @@ pub struct PhaseBreakdown {
     pub matmul: Duration,
 }
 
+/// Token ids below `vocab` from a seeded xorshift64*: any token id will do, and the same seed
+/// gives the same tokens.
+fn token_stream(vocab: usize, seed: u64) -> impl FnMut() -> u32 {
+    let vocab = (vocab as u64).max(1);
+    let mut state = seed | 1;
+    move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as u32
+    }
+}
+
 /// Runs one `pp` forward and `tg` one-token forwards (from empty caches) with the engine's
 /// clocks on and returns where each phase's time went.
 pub fn breakdown(
@@ -53,14 +66,7 @@ pub fn breakdown(
     tg: usize,
     seed: u64,
 ) -> Result<(PhaseBreakdown, PhaseBreakdown), EngineError> {
-    let vocab = engine.model().config.vocab as u64;
-    let mut state = seed | 1;
-    let mut next_token = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as u32
-    };
+    let mut next_token = token_stream(engine.model().config.vocab, seed);
     let mut logits = vec![0f32; engine.model().config.vocab];
     let mut phase =
         |engine: &mut Engine, steps: &[Vec<u32>]| -> Result<PhaseBreakdown, EngineError> {
@@ -104,15 +110,7 @@ pub fn pp_tg(
     reps: usize,
     seed: u64,
 ) -> Result<PpTg, EngineError> {
-    let vocab = engine.model().config.vocab as u64;
-    let mut state = seed | 1;
-    let mut next_token = move || {
-        // xorshift64*: any token id will do.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % vocab) as u32
-    };
+    let mut next_token = token_stream(engine.model().config.vocab, seed);
     let mut logits = vec![0f32; engine.model().config.vocab];
     let prompt: Vec<u32> = (0..pp).map(|_| next_token()).collect();
     let mut out = PpTg::default();

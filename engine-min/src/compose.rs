@@ -41,29 +41,58 @@ pub enum PlanChoice {
 
 /// Why a `--plan` value was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadPlan(pub String);
+pub enum BadPlan {
+    /// Not one of the plan names (the text given).
+    Unknown(String),
+    /// A share that is not a number.
+    NotANumber {
+        /// Whose share (`CPU`, `NPU`).
+        who: &'static str,
+        /// The text given.
+        text: String,
+    },
+    /// A share outside its range: `0..=1` for the CPU's, `(0, 1]` for the NPU's.
+    OutOfRange {
+        /// Whose share.
+        who: &'static str,
+        /// The text given.
+        text: String,
+        /// Whether 0 is allowed.
+        zero_ok: bool,
+    },
+}
 
 impl fmt::Display for BadPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}; plans: auto, cpu, gpu, cpu-gpu:R (CPU share R in 0..=1), npu, npu-gpu, \
+        match self {
+            Self::Unknown(s) => write!(f, "unknown plan `{s}`"),
+            Self::NotANumber { who, text } => write!(f, "{who} share `{text}` is not a number"),
+            Self::OutOfRange { who, text, zero_ok } => {
+                let range = if *zero_ok { "0..=1" } else { "(0, 1]" };
+                write!(f, "{who} share {text} is outside {range}")
+            }
+        }?;
+        f.write_str(
+            "; plans: auto, cpu, gpu, cpu-gpu:R (CPU share R in 0..=1), npu, npu-gpu, \
              npu-w:R, npu-gpu-w:R (NPU share R in (0, 1])",
-            self.0
         )
     }
 }
 
 impl std::error::Error for BadPlan {}
 
-fn share(s: &str, what: &str, zero_ok: bool) -> Result<f64, BadPlan> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| BadPlan(format!("{what} share `{s}` is not a number")))?;
+fn share(s: &str, who: &'static str, zero_ok: bool) -> Result<f64, BadPlan> {
+    let v: f64 = s.parse().map_err(|_| BadPlan::NotANumber {
+        who,
+        text: s.to_owned(),
+    })?;
     let ok = v.is_finite() && v <= 1.0 && (if zero_ok { v >= 0.0 } else { v > 0.0 });
     if !ok {
-        let range = if zero_ok { "0..=1" } else { "(0, 1]" };
-        return Err(BadPlan(format!("{what} share {s} is outside {range}")));
+        return Err(BadPlan::OutOfRange {
+            who,
+            text: s.to_owned(),
+            zero_ok,
+        });
     }
     Ok(v)
 }
@@ -86,7 +115,7 @@ impl FromStr for PlanChoice {
                 } else if let Some(r) = s.strip_prefix("npu-w:") {
                     Self::NpuW(share(r, "NPU", false)?)
                 } else {
-                    return Err(BadPlan(format!("unknown plan `{s}`")));
+                    return Err(BadPlan::Unknown(s.to_owned()));
                 }
             }
         })
@@ -192,6 +221,10 @@ impl Default for ComposeOptions {
 pub enum ComposeError {
     /// The plan needs the GPU and OpenCL is not usable.
     Gpu(hetero_opencl_kernels::Error),
+    /// The GPU-resident decoder could not be built (the device lacks memory for the model or
+    /// the KV cache — the message names the sizes —, a kernel did not build — the message holds
+    /// the build log —, ...).
+    Resident(hetero_opencl_kernels::Error),
     /// The plan needs the NPU and QNN is not usable.
     Npu(NpuError),
     /// `auto` without a profile.
@@ -208,18 +241,30 @@ impl fmt::Display for ComposeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Gpu(e) => write!(f, "the plan needs the GPU, but OpenCL is not usable: {e}"),
+            Self::Resident(e) => write!(f, "the GPU-resident decoder could not be built: {e}"),
             Self::Npu(e) => write!(f, "the plan needs the NPU: {e}"),
             Self::NoProfile => f.write_str(
                 "--plan auto needs --profile FILE (write one with `engine-min profile`)",
             ),
-            Self::Profile(e) => write!(f, "profile rejected: {e:?}"),
+            Self::Profile(e) => write!(f, "profile rejected: {e}"),
             Self::Table(e) => write!(f, "planner: {e}"),
             Self::Backend(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for ComposeError {}
+impl std::error::Error for ComposeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Gpu(e) | Self::Resident(e) => Some(e),
+            Self::Npu(e) => Some(e),
+            Self::NoProfile => None,
+            Self::Profile(e) => Some(e),
+            Self::Table(e) => Some(e),
+            Self::Backend(e) => Some(e),
+        }
+    }
+}
 
 impl From<BackendError> for ComposeError {
     fn from(e: BackendError) -> Self {
@@ -360,7 +405,7 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
             opts.context.clamp(1, model.config.context.max(1)),
             opts.max_batch.max(1),
         )
-        .map_err(ComposeError::Gpu)?;
+        .map_err(ComposeError::Resident)?;
         let exec = Executor::resident(table, cpu, dec)?;
         return Ok(Composed { exec, notes });
     }

@@ -10,8 +10,9 @@
 //! - one piece on the CPU: straight into the output slot;
 //! - pieces on two processors: the output slot is split into disjoint blocks
 //!   ([`hetero_uma::Pool::split_blocks_flag`]: a column split, a row split or an L-shape), the
-//!   offloaded processor's blocks run on its persistent host thread ([`crate::helper`]) while
-//!   the other's run here, both writing their blocks of the ONE output (no scratch, no concat);
+//!   offloaded processor's blocks run on its persistent host thread (the private `helper`
+//!   module) while the other's run here, both writing their blocks of the ONE output (no
+//!   scratch, no concat);
 //!   the helper publishes the slot's `CompletionFlag` when done, and the consumer waits on it.
 //!
 //! Where the plan asks for something this machine cannot do exactly, the executor runs the
@@ -185,12 +186,49 @@ struct ShapeTimes {
     calls: Vec<AtomicU64>,
 }
 
+impl ShapeTimes {
+    fn new(shapes: usize) -> ShapeTimes {
+        ShapeTimes {
+            ns: (0..shapes).map(|_| AtomicU64::new(0)).collect(),
+            calls: (0..shapes).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+/// A weight shape `(k, n)` and how its plan runs at `m = 1..=max_m`.
+type ShapeExecs = ((usize, usize), Vec<Exec>);
+
+/// Per shape of `table` (the table's order), how each row count's plan runs on the processors
+/// at hand ([`map_plan`]).
+fn map_table(
+    table: &PlanTable,
+    have_gpu: bool,
+    npu: Option<&NpuBackend>,
+) -> Result<Vec<ShapeExecs>, BackendError> {
+    table
+        .shapes()
+        .iter()
+        .map(|&(k, n)| {
+            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
+                k: k as usize,
+                n: n as usize,
+                m: 1,
+            })?;
+            let v = plans
+                .iter()
+                .map(|p| map_plan(p, k as usize, have_gpu, npu))
+                .collect();
+            Ok(((k as usize, n as usize), v))
+        })
+        .collect()
+}
+
 /// Runs a model's matmuls by a [`PlanTable`].
 pub struct Executor {
     table: PlanTable,
     shape_times: ShapeTimes,
     /// Per planned shape (the table's order), the execution at `m = 1..=max_m`.
-    execs: Vec<((usize, usize), Vec<Exec>)>,
+    execs: Vec<ShapeExecs>,
     weights: Vec<Prepared>,
     cpu: CpuBackend,
     gpu: Option<GpuBackend>,
@@ -289,19 +327,7 @@ impl Executor {
             mut npu,
         } = backends;
         let max_m = table.max_m() as usize;
-        let mut execs = Vec::new();
-        for &(k, n) in table.shapes() {
-            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
-                k: k as usize,
-                n: n as usize,
-                m: 1,
-            })?;
-            let v: Vec<Exec> = plans
-                .iter()
-                .map(|p| map_plan(p, k as usize, gpu.is_some(), npu.as_ref()))
-                .collect();
-            execs.push(((k as usize, n as usize), v));
-        }
+        let execs = map_table(&table, gpu.is_some(), npu.as_ref())?;
         let mut prepared = Vec::with_capacity(weights.len());
         let mut max_k = 1;
         for w in weights {
@@ -353,13 +379,9 @@ impl Executor {
         let spawn = |name: &str| Helper::spawn(name).map_err(|e| BackendError::Spawn(e.kind()));
         let gpu_helper = gpu.as_ref().map(|_| spawn("engine-min-gpu")).transpose()?;
         let npu_helper = npu.as_ref().map(|_| spawn("engine-min-npu")).transpose()?;
-        let n_shapes = execs.len();
         Ok(Executor {
             resident: None,
-            shape_times: ShapeTimes {
-                ns: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
-                calls: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
-            },
+            shape_times: ShapeTimes::new(execs.len()),
             table,
             execs,
             weights: prepared,
@@ -384,26 +406,10 @@ impl Executor {
         if table.backends() != [Pb::Gpu] {
             return Err(BackendError::MissingBackend(Pb::Gpu));
         }
-        let mut execs = Vec::new();
-        for &(k, n) in table.shapes() {
-            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
-                k: k as usize,
-                n: n as usize,
-                m: 1,
-            })?;
-            let v: Vec<Exec> = plans
-                .iter()
-                .map(|p| map_plan(p, k as usize, true, None))
-                .collect();
-            execs.push(((k as usize, n as usize), v));
-        }
-        let n_shapes = execs.len();
+        let execs = map_table(&table, true, None)?;
         Ok(Executor {
             resident: Some(std::sync::Mutex::new(decoder)),
-            shape_times: ShapeTimes {
-                ns: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
-                calls: (0..n_shapes).map(|_| AtomicU64::new(0)).collect(),
-            },
+            shape_times: ShapeTimes::new(execs.len()),
             table,
             execs,
             weights: Vec::new(),

@@ -1,9 +1,9 @@
 //! Numerical guards. The engines watch every step cheaply and, only when something is wrong,
-//! run it again with a check after every op ([`Probe::full`]) to name where non-finite values
+//! run it again with a check after every op (`Probe::full`) to name where non-finite values
 //! first appeared — a NaN in a quantized weight's scale, an overflowing activation — so a
 //! broken model ends in a [`NonFinite`] error instead of empty text.
 //!
-//! The watch ([`Probe::watch`]) is one scan of the logits a step returns plus, in every layer,
+//! The watch (`Probe::watch`) is one scan of the logits a step returns plus, in every layer,
 //! of the attention output, the SwiGLU output and the residual stream — the activations that
 //! are not a norm's output. Checking the logits alone would not do: the int8 kernels quantize
 //! each matmul's activations to 8 bits, and hetero-sme's quantizer takes a block's scale with

@@ -118,7 +118,17 @@ impl fmt::Display for ModelError {
     }
 }
 
-impl std::error::Error for ModelError {}
+impl std::error::Error for ModelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Open(e) => Some(e),
+            Self::Parse(e) => Some(e),
+            Self::Memory(e) => Some(e),
+            Self::Tokenizer(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Hyper-parameters.
 #[derive(Clone, Debug, PartialEq)]
@@ -531,7 +541,13 @@ impl Model {
                 });
             }
             let mut v = vec![0f32; n];
-            quant::dequantize_row(t.ty, data, &mut v);
+            // The sizes were checked above; a type hetero-sme still refuses is unsupported.
+            hetero_sme::dequantize_row(t.ty, data, &mut v).map_err(|_| {
+                ModelError::UnsupportedType {
+                    name: name.into(),
+                    ty: t.ty,
+                }
+            })?;
             if let Some(index) = v.iter().position(|x| !x.is_finite()) {
                 return Err(ModelError::NonFinite {
                     name: name.into(),

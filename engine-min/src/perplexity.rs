@@ -71,7 +71,14 @@ impl std::fmt::Display for PerplexityError {
     }
 }
 
-impl std::error::Error for PerplexityError {}
+impl std::error::Error for PerplexityError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Engine(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Perplexity of `tokens` in chunks of `ctx` (at most `max_chunks` when given); `logits` must
 /// hold `ctx * vocab` floats (scratch; the caller allocates it once). `progress(chunk, ppl)`

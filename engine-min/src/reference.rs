@@ -1,13 +1,15 @@
 //! A plain f32 reference forward pass over fully dequantized weights: no KV cache, no
 //! batching tricks, f64 accumulation, naive loops. It is the test oracle for the engine (slow:
-//! about a tenth of a second per token) and shares no kernel code with it (its dequantization
-//! is written out again here, scalar).
+//! about a tenth of a second per token) and shares no kernel code with it: its dequantization
+//! is written out again here, scalar, on purpose — the one format vocabulary's dequantizer
+//! (`hetero_sme::dequantize_row`, which the engine uses) is what this oracle checks, so it must
+//! not call it.
 
 use crate::gguf::GgmlType;
 use crate::model::{Model, WeightRef};
 use half::{bf16, f16};
 
-/// Dequantizes a whole weight matrix (scalar, independent of `quant`).
+/// Dequantizes a whole weight matrix (scalar, independent of `hetero_sme::dequantize_row`).
 pub fn dequantize(model: &Model, w: &WeightRef) -> Vec<f32> {
     dequantize_bytes(w.ty, w.n * w.k, model.view(w).data)
 }

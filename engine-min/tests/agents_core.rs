@@ -7,6 +7,7 @@ use engine_min::agents::trace::{self, TraceOptions};
 use engine_min::agents::workload::{
     AgentSpec, TaskKind, ToolSpec, Workload, WorkloadError, FORMAT_VERSION,
 };
+use engine_min::batch::BatchError;
 
 /// A fake model: the next token is a hash of the last two tokens of the sequence (vocab 64),
 /// so sequences fall into cycles that prompt lookup can draft, sooner or later. Costs are
@@ -77,7 +78,11 @@ impl Verifier for Fake {
     fn truncate(&mut self, agent: usize, len: usize) -> Result<(), AgentError> {
         let s = &mut self.seqs[agent];
         if len > s.len() {
-            return Err(AgentError::Internal("truncate past the end".into()));
+            return Err(AgentError::Engine(BatchError::Truncate {
+                seq: agent,
+                len,
+                held: s.len(),
+            }));
         }
         s.truncate(len);
         Ok(())

@@ -15,6 +15,8 @@ use hetero_sme::ThreadPool as Pool;
 
 mod common;
 
+use common::{max_diff, tv};
+
 fn load() -> Option<Arc<Model>> {
     let path = hetero_tests::require("model", common::model_path())?;
     Some(Arc::new(Model::load(&path).expect("model loads")))
@@ -65,30 +67,11 @@ fn f32_kernel() -> CpuKernel {
         .unwrap_or(CpuKernel::Portable)
 }
 
-/// Total-variation distance between the softmax distributions of two logit rows.
-fn tv(a: &[f32], b: &[f32]) -> f64 {
-    let sm = |x: &[f32]| {
-        let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f64> = x.iter().map(|&v| f64::from(v - mx).exp()).collect();
-        let z: f64 = e.iter().sum();
-        e.into_iter().map(move |v| v / z)
-    };
-    sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
-}
-
 /// Whether OpenCL is usable (`GpuBackend::open` serializes device enumeration itself).
 fn gpu_usable() -> Result<(), String> {
     engine_min::backend::gpu::GpuBackend::open()
         .map(drop)
         .map_err(|e| e.to_string())
-}
-
-/// Largest |a - b| over two logit rows.
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 // Tolerance on logits (magnitude ~10-30): the f32 kernels use exactly the reference's

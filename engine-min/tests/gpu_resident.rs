@@ -7,17 +7,18 @@
 
 use std::sync::Arc;
 
+use engine_min::backend::resident;
 use engine_min::backend::CpuKernel;
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::reference;
-use hetero_opencl_kernels::decoder::{
-    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, Readout, Tensor,
-};
-use hetero_opencl_kernels::{Device, RopeMode};
+use hetero_opencl_kernels::decoder::{DecodePath, Decoder, DecoderOptions, Readout};
+use hetero_opencl_kernels::Device;
 use hetero_sme::ThreadPool as Pool;
 
 mod common;
+
+use common::{max_diff, tv};
 
 // The engine's f32 tolerances (tests/forward.rs): the decoder's kernels use exactly the
 // reference's dequantized weight values and differ only by f32 accumulation and summation
@@ -30,73 +31,12 @@ fn load() -> Option<Arc<Model>> {
     Some(Arc::new(Model::load(&path).expect("model loads")))
 }
 
-fn tv(a: &[f32], b: &[f32]) -> f64 {
-    let sm = |x: &[f32]| {
-        let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f64> = x.iter().map(|&v| f64::from(v - mx).exp()).collect();
-        let z: f64 = e.iter().sum();
-        e.into_iter().map(move |v| v / z)
-    };
-    sm(a).zip(sm(b)).map(|(p, q)| (p - q).abs()).sum::<f64>() / 2.0
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodePath) -> Decoder {
-    let c = &model.config;
-    let cfg = DecoderConfig {
-        n_layer: c.n_layer,
-        d_model: c.d_model,
-        d_ff: c.d_ff,
-        n_head: c.n_head,
-        n_kv_head: c.n_kv_head,
-        head_dim: c.head_dim,
-        rope_dims: c.rope_dims,
-        rope_theta: c.rope_theta,
-        rope_mode: RopeMode::Normal,
-        eps: c.eps,
-        vocab: c.vocab,
-        max_context,
-        max_rows: 128,
-        all_logits: false,
-    };
-    let t = |w| {
-        let v = model.view(w);
-        Tensor {
-            ty: v.ty,
-            data: v.data,
-        }
-    };
-    let weights = ModelWeights {
-        embed: t(&model.embed),
-        layers: model
-            .layers
-            .iter()
-            .map(|l| LayerWeights {
-                attn_norm: &l.attn_norm,
-                wq: t(&l.wq),
-                wk: t(&l.wk),
-                wv: t(&l.wv),
-                wo: t(&l.wo),
-                ffn_norm: &l.ffn_norm,
-                gate: t(&l.gate),
-                up: t(&l.up),
-                down: t(&l.down),
-            })
-            .collect(),
-        output_norm: &model.output_norm,
-        output: (!model.tied_output).then(|| t(&model.output)),
-    };
     let opts = DecoderOptions {
         decode,
         ..DecoderOptions::default()
     };
-    Decoder::new(dev, cfg, &weights, opts).expect("decoder")
+    resident::build_with(dev, model, max_context, 128, opts).expect("decoder")
 }
 
 /// One OpenCL device for the tests of this binary: PoCL's first device enumeration is not safe

@@ -15,7 +15,7 @@
 //! - [`model`]: the verifier on the real model, over [`crate::batch::BatchEngine`] (one
 //!   forward pass for all agents' rows, one KV cache per agent, rows bit-for-bit independent
 //!   of the batch composition).
-//! - [`cli`]: `engine-min agents gen-trace|run`.
+//! - `engine-min agents gen-trace|run`: the command line, in `src/cli/agents.rs`.
 //!
 //! # What one step does
 //!

@@ -4,20 +4,18 @@
 use std::sync::Arc;
 
 use crate::backend::CpuKernel;
-use crate::batch::{BatchEngine, BatchError, BatchOptions, Logits, SeqTokens};
+use crate::batch::{BatchEngine, BatchOptions, Logits, SeqTokens};
 use crate::limits::MemoryBudget;
 use crate::model::Model;
 use crate::sample::argmax;
 use hetero_sme::ThreadPool as Pool;
 
-use super::sched::{AgentError, BatchRow, Verifier};
+use super::sched::{AgentError, BatchRow, Invariant, Verifier};
+use crate::backend::BackendError;
+use crate::compose::ComposeError;
 
 /// Most rows one prefill chunk holds.
 pub const PREFILL_CHUNK: usize = 64;
-
-fn eng(e: BatchError) -> AgentError {
-    AgentError::Engine(e.to_string())
-}
 
 /// A [`Verifier`] over a GGUF model on the CPU backend.
 pub struct ModelVerifier {
@@ -57,13 +55,11 @@ impl ModelVerifier {
         budget: &MemoryBudget,
     ) -> Result<Self, AgentError> {
         let pool = Arc::new(
-            Pool::new(threads.max(1))
-                .map_err(|e| AgentError::Engine(format!("thread pool: {e}")))?,
+            Pool::new(threads.max(1)).map_err(|e| ComposeError::from(BackendError::from(e)))?,
         );
         let max_batch = PREFILL_CHUNK.max(l_total);
         let vocab = model.config.vocab;
-        let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)
-            .map_err(|e| AgentError::Engine(e.to_string()))?;
+        let exec = crate::compose::cpu_executor(&model, pool, CpuKernel::best(), max_batch)?;
         let engine = BatchEngine::with_budget(
             model,
             exec,
@@ -72,8 +68,7 @@ impl ModelVerifier {
                 sequences: agents,
             },
             budget,
-        )
-        .map_err(eng)?;
+        )?;
         Ok(Self {
             engine,
             logits: vec![0.0; max_batch * vocab],
@@ -116,15 +111,14 @@ impl ModelVerifier {
                 }];
                 let t0 = std::time::Instant::now();
                 self.engine
-                    .forward(&b, Logits::All, &mut self.logits[..m * vocab])
-                    .map_err(eng)?;
+                    .forward(&b, Logits::All, &mut self.logits[..m * vocab])?;
                 times.push(t0.elapsed().as_secs_f64());
-                self.engine.truncate(0, ctx_len).map_err(eng)?;
+                self.engine.truncate(0, ctx_len)?;
             }
             times.sort_by(f64::total_cmp);
             table.push(times[times.len() / 2]);
         }
-        self.engine.truncate(0, 0).map_err(eng)?;
+        self.engine.truncate(0, 0)?;
         self.prefills = 0;
         self.cost_table = Some(table.clone());
         Ok(table)
@@ -195,7 +189,7 @@ impl Verifier for ModelVerifier {
     }
 
     fn truncate(&mut self, agent: usize, len: usize) -> Result<(), AgentError> {
-        self.engine.truncate(agent, len).map_err(eng)
+        Ok(self.engine.truncate(agent, len)?)
     }
 
     fn cache_len(&self, agent: usize) -> usize {
@@ -211,9 +205,9 @@ impl ModelVerifier {
     fn prefill_inner(&mut self, agent: usize, prompt: &[u32]) -> Result<u32, AgentError> {
         let vocab = self.engine.model().config.vocab;
         // A fresh sequence: forget whatever a previous run left in this cache.
-        self.engine.truncate(agent, 0).map_err(eng)?;
+        self.engine.truncate(agent, 0)?;
         if prompt.is_empty() {
-            return Err(AgentError::Engine("empty prompt".into()));
+            return Err(AgentError::EmptyPrompt { agent });
         }
         let mut next = 0;
         for chunk in prompt.chunks(PREFILL_CHUNK) {
@@ -222,8 +216,7 @@ impl ModelVerifier {
                 tokens: chunk,
             }];
             self.engine
-                .forward(&b, Logits::Last, &mut self.logits[..vocab])
-                .map_err(eng)?;
+                .forward(&b, Logits::Last, &mut self.logits[..vocab])?;
             next = argmax(&self.logits[..vocab]);
         }
         Ok(next)
@@ -243,12 +236,12 @@ impl ModelVerifier {
             tokens: &[],
         }; 32];
         if rows.len() > descs.len() || out.len() != tokens.len() {
-            return Err(AgentError::Internal("verify: bad batch shape".into()));
+            return Err(Invariant::BatchShape.into());
         }
         for (d, r) in descs.iter_mut().zip(rows) {
             let toks = tokens
                 .get(r.start..r.start + r.len)
-                .ok_or_else(|| AgentError::Internal("verify: row out of range".into()))?;
+                .ok_or(Invariant::BatchShape)?;
             *d = SeqTokens {
                 seq: r.agent,
                 tokens: toks,
@@ -256,15 +249,17 @@ impl ModelVerifier {
         }
         let m = tokens.len();
         if m * vocab > self.logits.len() {
-            return Err(AgentError::Internal("verify: batch exceeds L_total".into()));
+            return Err(Invariant::BatchTooLarge {
+                tokens: m,
+                max: self.logits.len().checked_div(vocab).unwrap_or(0),
+            }
+            .into());
         }
-        self.engine
-            .forward(
-                &descs[..rows.len()],
-                Logits::All,
-                &mut self.logits[..m * vocab],
-            )
-            .map_err(eng)?;
+        self.engine.forward(
+            &descs[..rows.len()],
+            Logits::All,
+            &mut self.logits[..m * vocab],
+        )?;
         // Rows of the logits follow `descs` order; `rows` need not be sorted by start.
         let mut at = 0;
         for r in rows {

@@ -14,6 +14,8 @@ use hetero_partition::{BudgetError, BudgetParams, DraftBudget};
 
 use super::draft;
 use super::workload::{TaskKind, Workload, WorkloadError};
+use crate::batch::BatchError;
+use crate::compose::ComposeError;
 
 /// The four scheduling configurations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,10 +97,80 @@ pub enum AgentError {
     Workload(WorkloadError),
     /// The budget allocator refused (bad parameters, too many agents).
     Budget(BudgetError),
-    /// The model or engine failed.
-    Engine(String),
+    /// The verifier could not be built (its thread pool or its executor).
+    Setup(ComposeError),
+    /// The verifier's batched engine failed.
+    Engine(BatchError),
+    /// An agent's prompt holds no tokens.
+    EmptyPrompt {
+        /// Agent index.
+        agent: usize,
+    },
     /// A scheduler invariant broke (a bug, reported instead of a panic).
-    Internal(String),
+    Internal(Invariant),
+}
+
+/// A scheduler or verifier invariant that broke: each is a bug, reported instead of a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invariant {
+    /// `run` was given a prompt count that is not the workload's agent count.
+    PromptCount {
+        /// Prompts given.
+        prompts: usize,
+        /// Agents in the workload.
+        agents: usize,
+    },
+    /// A suspended agent came back with a cache of another length than it froze.
+    ResumedCache {
+        /// Agent index.
+        agent: usize,
+        /// Positions cached on resume.
+        cached: usize,
+        /// Positions when it froze.
+        frozen: usize,
+    },
+    /// No agent is running, waiting with room, or stalled on a tool.
+    Stuck,
+    /// A step needs more token slots than the batch holds.
+    Slots {
+        /// Slots needed.
+        need: usize,
+        /// Slots available.
+        limit: usize,
+    },
+    /// The verifier was given rows that do not index its tokens or outputs.
+    BatchShape,
+    /// The verifier was given more rows than it sized its logits for.
+    BatchTooLarge {
+        /// Tokens in the batch.
+        tokens: usize,
+        /// Most it holds.
+        max: usize,
+    },
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PromptCount { prompts, agents } => {
+                write!(f, "{prompts} prompts for {agents} agents")
+            }
+            Self::ResumedCache {
+                agent,
+                cached,
+                frozen,
+            } => write!(
+                f,
+                "agent {agent} resumed with {cached} cached positions, froze {frozen}"
+            ),
+            Self::Stuck => f.write_str("no agent can make progress"),
+            Self::Slots { need, limit } => write!(f, "step needs {need} slots, limit {limit}"),
+            Self::BatchShape => f.write_str("verify: rows do not index the batch's tokens"),
+            Self::BatchTooLarge { tokens, max } => {
+                write!(f, "verify: {tokens} tokens in one batch, at most {max}")
+            }
+        }
+    }
 }
 
 impl fmt::Display for AgentError {
@@ -106,13 +178,25 @@ impl fmt::Display for AgentError {
         match self {
             Self::Workload(e) => e.fmt(f),
             Self::Budget(e) => write!(f, "draft budget: {e}"),
+            Self::Setup(e) => write!(f, "engine: {e}"),
             Self::Engine(e) => write!(f, "engine: {e}"),
+            Self::EmptyPrompt { agent } => write!(f, "agent {agent}: the prompt has no tokens"),
             Self::Internal(e) => write!(f, "scheduler invariant broken: {e}"),
         }
     }
 }
 
-impl std::error::Error for AgentError {}
+impl std::error::Error for AgentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Workload(e) => Some(e),
+            Self::Budget(e) => Some(e),
+            Self::Setup(e) => Some(e),
+            Self::Engine(e) => Some(e),
+            Self::EmptyPrompt { .. } | Self::Internal(_) => None,
+        }
+    }
+}
 
 impl From<WorkloadError> for AgentError {
     fn from(e: WorkloadError) -> Self {
@@ -123,6 +207,24 @@ impl From<WorkloadError> for AgentError {
 impl From<BudgetError> for AgentError {
     fn from(e: BudgetError) -> Self {
         Self::Budget(e)
+    }
+}
+
+impl From<ComposeError> for AgentError {
+    fn from(e: ComposeError) -> Self {
+        Self::Setup(e)
+    }
+}
+
+impl From<BatchError> for AgentError {
+    fn from(e: BatchError) -> Self {
+        Self::Engine(e)
+    }
+}
+
+impl From<Invariant> for AgentError {
+    fn from(e: Invariant) -> Self {
+        Self::Internal(e)
     }
 }
 
@@ -304,10 +406,11 @@ pub fn run(
 ) -> Result<Report, AgentError> {
     let n = workload.agents.len();
     if prompts.len() != n {
-        return Err(AgentError::Internal(format!(
-            "{} prompts for {n} agents",
-            prompts.len()
-        )));
+        return Err(Invariant::PromptCount {
+            prompts: prompts.len(),
+            agents: n,
+        }
+        .into());
     }
     let p = opts.budget;
     let mut budget = DraftBudget::new(n, p)?;
@@ -427,10 +530,12 @@ pub fn run(
                 if until <= now {
                     // Resume from the frozen cache: it must be exactly as it was left.
                     if v.cache_len(i) != frozen {
-                        return Err(AgentError::Internal(format!(
-                            "agent {i} resumed with {} cached positions, froze {frozen}",
-                            v.cache_len(i)
-                        )));
+                        return Err(Invariant::ResumedCache {
+                            agent: i,
+                            cached: v.cache_len(i),
+                            frozen,
+                        }
+                        .into());
                     }
                     a.out.resumes += 1;
                     a.state = State::Running;
@@ -464,7 +569,7 @@ pub fn run(
                 .fold(f64::INFINITY, f64::min);
             let next = next_arrival.min(next_return);
             if !next.is_finite() {
-                return Err(AgentError::Internal("no agent can make progress".into()));
+                return Err(Invariant::Stuck.into());
             }
             now = now.max(next);
             continue;
@@ -490,11 +595,11 @@ pub fn run(
             let remaining = workload.agents[i].max_tokens - a.generated().len();
             let max_draft = l.saturating_sub(1).min(remaining.saturating_sub(1));
             if used + 1 + max_draft > tokens.len() {
-                return Err(AgentError::Internal(format!(
-                    "step needs {} slots, limit {}",
-                    used + 1 + max_draft,
-                    tokens.len()
-                )));
+                return Err(Invariant::Slots {
+                    need: used + 1 + max_draft,
+                    limit: tokens.len(),
+                }
+                .into());
             }
             tokens[used] = *a.seq.last().unwrap_or(&0);
             let k = draft::lookup(&a.seq, &mut tokens[used + 1..used + 1 + max_draft]);

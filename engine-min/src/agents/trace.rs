@@ -5,7 +5,9 @@ use std::fmt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::workload::{AgentSpec, TaskKind, ToolSpec, Workload, FORMAT_VERSION, MAX_AGENTS};
+use super::workload::{
+    AgentSpec, TaskKind, ToolSpec, Workload, WorkloadError, FORMAT_VERSION, MAX_AGENTS,
+};
 
 /// The tool-call marker the generated tool prompts teach the model to write.
 pub const TOOL_MARKER: &str = "</tool_call>";
@@ -50,24 +52,47 @@ impl Default for TraceOptions {
 
 /// Why the generator refused its options.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TraceError(pub String);
+pub enum TraceError {
+    /// A mix that is not `R:C:T` with whole numbers up to 1000, not all 0 (the text given).
+    Mix(String),
+    /// An agent count outside `1..=MAX_AGENTS`.
+    Agents(usize),
+    /// The mix weights are all zero.
+    ZeroMix,
+    /// A mean inter-arrival time that is negative or not finite.
+    InterArrival(f64),
+    /// The generated workload failed validation (options out of the format's ranges).
+    Workload(WorkloadError),
+}
 
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "trace generator: {}", self.0)
+        f.write_str("trace generator: ")?;
+        match self {
+            Self::Mix(s) => write!(f, "mix `{s}` is not R:C:T with whole numbers, not all 0"),
+            Self::Agents(n) => write!(f, "agents must be in 1..={MAX_AGENTS}, got {n}"),
+            Self::ZeroMix => f.write_str("the mix is all zero"),
+            Self::InterArrival(v) => {
+                write!(f, "mean inter-arrival must be finite and >= 0, got {v}")
+            }
+            Self::Workload(e) => e.fmt(f),
+        }
     }
 }
 
-impl std::error::Error for TraceError {}
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Workload(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// Parses a mix written `R:C:T` (e.g. `1:2:2`).
 pub fn parse_mix(s: &str) -> Result<[u32; 3], TraceError> {
     let parts: Vec<&str> = s.split(':').collect();
-    let bad = || {
-        TraceError(format!(
-            "mix `{s}` is not R:C:T with whole numbers, not all 0"
-        ))
-    };
+    let bad = || TraceError::Mix(s.to_owned());
     if parts.len() != 3 {
         return Err(bad());
     }
@@ -154,18 +179,13 @@ fn reasoning_prompt(rng: &mut StdRng) -> String {
 /// agent arrives at 0). Tool agents get [`TOOL_MARKER`] and `opts.tool`.
 pub fn generate(opts: &TraceOptions) -> Result<Workload, TraceError> {
     if opts.agents == 0 || opts.agents > MAX_AGENTS {
-        return Err(TraceError(format!(
-            "agents must be in 1..={MAX_AGENTS}, got {}",
-            opts.agents
-        )));
+        return Err(TraceError::Agents(opts.agents));
     }
     if opts.mix.iter().all(|&m| m == 0) {
-        return Err(TraceError("the mix is all zero".into()));
+        return Err(TraceError::ZeroMix);
     }
     if !(opts.mean_interarrival_s.is_finite() && opts.mean_interarrival_s >= 0.0) {
-        return Err(TraceError(
-            "mean inter-arrival must be finite and >= 0".into(),
-        ));
+        return Err(TraceError::InterArrival(opts.mean_interarrival_s));
     }
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let total: u32 = opts.mix.iter().sum();
@@ -211,6 +231,6 @@ pub fn generate(opts: &TraceOptions) -> Result<Workload, TraceError> {
         seed: opts.seed,
         agents,
     };
-    w.validate().map_err(|e| TraceError(e.to_string()))?;
+    w.validate().map_err(TraceError::Workload)?;
     Ok(w)
 }

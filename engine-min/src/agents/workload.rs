@@ -2,7 +2,9 @@
 //! markers and tool durations), read from JSON and validated before anything runs.
 
 use std::fmt;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -93,9 +95,16 @@ pub struct Workload {
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkloadError {
     /// The file could not be read or written.
-    Io(String),
-    /// Not valid JSON, or not the expected structure (serde's message, with line and column).
-    Malformed(String),
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        kind: io::ErrorKind,
+        /// The operating system's error number, when it gave one.
+        os_error: Option<i32>,
+    },
+    /// Not valid JSON, or not the expected structure (serde's error, with line and column).
+    Malformed(JsonError),
     /// A format version this build does not read.
     Version(u32),
     /// No agents, or more than [`MAX_AGENTS`].
@@ -107,7 +116,7 @@ pub enum WorkloadError {
         /// Field name.
         field: &'static str,
         /// What is wrong.
-        why: String,
+        why: FieldProblem,
     },
     /// An agent's prompt plus its output does not fit the context.
     PromptTooLong {
@@ -122,10 +131,105 @@ pub enum WorkloadError {
     },
 }
 
+/// What is wrong with one field of an agent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldProblem {
+    /// The prompt is empty.
+    Empty,
+    /// The prompt encodes to no tokens.
+    NoTokens,
+    /// `arrival_s` outside `[0, MAX_ARRIVAL_S]`.
+    Arrival(f64),
+    /// `max_tokens` outside `1..=MAX_TOKENS`.
+    MaxTokens(usize),
+    /// A tool marker is the empty string.
+    EmptyMarker,
+    /// `tool_markers` is set without a `tool`.
+    MissingTool,
+    /// A tool duration is NaN or infinite.
+    NotFinite,
+    /// A tool duration is negative.
+    Negative {
+        /// `min_ms`.
+        min_ms: f64,
+        /// `max_ms`.
+        max_ms: f64,
+    },
+    /// `min_ms` is 0 (durations are log-uniform).
+    ZeroMin,
+    /// `max_ms` below `min_ms`.
+    BelowMin {
+        /// `max_ms`.
+        max_ms: f64,
+        /// `min_ms`.
+        min_ms: f64,
+    },
+    /// `max_ms` above [`MAX_TOOL_MS`].
+    TooLong(f64),
+}
+
+impl fmt::Display for FieldProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("is empty"),
+            Self::NoTokens => f.write_str("encodes to no tokens"),
+            Self::Arrival(v) => write!(f, "must be in [0, {MAX_ARRIVAL_S}] s, got {v}"),
+            Self::MaxTokens(v) => write!(f, "must be in 1..={MAX_TOKENS}, got {v}"),
+            Self::EmptyMarker => f.write_str("holds an empty marker"),
+            Self::MissingTool => f.write_str("is required when tool_markers is set"),
+            Self::NotFinite => f.write_str("durations must be finite"),
+            Self::Negative { min_ms, max_ms } => write!(
+                f,
+                "durations must not be negative (min_ms {min_ms}, max_ms {max_ms})"
+            ),
+            Self::ZeroMin => f.write_str("must be > 0 (durations are log-uniform)"),
+            Self::BelowMin { max_ms, min_ms } => write!(f, "{max_ms} is below min_ms {min_ms}"),
+            Self::TooLong(v) => write!(f, "{v} ms is absurd (limit {MAX_TOOL_MS} ms)"),
+        }
+    }
+}
+
+/// serde's JSON error, shared so that [`WorkloadError`] stays `Clone`; two are equal when
+/// they are of one category at one line and column.
+#[derive(Debug, Clone)]
+pub struct JsonError(pub Arc<serde_json::Error>);
+
+impl PartialEq for JsonError {
+    fn eq(&self, other: &Self) -> bool {
+        let key = |e: &serde_json::Error| (e.classify(), e.line(), e.column());
+        key(&self.0) == key(&other.0)
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl WorkloadError {
+    fn io(path: &Path, e: &io::Error) -> WorkloadError {
+        WorkloadError::Io {
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            os_error: e.raw_os_error(),
+        }
+    }
+}
+
 impl fmt::Display for WorkloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(e) => write!(f, "workload file: {e}"),
+            Self::Io {
+                path,
+                kind,
+                os_error,
+            } => {
+                // The system's own wording when there is an error number, else the kind's.
+                let e =
+                    os_error.map_or_else(|| io::Error::from(*kind), io::Error::from_raw_os_error);
+                write!(f, "workload file: {}: {e}", path.display())
+            }
             Self::Malformed(e) => write!(f, "malformed workload: {e}"),
             Self::Version(v) => write!(
                 f,
@@ -147,13 +251,20 @@ impl fmt::Display for WorkloadError {
     }
 }
 
-impl std::error::Error for WorkloadError {}
+impl std::error::Error for WorkloadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Malformed(e) => Some(&*e.0),
+            _ => None,
+        }
+    }
+}
 
 impl Workload {
     /// Parses and validates (structure and ranges) a workload from JSON text.
     pub fn from_json(text: &str) -> Result<Workload, WorkloadError> {
-        let w: Workload =
-            serde_json::from_str(text).map_err(|e| WorkloadError::Malformed(e.to_string()))?;
+        let w: Workload = serde_json::from_str(text)
+            .map_err(|e| WorkloadError::Malformed(JsonError(Arc::new(e))))?;
         w.validate()?;
         Ok(w)
     }
@@ -161,8 +272,7 @@ impl Workload {
     /// Reads and validates a workload file.
     pub fn read(path: impl AsRef<Path>) -> Result<Workload, WorkloadError> {
         let p = path.as_ref();
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| WorkloadError::Io(format!("{}: {e}", p.display())))?;
+        let text = std::fs::read_to_string(p).map_err(|e| WorkloadError::io(p, &e))?;
         Workload::from_json(&text)
     }
 
@@ -176,8 +286,7 @@ impl Workload {
     /// Writes the workload as JSON.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), WorkloadError> {
         let p = path.as_ref();
-        std::fs::write(p, self.to_json())
-            .map_err(|e| WorkloadError::Io(format!("{}: {e}", p.display())))
+        std::fs::write(p, self.to_json()).map_err(|e| WorkloadError::io(p, &e))
     }
 
     /// Checks every range that does not need the model.
@@ -189,63 +298,52 @@ impl Workload {
             return Err(WorkloadError::AgentCount(self.agents.len()));
         }
         for (i, a) in self.agents.iter().enumerate() {
-            let bad = |field: &'static str, why: String| WorkloadError::Field {
+            let bad = |field: &'static str, why: FieldProblem| WorkloadError::Field {
                 agent: i,
                 field,
                 why,
             };
             if a.prompt.is_empty() {
-                return Err(bad("prompt", "is empty".into()));
+                return Err(bad("prompt", FieldProblem::Empty));
             }
             if !(a.arrival_s.is_finite() && (0.0..=MAX_ARRIVAL_S).contains(&a.arrival_s)) {
-                return Err(bad(
-                    "arrival_s",
-                    format!("must be in [0, {MAX_ARRIVAL_S}] s, got {}", a.arrival_s),
-                ));
+                return Err(bad("arrival_s", FieldProblem::Arrival(a.arrival_s)));
             }
             if a.max_tokens == 0 || a.max_tokens > MAX_TOKENS {
-                return Err(bad(
-                    "max_tokens",
-                    format!("must be in 1..={MAX_TOKENS}, got {}", a.max_tokens),
-                ));
+                return Err(bad("max_tokens", FieldProblem::MaxTokens(a.max_tokens)));
             }
             if a.tool_markers.iter().any(|m| m.is_empty()) {
-                return Err(bad("tool_markers", "holds an empty marker".into()));
+                return Err(bad("tool_markers", FieldProblem::EmptyMarker));
             }
             match (&a.tool, a.tool_markers.is_empty()) {
-                (None, false) => {
-                    return Err(bad("tool", "is required when tool_markers is set".into()))
-                }
+                (None, false) => return Err(bad("tool", FieldProblem::MissingTool)),
                 (Some(t), _) => {
                     if !t.min_ms.is_finite() || !t.max_ms.is_finite() {
-                        return Err(bad("tool", "durations must be finite".into()));
+                        return Err(bad("tool", FieldProblem::NotFinite));
                     }
                     if t.min_ms < 0.0 || t.max_ms < 0.0 {
                         return Err(bad(
                             "tool",
-                            format!(
-                                "durations must not be negative (min_ms {}, max_ms {})",
-                                t.min_ms, t.max_ms
-                            ),
+                            FieldProblem::Negative {
+                                min_ms: t.min_ms,
+                                max_ms: t.max_ms,
+                            },
                         ));
                     }
                     if t.min_ms == 0.0 {
-                        return Err(bad(
-                            "tool.min_ms",
-                            "must be > 0 (durations are log-uniform)".into(),
-                        ));
+                        return Err(bad("tool.min_ms", FieldProblem::ZeroMin));
                     }
                     if t.max_ms < t.min_ms {
                         return Err(bad(
                             "tool.max_ms",
-                            format!("{} is below min_ms {}", t.max_ms, t.min_ms),
+                            FieldProblem::BelowMin {
+                                max_ms: t.max_ms,
+                                min_ms: t.min_ms,
+                            },
                         ));
                     }
                     if t.max_ms > MAX_TOOL_MS {
-                        return Err(bad(
-                            "tool.max_ms",
-                            format!("{} ms is absurd (limit {MAX_TOOL_MS} ms)", t.max_ms),
-                        ));
+                        return Err(bad("tool.max_ms", FieldProblem::TooLong(t.max_ms)));
                     }
                 }
                 (None, true) => {}
@@ -268,7 +366,7 @@ impl Workload {
                 return Err(WorkloadError::Field {
                     agent: i,
                     field: "prompt",
-                    why: "encodes to no tokens".into(),
+                    why: FieldProblem::NoTokens,
                 });
             }
             if p + a.max_tokens > available {

@@ -103,7 +103,14 @@ impl fmt::Display for NpuError {
     }
 }
 
-impl std::error::Error for NpuError {}
+impl std::error::Error for NpuError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::BadSeq(_) => None,
+            Self::Qnn(e) => Some(e),
+        }
+    }
+}
 
 /// Counters of an [`NpuBackend`], shared (an `Arc`) so they stay readable after the backend
 /// is moved into an executor.

@@ -23,8 +23,25 @@ pub fn build(
     max_context: usize,
     max_rows: usize,
 ) -> Result<Decoder, hetero_opencl_kernels::Error> {
+    build_with(dev, model, max_context, max_rows, DecoderOptions::default())
+}
+
+/// [`build`] with the decoder's options (e.g. its decode path, for tests that compare them).
+pub fn build_with(
+    dev: &Arc<Device>,
+    model: &Model,
+    max_context: usize,
+    max_rows: usize,
+    opts: DecoderOptions,
+) -> Result<Decoder, hetero_opencl_kernels::Error> {
+    let cfg = config(model, max_context, max_rows);
+    Decoder::new(dev, cfg, &weights(model), opts)
+}
+
+/// The decoder's shape of `model` (every row's logits available).
+pub fn config(model: &Model, max_context: usize, max_rows: usize) -> DecoderConfig {
     let c = &model.config;
-    let cfg = DecoderConfig {
+    DecoderConfig {
         n_layer: c.n_layer,
         d_model: c.d_model,
         d_ff: c.d_ff,
@@ -40,7 +57,12 @@ pub fn build(
         max_context,
         max_rows,
         all_logits: true,
-    };
+    }
+}
+
+/// `model`'s weights as the decoder reads them: views into the model file (nothing copied
+/// here; the decoder uploads them).
+pub fn weights(model: &Model) -> ModelWeights<'_> {
     let t = |w| {
         let v = model.view(w);
         Tensor {
@@ -48,7 +70,7 @@ pub fn build(
             data: v.data,
         }
     };
-    let weights = ModelWeights {
+    ModelWeights {
         embed: t(&model.embed),
         layers: model
             .layers
@@ -67,8 +89,7 @@ pub fn build(
             .collect(),
         output_norm: &model.output_norm,
         output: (!model.tied_output).then(|| t(&model.output)),
-    };
-    Decoder::new(dev, cfg, &weights, DecoderOptions::default())
+    }
 }
 
 /// One step of `tokens` at `pos0` through every layer: the last row's logits into `logits`

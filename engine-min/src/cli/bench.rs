@@ -8,7 +8,6 @@ use clap::Args;
 
 use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
 use crate::compose::PlanChoice;
-use crate::engine::{Engine, EngineOptions};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -55,16 +54,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         }
     }
     let ctx = ctx.min(context);
-    let budget = a.load.engine_budget(&model);
-    super::run::check_memory(&model, &opts, ctx, &budget)?;
-    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let mut engine = Engine::with_budget(
-        Arc::clone(&model),
-        composed.exec,
-        EngineOptions { context: ctx },
-        &budget,
-    )
-    .map_err(Fail::run)?;
+    let (mut engine, _) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
     let r = crate::bench::pp_tg(&mut engine, a.pp, a.tg, a.reps, 0x5eed).map_err(Fail::run)?;
     let show = |v: &[f64]| {
         v.iter()

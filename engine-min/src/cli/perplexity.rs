@@ -9,7 +9,6 @@ use clap::Args;
 
 use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
 use crate::compose::PlanChoice;
-use crate::engine::{Engine, EngineOptions};
 
 #[derive(Args, Debug)]
 pub struct PerplexityArgs {
@@ -53,16 +52,7 @@ pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let t0 = Instant::now();
     let tokens = model.tokenizer.encode(&text, false);
     let tok_s = t0.elapsed().as_secs_f64();
-    let budget = a.load.engine_budget(&model);
-    super::run::check_memory(&model, &opts, a.ctx, &budget)?;
-    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let mut engine = Engine::with_budget(
-        Arc::clone(&model),
-        composed.exec,
-        EngineOptions { context: a.ctx },
-        &budget,
-    )
-    .map_err(Fail::run)?;
+    let (mut engine, _) = super::run::build_engine(&model, &opts, a.ctx, &a.load)?;
     writeln!(
         out,
         "perplexity of {}: {} tokens (tokenized in {tok_s:.2} s); chunks of {} ({} scored each); \

@@ -90,7 +90,7 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
     profile.notes = notes;
     profile
         .check()
-        .map_err(|e| Fail::Run(format!("measured profile is invalid: {e:?}")))?;
+        .map_err(|e| Fail::Run(format!("measured profile is invalid: {e}")))?;
     let json = serde_json::to_string_pretty(&profile)
         .map_err(|e| Fail::Run(format!("cannot serialize the profile: {e}")))?;
     file.write_all((json + "\n").as_bytes())
@@ -147,13 +147,13 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let profile = load_profile(&a.profile)?;
     let checked = profile
         .check()
-        .map_err(|e| Fail::Run(format!("profile {} rejected: {e:?}", a.profile.display())))?;
+        .map_err(|e| Fail::Run(format!("profile {} rejected: {e}", a.profile.display())))?;
     if let Some((k, n)) = a.weight {
         let m = a
             .seq
             .ok_or_else(|| Fail::Usage("plan --weight K,N needs --seq M".into()))?;
         let plan = hetero_partition::plan_op(&checked, k, n, m)
-            .map_err(|e| Fail::Run(format!("no plan for k={k} n={n} m={m}: {e:?}")))?;
+            .map_err(|e| Fail::Run(format!("no plan for k={k} n={n} m={m}: {e}")))?;
         writeln!(out, "{}", planning::describe(&plan))?;
         return Ok(());
     }
@@ -170,7 +170,7 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
         for (name, plan) in planning::plan_model_ops(&checked, &model.config, m) {
             match plan {
                 Ok(p) => writeln!(out, "  {name:<22} {}", planning::describe(&p))?,
-                Err(e) => writeln!(out, "  {name:<22} no plan: {e:?}")?,
+                Err(e) => writeln!(out, "  {name:<22} no plan: {e}")?,
             }
         }
     }

@@ -180,6 +180,29 @@ pub fn check_memory(
     })
 }
 
+/// The engine of `ctx` positions for `model` under `opts`, within the memory `load` allows:
+/// the budget checked before anything is composed ([`check_memory`]), then the executor, then
+/// the engine. Also returns what composition noted (a processor the profile lists but this
+/// machine lacks, ...).
+pub fn build_engine(
+    model: &Arc<Model>,
+    opts: &ComposeOptions,
+    ctx: usize,
+    load: &LoadArgs,
+) -> Result<(Engine, Vec<String>), Fail> {
+    let budget = load.engine_budget(model);
+    check_memory(model, opts, ctx, &budget)?;
+    let composed = crate::compose::executor(model, opts).map_err(Fail::run)?;
+    let engine = Engine::with_budget(
+        Arc::clone(model),
+        composed.exec,
+        EngineOptions { context: ctx },
+        &budget,
+    )
+    .map_err(Fail::run)?;
+    Ok((engine, composed.notes))
+}
+
 pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let plan = a.plan.unwrap_or(if a.profile.is_some() {
         PlanChoice::Auto
@@ -224,17 +247,8 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             model.config.context
         )));
     }
-    let budget = a.load.engine_budget(&model);
-    check_memory(&model, &opts, a.ctx, &budget)?;
-    let composed = crate::compose::executor(&model, &opts).map_err(Fail::run)?;
-    let npu_stats = composed.exec.npu().map(|n| n.stats());
-    let mut engine = Engine::with_budget(
-        Arc::clone(&model),
-        composed.exec,
-        EngineOptions { context: a.ctx },
-        &budget,
-    )
-    .map_err(Fail::run)?;
+    let (mut engine, notes) = build_engine(&model, &opts, a.ctx, &a.load)?;
+    let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
     if plan == PlanChoice::Auto {
         writeln!(
@@ -244,7 +258,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
                 .as_ref()
                 .map_or(String::new(), |p| p.display().to_string())
         )?;
-        for note in &composed.notes {
+        for note in &notes {
             writeln!(out, "  note: {note}")?;
         }
         describe_plan(&engine, &model, ids.len(), out)?;
