@@ -17,6 +17,7 @@ use hetero_opencl_kernels::Device;
 use hetero_sme::ThreadPool as Pool;
 
 mod common;
+mod synth;
 
 use common::{max_diff, tv};
 
@@ -43,7 +44,9 @@ fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodeP
 /// from several threads at once (two tests opening devices together crashed it).
 fn device() -> Option<Arc<Device>> {
     static DEV: std::sync::OnceLock<Result<Arc<Device>, String>> = std::sync::OnceLock::new();
-    let r = DEV.get_or_init(|| Device::from_env().map_err(|e| e.to_string()));
+    // Through the engine's opening (one at a time in a process), as compose opens its own.
+    let r =
+        DEV.get_or_init(|| engine_min::backend::gpu::open_device(false).map_err(|e| e.to_string()));
     hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
 }
 
@@ -185,4 +188,63 @@ fn greedy_text_matches_cpu_plan() {
         compared * 4 >= total * 3,
         "only {compared} of {total} steps compared"
     );
+}
+
+/// Issue 17's guard on the resident path: `Engine::forward_argmax` reads back only the argmax,
+/// and the device argmax flags NaN or infinite logits beside it. On the tiny synthetic Llama
+/// with an untied head and a NaN scale in token 200's embedding row (met only when 200 is fed),
+/// composed with `--plan gpu` (the resident decoder), feeding 200 is EngineError::NonFinite at
+/// its position (no site: the device keeps the activations), the position does not move, and
+/// the next clean token gives the greedy token a clean engine gives.
+#[test]
+fn resident_greedy_step_flags_non_finite_logits() {
+    use engine_min::compose::{ComposeOptions, PlanChoice};
+    use engine_min::engine::EngineError;
+    let Some(_) = device() else { return };
+    let untied = synth::tiny_llama_untied();
+    let d = Model::from_bytes(&untied).expect("loads").config.d_model;
+    let mut b = untied.clone();
+    // Rows of d_model / 32 blocks: block 0 of token 200's row.
+    synth::poke_scale(&mut b, "token_embd.weight", 200 * d / 32, synth::F16_NAN);
+    let bad = Arc::new(Model::from_bytes(&b).expect("loads"));
+    let clean = Arc::new(Model::from_bytes(&untied).expect("loads"));
+    let opts = ComposeOptions {
+        plan: PlanChoice::Gpu,
+        threads: 2,
+        max_batch: 8,
+        context: 32,
+        ..ComposeOptions::default()
+    };
+    let engine = |m: &Arc<Model>| {
+        let c = engine_min::compose::executor(m, &opts).expect("resident executor");
+        assert!(c.exec.is_resident());
+        Engine::new(Arc::clone(m), c.exec, EngineOptions { context: 32 }).expect("engine")
+    };
+    let (mut e, mut want) = (engine(&bad), engine(&clean));
+    let mut scratch = vec![0f32; bad.config.vocab];
+    let a = e
+        .forward_argmax(&[1, 2, 3], &mut scratch)
+        .expect("clean prompt");
+    assert_eq!(
+        a,
+        want.forward_argmax(&[1, 2, 3], &mut scratch)
+            .expect("clean")
+    );
+    assert_eq!(e.pos(), 3);
+    match e.forward_argmax(&[200], &mut scratch) {
+        Err(EngineError::NonFinite(nf)) => {
+            assert_eq!((nf.site, nf.searched, nf.pos), (None, false, 3), "{nf}");
+            assert!(!nf.value.is_finite(), "{nf}");
+        }
+        other => panic!("a NaN embedding row must be NonFinite, got {other:?}"),
+    }
+    assert_eq!(e.pos(), 3, "the failed step left the position alone");
+    let next = e
+        .forward_argmax(&[4], &mut scratch)
+        .expect("a clean token after it");
+    assert_eq!(
+        next,
+        want.forward_argmax(&[4], &mut scratch).expect("clean")
+    );
+    assert_eq!(e.pos(), 4);
 }

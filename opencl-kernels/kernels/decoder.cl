@@ -343,17 +343,23 @@ __kernel void embed(__global const uchar *w0, __global const half *w1, __global 
 }
 
 // ---- argmax of each of `rows` rows of N values (row stride ld): the lowest index of the
-// largest value (NaN never wins; a row without a number gives 0). One work-group of 256 a row.
+// largest value (NaN never wins; a row without a number gives 0), with ARGMAX_NONFINITE set
+// when any value of the row is NaN or infinite (the host's non-finite guard reads it instead of
+// the logits). One work-group of 256 a row.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
 argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
     __local float bv[256];
     __local uint bi[256];
+    __local uint bad;
     uint t = get_local_id(0), row = get_group_id(1);
     __global const float *vr = v + (size_t)row * ld;
     float best = -INFINITY;
     uint idx = 0xffffffffu;
+    uint nf = 0u;
+    if (t == 0u) bad = 0u;
     for (uint i = t; i < N; i += 256u) {
         float a = vr[i];
+        nf |= (uint)!isfinite(a);
         if (a > best || (idx == 0xffffffffu && a == best)) {
             best = a;
             idx = i;
@@ -362,6 +368,7 @@ argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
     bv[t] = best;
     bi[t] = idx;
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (nf) atomic_or(&bad, 1u);
     for (uint s = 128u; s > 0u; s >>= 1) {
         if (t < s) {
             float ob = bv[t + s];
@@ -373,7 +380,7 @@ argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (t == 0u) out[row] = bi[0] == 0xffffffffu ? 0u : bi[0];
+    if (t == 0u) out[row] = (bi[0] == 0xffffffffu ? 0u : bi[0]) | (bad ? ARGMAX_NONFINITE : 0u);
 }
 
 // ---- decode blocks: a whole layer of one token in two launches -----------------------------

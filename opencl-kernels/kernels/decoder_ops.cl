@@ -7,6 +7,10 @@
 #define EPI_SWIGLU 2u
 #define EPI_QKV 3u
 
+// Set in an argmax index word when the row held a NaN or an infinity (vocabularies are far
+// below 2^31).
+#define ARGMAX_NONFINITE 0x80000000u
+
 // The trailing arguments of every matmul kernel: the epilogue, its output and the RoPE/cache
 // parameters (dq, dkv: q and k/v widths; hd: head width; npairs: rotated pairs per head;
 // rope[pos * npairs + i] = (cos, sin) of position pos, pair i).

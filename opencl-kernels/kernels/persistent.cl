@@ -48,7 +48,8 @@
 #define ST_DONE 1u   /* groups finished */
 #define ST_AMAX 2u   /* groups that wrote their argmax part */
 #define ST_STATUS 3u /* nonzero: a group stopped at a barrier */
-#define ST_HEADS 4u  /* then one attention counter a head */
+#define ST_NONFIN 4u /* nonzero: a logit was NaN or infinite */
+#define ST_HEADS 5u  /* then one attention counter a head */
 
 #define PK_CAT2(a, b) a##b
 #define PK_CAT(a, b) PK_CAT2(a, b)
@@ -218,6 +219,7 @@ typedef struct {
     __global const float2 *rope;
     uint pos;
     uint dq, dkv, hd, npairs;
+    volatile __global uint *nonfin; /* the state's ST_NONFIN word */
 } pk_epi;
 
 // One GEMV phase spread over the grid: N outputs of a K-wide matrix (planes w0, w1) from the
@@ -264,6 +266,8 @@ typedef struct {
                 epi_pair_v(0u, c0, N, a0, a1, e.mode, e.y, e.ldy, e.kc, e.vc, e.rope, e.pos,   \
                            e.dq, e.dkv, e.hd, e.npairs);                                       \
                 if (track) {                                                                   \
+                    if (!isfinite(a0) || (c0 + 1u < N && !isfinite(a1)))                       \
+                        atomic_or(e.nonfin, 1u);                                               \
                     if (a0 > *best || (*bidx == PK_NONE && a0 == *best)) {                     \
                         *best = a0;                                                            \
                         *bidx = c0;                                                            \
@@ -340,6 +344,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
     e.npairs = npairs;
     e.kc = x;
     e.vc = x;
+    e.nonfin = state + ST_NONFIN;
     if (l0 == 0u && work)
         for (uint i = gid * PK_WG + lid; i < d; i += G * PK_WG)
             x[i] = embed_value(emb0, emb1, tok[0], i, d, emb_fmt);
@@ -464,7 +469,12 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
-            if (lid == 0u) ids[0] = bi[0] == PK_NONE ? 0u : bi[0];
+            // Every group's non-finite logits were flagged before it counted itself in
+            // (last_of fences), so the word is complete here; reset for the next launch.
+            if (lid == 0u) {
+                uint nf = atomic_xchg((volatile __global uint *)(state + ST_NONFIN), 0u);
+                ids[0] = (bi[0] == PK_NONE ? 0u : bi[0]) | (nf ? ARGMAX_NONFINITE : 0u);
+            }
         }
     }
     // The last group to finish resets the counters for the next launch and reports.

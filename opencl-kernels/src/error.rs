@@ -81,6 +81,13 @@ pub enum Error {
         /// Work-groups the step launched.
         groups: usize,
     },
+    /// A step's argmax readout found NaN or infinite logits (the device argmax flags them):
+    /// `row` is the first such row of the readout. The logits stay readable
+    /// ([`Decoder::logits`](crate::decoder::Decoder::logits)), and the decoder stays usable.
+    NonFiniteLogits {
+        /// The readout row (0 for [`Readout::Argmax`](crate::decoder::Readout::Argmax)).
+        row: usize,
+    },
     /// The device has too little memory for what was asked; checked before anything is
     /// uploaded. Sizes in bytes.
     OutOfDeviceMemory {
@@ -161,6 +168,11 @@ impl fmt::Display for Error {
                 f,
                 "a persistent decode step's {groups} work-groups did not all run at once (a \
                  grid barrier waited past its bound); use fewer groups or another decode path"
+            ),
+            Error::NonFiniteLogits { row } => write!(
+                f,
+                "the logits of readout row {row} hold NaN or infinite values (flagged by the \
+                 device argmax); no greedy token"
             ),
             Error::OutOfDeviceMemory {
                 weights,

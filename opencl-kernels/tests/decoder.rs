@@ -1021,3 +1021,78 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     assert_eq!(dec.lost(), Some(&e));
     assert_eq!(dec.forward(&toks[..1], 0).unwrap_err(), e);
 }
+
+/// The device argmax flags non-finite logits (issue 17's guard on the resident path): with one
+/// NaN entry in an F16 output head, that token's logit is NaN at every position, so
+/// `forward_argmax` (layered, decode blocks, persistent), the all-rows argmax readout of a
+/// prefill chunk, and the one-row readout after it end in NonFiniteLogits naming the row; the
+/// logits stay readable (holding the NaN) and the decoder still runs. With the NaN gone the
+/// same steps give a token again.
+#[test]
+fn device_argmax_flags_non_finite_logits() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(31);
+    let mut model = TestModel::random(
+        &mut r,
+        config(2, RopeMode::Normal, 16),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_1,
+            output: Some(GgmlType::F16),
+        },
+    );
+    let (d, v) = (model.cfg.d_model, model.cfg.vocab);
+    let bad = 37;
+    let toks = tokens(&mut r, 6, v);
+    let head = &mut model.output.as_mut().unwrap().1;
+    let clean = head.clone();
+    // Element 5 of row `bad` (F16, little-endian): a quiet NaN.
+    head[(bad * d + 5) * 2..(bad * d + 5) * 2 + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    for decode in [
+        DecodePath::Layered,
+        DecodePath::Blocks,
+        DecodePath::Persistent,
+    ] {
+        let what = format!("{decode:?}");
+        let opts = DecoderOptions {
+            decode,
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts.clone());
+        assert_eq!(dec.decode_path(), decode, "{what}");
+        dec.enqueue(Input::Tokens(&toks[..4]), 0, 0..2, Readout::AllArgmax)
+            .unwrap();
+        assert_eq!(
+            dec.argmax().unwrap_err(),
+            Error::NonFiniteLogits { row: 0 },
+            "{what}"
+        );
+        assert!(dec.logits().unwrap()[bad].is_nan(), "{what}");
+        for p in 4..6 {
+            let e = dec.forward_argmax(&toks[p..p + 1], p).unwrap_err();
+            assert_eq!(e, Error::NonFiniteLogits { row: 0 }, "{what} at {p}");
+            let l = dec.logits().unwrap();
+            assert!(l[bad].is_nan(), "{what} at {p}");
+            assert_eq!(l.iter().filter(|x| !x.is_finite()).count(), 1, "{what}");
+        }
+        assert!(dec.lost().is_none(), "{what}");
+    }
+    // Without the NaN: a token, no flag left over.
+    model.output.as_mut().unwrap().1 = clean;
+    for decode in [
+        DecodePath::Layered,
+        DecodePath::Blocks,
+        DecodePath::Persistent,
+    ] {
+        let opts = DecoderOptions {
+            decode,
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        dec.forward(&toks[..4], 0).unwrap();
+        for p in 4..6 {
+            let id = dec.forward_argmax(&toks[p..p + 1], p).unwrap();
+            assert!((id as usize) < v, "{decode:?}");
+        }
+    }
+}

@@ -50,9 +50,15 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Whether [`DecodePath::Auto`] picks the persistent step on NVIDIA GPUs: only once it was
-/// measured faster there than the layered path (opencl-kernels/benches/h200-resident.sh).
-const AUTO_PERSISTENT: bool = false;
+/// The flag the device argmax sets in a row's index word when the row held a NaN or an
+/// infinity (decoder_ops.cl's ARGMAX_NONFINITE).
+const ARGMAX_NONFINITE: u32 = 0x8000_0000;
+
+/// Whether [`DecodePath::Auto`] picks the persistent step on NVIDIA GPUs: only where it was
+/// measured faster there than the layered path. Measured on the H200 (2026-12-01, two
+/// processes, tg64 medians of 3, SmolLM2-135M shapes): persistent 761 and 750 tok/s, layered
+/// 750 and 623 (benches/results/opencl-kernels.md).
+const AUTO_PERSISTENT: bool = true;
 
 /// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, the decoder's
 /// helpers, then the kernels.
@@ -544,9 +550,8 @@ impl Decoder {
         };
         let pk = match options.decode {
             DecodePath::Persistent => true,
-            // Auto takes the persistent step only where it was measured to win; on NVIDIA's
-            // OpenCL (H200) the layered path was measured faster than decode blocks (628 vs
-            // 555 tok/s) and the persistent step has not been measured yet.
+            // Auto takes the persistent step only where it was measured to win (NVIDIA's
+            // OpenCL on the H200: see AUTO_PERSISTENT); elsewhere the layered path.
             DecodePath::Auto => AUTO_PERSISTENT && info.is_nvidia() && !info.is_cpu,
             _ => false,
         };
@@ -1021,7 +1026,9 @@ impl Decoder {
         as_f32(self.out.view(len)?)
     }
 
-    /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]).
+    /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]). When a
+    /// row's logits held NaN or an infinity (the device argmax flags it beside the index):
+    /// [`Error::NonFiniteLogits`] naming the first such row; the logits stay readable.
     pub fn argmax(&mut self) -> Result<&[u32]> {
         let (r, status) = self.done_rows(
             &[Readout::Argmax, Readout::AllArgmax],
@@ -1036,7 +1043,11 @@ impl Decoder {
             let word = as_u32(self.ids.view(8)?)?[1];
             self.check_status(word)?;
         }
-        as_u32(self.ids.view(r * 4)?)
+        let words = as_u32(self.ids.view(r * 4)?)?;
+        if let Some(row) = words.iter().position(|&w| w & ARGMAX_NONFINITE != 0) {
+            return Err(Error::NonFiniteLogits { row });
+        }
+        Ok(words)
     }
 
     /// The last step's hidden rows (`m * d_model` floats) after its layer range.

@@ -23,7 +23,7 @@ const WG: usize = 256;
 /// Position ranges a head's attention is split into at most (persistent.cl's PK_SMAX).
 const SMAX: usize = 16;
 /// Words of the state buffer before the per-head counters (persistent.cl's ST_HEADS).
-const ST_HEADS: usize = 4;
+const ST_HEADS: usize = 5;
 /// Offsets per layer in the weight table (persistent.cl's LO_N).
 const LO_N: usize = 10;
 /// Bytes of persistent.cl's fixed local arrays (red, bi, qs, sc/rm/rl, flag).

@@ -258,10 +258,11 @@ pub enum OpKind {
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
-    /// Chosen by device class, from measurements: [`DecodePath::Layered`] (on CPU devices the
-    /// blocks' few work-groups are slower, and on the one GPU measured, NVIDIA's H200, the
-    /// layered path beat them: 628 vs 555 tok/s); [`DecodePath::Persistent`] on NVIDIA GPUs
-    /// only where it was measured to win (see the crate README).
+    /// Chosen by device class, from measurements: [`DecodePath::Persistent`] on NVIDIA GPUs
+    /// where it applies (on the H200 it beat the layered path, 761 vs 750 and 750 vs 623
+    /// tok/s in two runs, and the layered path beat decode blocks, 750 vs 563), else
+    /// [`DecodePath::Layered`] (on CPU devices the blocks' few work-groups are slower, and
+    /// work-groups need not run concurrently, which the persistent step needs).
     Auto,
     /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form; the
     /// attention split over positions, see [`DecoderOptions::split_attention`]).
