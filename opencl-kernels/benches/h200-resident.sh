@@ -2,10 +2,10 @@
 # The device-resident decoder on the NVIDIA H200 machine, in one call of the device tool
 # (binaries from opencl-kernels/benches/h200-resident-build.sh, carried in .device/ocl-resident):
 #
-#  1. correctness on NVIDIA's OpenCL: the decoder tests (both decode paths, every format,
+#  1. correctness on NVIDIA's OpenCL: the decoder tests (every decode path, every format,
 #     against the f64 reference) and the kernel tests;
 #  2. speed, ROUNDS rounds (default 3) alternating with llama.cpp's CUDA llama-bench when one is
-#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (both decode paths;
+#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (persistent, layered and blocks;
 #     the model file does not travel in one call), llama-bench -ngl 99 -p 128 -n 64 on the real
 #     model; medians and ratios;
 #  3. one profiled run: launches per token and device time per op kind.
@@ -69,7 +69,7 @@ LB=${LLAMA_BENCH:-$(command -v llama-bench || true)}
 : > "$OUT/bench.txt"; : > "$OUT/llama.txt"
 for r in $(seq "$ROUNDS"); do
   echo "== round $r" >> "$OUT/bench.txt"
-  RD_REPS=3 RD_PROFILE=0 RD_FLUSH=0,4 timeout 200 $D/resident_decode >> "$OUT/bench.txt" 2>&1
+  RD_PATHS=persistent,layered,blocks RD_REPS=3 RD_PROFILE=0 RD_FLUSH=0,4 timeout 200 $D/resident_decode >> "$OUT/bench.txt" 2>&1
   if [ -n "$LB" ]; then
     echo "== round $r" >> "$OUT/llama.txt"
     LD_LIBRARY_PATH="$(dirname "$LB"):${LD_LIBRARY_PATH:-}" timeout 150 "$LB" -m "$MODEL" -ngl 99 \
@@ -91,7 +91,7 @@ else
   lpp=; ltg=
   say "llama.cpp: not run (set LLAMA_BENCH and LLAMA_MODEL); the last side-by-side figures were pp128 ~13,900, tg64 905 tok/s"
 fi
-for p in blocks layered; do for f in 0 4; do
+for p in persistent layered blocks; do for f in 0 4; do
   pp=$(field $p $f pp128 | med); tg=$(field $p $f tg64 | med); tl=$(field $p $f tg64_logits | med)
   [ -z "$pp" ] && continue
   line="ours ($p, flush every $f), medians of $ROUNDS rounds x 3: pp128 $pp tok/s, tg64 $tg tok/s (argmax read back), $tl tok/s (logits read back)"
@@ -102,5 +102,6 @@ for p in blocks layered; do for f in 0 4; do
 done; done
 
 # -- 3. profile: device time per op kind --------------------------------------------------------
-RD_REPS=1 RD_PROFILE=1 timeout 200 $D/resident_decode > "$OUT/profile.txt" 2>&1
+RD_PATHS=persistent,layered,blocks,persistent-barriers RD_REPS=1 RD_PROFILE=1 timeout 200 \
+  $D/resident_decode > "$OUT/profile.txt" 2>&1
 grep -E "^(==|profiled|  \|)" "$OUT/profile.txt" | tee -a "$SUM"
