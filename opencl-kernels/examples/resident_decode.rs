@@ -10,7 +10,8 @@
 //! (`blocks,layered`): `auto`, `layered`, `blocks`, `persistent`, and the measurement variants
 //! `layered-nosplit` (one-row attention one work-group a head, not split over positions),
 //! `layered-wide` (`gemv_min_groups` 1: the widest GEMV work-groups), `persistent-gN` (N
-//! work-groups) and `persistent-barriers` (its grid barriers alone); `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
+//! work-groups), `persistent-xN` (N work-groups a compute unit) and `persistent-barriers` (its
+//! grid barriers alone); `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
 //! embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
@@ -178,7 +179,11 @@ fn variant(s: &str) -> Option<Variant> {
         }
         _ => {
             opts.decode = DecodePath::Persistent;
-            opts.persistent_groups = name.strip_prefix("persistent-g")?.parse().ok()?;
+            if let Some(per_cu) = name.strip_prefix("persistent-x") {
+                opts.persistent_groups_per_cu = per_cu.parse().ok()?;
+            } else {
+                opts.persistent_groups = name.strip_prefix("persistent-g")?.parse().ok()?;
+            }
         }
     }
     Some(Variant {

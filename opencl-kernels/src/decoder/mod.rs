@@ -574,7 +574,11 @@ impl Decoder {
                     logits: out.buffer(),
                     ids: ids.buffer(),
                 };
-                let g = persistent::groups(info, options.persistent_groups);
+                let g = persistent::groups(
+                    info,
+                    options.persistent_groups,
+                    options.persistent_groups_per_cu,
+                );
                 Some(persistent::build(
                     device,
                     &c,

@@ -47,19 +47,24 @@ pub(super) struct Arenas<'a> {
     pub(super) caches: Option<&'a (Buffer, Vec<u64>)>,
 }
 
-/// Work-groups of the persistent step a GPU compute unit is assumed to hold at once. One is
-/// safe wherever the kernel launches at all (its registers and local memory fit one group);
-/// more would depend on register use that OpenCL does not report.
+/// Work-groups of the persistent step a GPU compute unit is trusted to hold at once by default.
+/// One is safe wherever the kernel launches at all (its registers and local memory fit one
+/// group); more depends on register use that OpenCL does not report.
 const SAFE_GROUPS_PER_CU: usize = 1;
 
 /// The most work-groups this device is trusted to run at once: `CL_DEVICE_MAX_COMPUTE_UNITS` x
-/// [`SAFE_GROUPS_PER_CU`] on a GPU; one on a CPU device, whose work-groups need not run
-/// concurrently at all.
-pub(super) fn max_groups(info: &DeviceInfo) -> usize {
+/// `per_cu` (0: [`SAFE_GROUPS_PER_CU`]) on a GPU; one on a CPU device, whose work-groups need
+/// not run concurrently at all.
+pub(super) fn max_groups(info: &DeviceInfo, per_cu: usize) -> usize {
     if info.is_cpu {
         1
     } else {
-        info.compute_units.max(1) * SAFE_GROUPS_PER_CU
+        let per_cu = if per_cu == 0 {
+            SAFE_GROUPS_PER_CU
+        } else {
+            per_cu
+        };
+        info.compute_units.max(1) * per_cu
     }
 }
 
@@ -67,11 +72,11 @@ pub(super) fn max_groups(info: &DeviceInfo) -> usize {
 /// [`max_groups`] on a GPU. On a CPU device an explicit count is taken as asked (no count is
 /// promised to run concurrently there; the tests use it to make a barrier stall): a group that
 /// never runs ends the step in [`Error::GridBarrier`] after a bounded wait, not a hang.
-pub(super) fn groups(info: &DeviceInfo, asked: usize) -> usize {
+pub(super) fn groups(info: &DeviceInfo, asked: usize, per_cu: usize) -> usize {
     match asked {
-        0 => max_groups(info),
+        0 => max_groups(info, per_cu),
         n if info.is_cpu => n,
-        n => n.min(max_groups(info)),
+        n => n.min(max_groups(info, per_cu)),
     }
 }
 

@@ -160,10 +160,17 @@ pub struct DecoderOptions {
     pub flush_every: usize,
     /// Work-groups of the persistent decode step ([`DecodePath::Persistent`]); 0 (default):
     /// one per compute unit on a GPU, one on a CPU device. Every group must be resident at
-    /// once, so on a GPU a larger count is capped at one per compute unit; on a CPU device it
+    /// once, so on a GPU a larger count is capped at [`DecoderOptions::persistent_groups_per_cu`]
+    /// per compute unit; on a CPU device it
     /// is taken as asked, and groups the device does not run together make each step fail
     /// with [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
     pub persistent_groups: usize,
+    /// Work-groups of the persistent step a GPU compute unit is trusted to hold at once (the
+    /// bound on [`DecoderOptions::persistent_groups`] and its default); 0 (default): 1, which
+    /// holds wherever the kernel launches at all. More can be faster but depends on the
+    /// kernel's register use, which OpenCL does not report: a count the device cannot hold
+    /// ends each step in [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
+    pub persistent_groups_per_cu: usize,
     /// One-row decode attention split over heads x ranges of positions, the last group of a
     /// head combining the parts (default); `false`: the prefill kernel, one work-group a head.
     pub split_attention: bool,
@@ -184,6 +191,7 @@ impl Default for DecoderOptions {
             decode: DecodePath::Auto,
             flush_every: 0,
             persistent_groups: 0,
+            persistent_groups_per_cu: 0,
             split_attention: true,
             gemv_min_groups: 0,
             persistent_barriers_only: false,
