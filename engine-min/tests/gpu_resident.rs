@@ -2,8 +2,10 @@
 //! OpenCL; backend names `model`, `opencl`; PoCL in CI's model stage): logits against the
 //! engine's f32 reference forward for prefill lengths 1, 17, 128 and 200 (two chunks of 128)
 //! and 64 decode steps after the 200 (decode blocks; the layered decode path for 16 steps
-//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan. It lives here, not in opencl-kernels, because the model loader and the reference
-//! forward are the engine's; the decoder itself knows nothing of engine-min.
+//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan; and,
+//! on the tiny synthetic model (OpenCL only), the resident path's non-finite guard in
+//! `Engine::forward_argmax`. It lives here, not in opencl-kernels, because the model loader and
+//! the reference forward are the engine's; the decoder itself knows nothing of engine-min.
 
 use std::sync::Arc;
 
