@@ -1022,12 +1022,13 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     assert_eq!(dec.forward(&toks[..1], 0).unwrap_err(), e);
 }
 
-/// The device argmax flags non-finite logits (issue 17's guard on the resident path): with one
-/// NaN entry in an F16 output head, that token's logit is NaN at every position, so
-/// `forward_argmax` (layered, decode blocks, persistent), the all-rows argmax readout of a
-/// prefill chunk, and the one-row readout after it end in NonFiniteLogits naming the row; the
-/// logits stay readable (holding the NaN) and the decoder still runs. With the NaN gone the
-/// same steps give a token again.
+/// The device argmax flags non-finite logits (issue 17's guard on the resident path): with a
+/// NaN scale in one row of a Q8_0 embedding tied to the head (SmolLM2's layout, so the
+/// persistent kernel is the one the other tests build), that token's logit is NaN at every
+/// position (the token itself is never fed), so `forward_argmax` (layered, decode blocks,
+/// persistent), the all-rows argmax readout of a prefill chunk, and the one-row readout after it
+/// end in NonFiniteLogits naming the row; the logits stay readable (holding the one NaN) and
+/// the decoder still runs. With the NaN gone the same steps give a token again.
 #[test]
 fn device_argmax_flags_non_finite_logits() {
     let Some(dev) = device() else { return };
@@ -1038,16 +1039,19 @@ fn device_argmax_flags_non_finite_logits() {
         Types {
             embed: GgmlType::Q8_0,
             layer: GgmlType::Q4_1,
-            output: Some(GgmlType::F16),
+            output: None,
         },
     );
     let (d, v) = (model.cfg.d_model, model.cfg.vocab);
     let bad = 37;
-    let toks = tokens(&mut r, 6, v);
-    let head = &mut model.output.as_mut().unwrap().1;
-    let clean = head.clone();
-    // Element 5 of row `bad` (F16, little-endian): a quiet NaN.
-    head[(bad * d + 5) * 2..(bad * d + 5) * 2 + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let toks: Vec<u32> = tokens(&mut r, 6, v)
+        .into_iter()
+        .map(|t| if t as usize == bad { 0 } else { t })
+        .collect();
+    let clean = model.embed.1.clone();
+    // The f16 scale of row `bad`'s first Q8_0 block (34 bytes: scale, 32 int8): a quiet NaN.
+    let at = bad * (d / 32) * 34;
+    model.embed.1[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
     for decode in [
         DecodePath::Layered,
         DecodePath::Blocks,
@@ -1078,7 +1082,7 @@ fn device_argmax_flags_non_finite_logits() {
         assert!(dec.lost().is_none(), "{what}");
     }
     // Without the NaN: a token, no flag left over.
-    model.output.as_mut().unwrap().1 = clean;
+    model.embed.1 = clean;
     for decode in [
         DecodePath::Layered,
         DecodePath::Blocks,
