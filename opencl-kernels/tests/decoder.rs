@@ -385,6 +385,23 @@ fn prefill_then_decode(dec: &mut Decoder, model: &TestModel, toks: &[u32], p: us
     }
 }
 
+/// Whether the persistent decode step is tested on this device: on a GPU always; on a CPU
+/// device (PoCL) only with `HETERO_TEST_PERSISTENT_CPU=1`, because PoCL 3.1's compiler spent
+/// over 20 CPU-minutes on the persistent kernel without finishing (its work-group passes over
+/// the kernel's many barriers; the shared dev VM, 2026-12-01), and `Auto` never picks the step
+/// on CPU devices. The step's tests all passed on NVIDIA (the H200). Says so when it skips.
+fn persistent_here(dev: &Device) -> bool {
+    let on =
+        !dev.info().is_cpu || std::env::var("HETERO_TEST_PERSISTENT_CPU").is_ok_and(|v| v == "1");
+    if !on {
+        println!(
+            "persistent step not tested on this CPU device (PoCL compiles it for over 20 \
+             minutes; set HETERO_TEST_PERSISTENT_CPU=1 to run it)"
+        );
+    }
+    on
+}
+
 /// SmolLM2's layout (Q4_1 layers, Q8_0 embedding tied to the head), normal RoPE: prefill
 /// lengths 1, 5, 8 (one whole chunk) and 19 (three chunks of max_rows 8), then decode steps;
 /// decode steps layered, in decode blocks and persistent, staged and zero-copy host buffers
@@ -412,7 +429,10 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
         (false, DecodePath::Blocks),
         (true, DecodePath::Persistent),
         (false, DecodePath::Persistent),
-    ] {
+    ]
+    .into_iter()
+    .filter(|&(_, d)| d != DecodePath::Persistent || persistent_here(&dev))
+    {
         let mut dec = model.decoder(
             &dev,
             DecoderOptions {
@@ -498,7 +518,10 @@ fn other_formats_and_neox_match_reference() {
             DecodePath::Layered,
             DecodePath::Blocks,
             DecodePath::Persistent,
-        ] {
+        ]
+        .into_iter()
+        .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
+        {
             let opts = DecoderOptions {
                 decode,
                 ..DecoderOptions::default()
@@ -906,7 +929,10 @@ fn profiled_steps_report_device_time_per_op() {
             12 + 8,
         ),
         (DecodePath::Persistent, vec![Persistent], 12 + 1),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(d, _, _)| *d != DecodePath::Persistent || persistent_here(&dev))
+    {
         let opts = DecoderOptions {
             decode,
             ..DecoderOptions::default()
@@ -947,6 +973,9 @@ fn profiled_steps_report_device_time_per_op() {
 #[test]
 fn persistent_step_argmax_groups_and_stuck_barrier() {
     let Some(dev) = device() else { return };
+    if !persistent_here(&dev) {
+        return;
+    }
     let mut r = rng(29);
     let t = Types {
         embed: GgmlType::Q8_0,
@@ -1056,7 +1085,10 @@ fn device_argmax_flags_non_finite_logits() {
         DecodePath::Layered,
         DecodePath::Blocks,
         DecodePath::Persistent,
-    ] {
+    ]
+    .into_iter()
+    .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
+    {
         let what = format!("{decode:?}");
         let opts = DecoderOptions {
             decode,
@@ -1087,7 +1119,10 @@ fn device_argmax_flags_non_finite_logits() {
         DecodePath::Layered,
         DecodePath::Blocks,
         DecodePath::Persistent,
-    ] {
+    ]
+    .into_iter()
+    .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
+    {
         let opts = DecoderOptions {
             decode,
             ..DecoderOptions::default()
