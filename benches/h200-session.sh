@@ -10,18 +10,23 @@
 #                                     # correctness on NVIDIA's OpenCL (decoder tests, the
 #                                     # resident decoder on the real model, greedy text per plan)
 #   benches/h200-session.sh figures   # the side-by-side figures (needs LLAMA_BENCH)
+#   benches/h200-session.sh plans     # issue 16: `engine-min profile` here, then `bench` with
+#                                     # --plan auto vs cpu vs gpu vs cpu-gpu:0.5, alternating,
+#                                     # medians, and auto's prediction error (bench --predict)
 #
 # Environment: LLAMA_BENCH (path of a llama-bench built with CUDA sm_90 and GGML_NATIVE=ON, so
 # its CPU backend is the AMX build), ROUNDS (default 3), THREADS (default "1 2 4 8 16"),
-# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional).
+# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional), PLAN_THREADS
+# (plans: default 16), M (the model file, default /root/smollm2.gguf), NO_OPENCL_ENV.
 # Binaries: .device/eng/engine-min (stripped `cargo build --profile ci -p engine-min`), and
 # .device/ocl-resident/ from opencl-kernels/benches/h200-resident-build.sh.
-# Outputs under $OUT: check.txt, gpu.txt, cpu.txt, breakdown.txt, oldnew.txt, summary.txt.
+# Outputs under $OUT: check.txt, gpu.txt, cpu.txt, breakdown.txt, oldnew.txt, summary.txt;
+# plans: plans.txt and plans/ (the profile, its progress, every bench's output).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-M=/root/smollm2.gguf
+M=${M:-/root/smollm2.gguf}
 E=${E:-$(pwd)/.device/eng/engine-min}
 D=${D:-$(pwd)/.device/ocl-resident}
 SUM=$OUT/summary.txt
@@ -130,11 +135,24 @@ figures() {
   fi
 }
 
+# Issue 16: the planner's plan against every forced plan (benches/auto-vs-forced.sh, which
+# profiles first), on all 16 threads; ROUNDS rounds.
+plans() {
+  chmod +x "$E" 2>/dev/null
+  ENGINE=$E THREADS=${PLAN_THREADS:-16} ROUNDS=${ROUNDS:-3} OUT=$OUT/plans \
+    timeout 570 benches/auto-vs-forced.sh > "$OUT/plans.txt" 2>&1
+  echo "auto-vs-forced exit $?" >> "$OUT/plans.txt"
+  grep -E "^plan:|^  (auto|cpu|gpu|cpu-gpu)|x \(goal|over [0-9]+ op classes|gpu resident steps|exit" "$OUT/plans.txt" | tee -a "$SUM"
+}
+
 machine
-opencl_env
+# NO_OPENCL_ENV=1 keeps this machine's OpenCL setup (a dry run of `plans` on the dev VM with
+# PoCL: M=<the model> E=target/ci/engine-min NO_OPENCL_ENV=1 PLAN_THREADS=2 ROUNDS=1).
+[ -n "${NO_OPENCL_ENV:-}" ] || opencl_env
 model
 case "${1:-check}" in
   check) check ;;
   figures) figures ;;
-  *) echo "usage: $0 check|figures" >&2; exit 2 ;;
+  plans) plans ;;
+  *) echo "usage: $0 check|figures|plans" >&2; exit 2 ;;
 esac

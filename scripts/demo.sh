@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: engine-min's whole pipeline on SmolLM2-135M-Instruct (GGUF Q4_1) -- profile every
-# available backend, plan, then generate text -- after installing and caching what it needs.
+# available backend through the executor's own paths (~1 min here), plan, then generate text
+# on the planner's plan -- after installing and caching what it needs.
 #
 #   scripts/demo.sh                         # as root, on Debian 12 with the Rust toolchain
 #   PROMPT="Write a haiku" scripts/demo.sh  # another prompt
@@ -35,7 +36,10 @@ step() { # NAME ARGS...
 
 step profile profile --model "$HETERO_MODEL" --out "$PROFILE_FILE"
 step plan plan --model "$HETERO_MODEL" --profile "$PROFILE_FILE"
-# With the profile, `run` executes the planner's per-op plan (`--plan auto`) and prints it.
+# With the profile, `run` executes `--plan auto`: the planner's plan when a mixed one is
+# predicted to win (each split by >= 5%), else the best single backend (the resident GPU
+# decoder counts as one), said plainly in its `plan:` line; after the text it prints predicted
+# against measured matmul time per op class and phase.
 step run run --model "$HETERO_MODEL" --profile "$PROFILE_FILE" --prompt "$PROMPT" --max-tokens "$MAX_TOKENS"
 
 echo

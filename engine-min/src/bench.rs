@@ -43,6 +43,8 @@ pub struct PhaseBreakdown {
     pub host: HostTimes,
     /// Matmul time in all.
     pub matmul: Duration,
+    /// CPU pool jobs that woke workers ([`hetero_sme::ThreadPool::dispatches`]).
+    pub dispatches: u64,
 }
 
 /// Token ids below `vocab` from a seeded xorshift64*: any token id will do, and the same seed
@@ -72,6 +74,7 @@ pub fn breakdown(
         |engine: &mut Engine, steps: &[Vec<u32>]| -> Result<PhaseBreakdown, EngineError> {
             engine.reset();
             engine.reset_timings();
+            let jobs0 = engine.executor().cpu().pool().dispatches();
             let t0 = Instant::now();
             for s in steps {
                 engine.forward(s, &mut logits)?;
@@ -84,6 +87,7 @@ pub fn breakdown(
                 matmuls: engine.executor().shape_times(),
                 host: t.host,
                 matmul: t.matmul,
+                dispatches: engine.executor().cpu().pool().dispatches() - jobs0,
             })
         };
     let prompt: Vec<Vec<u32>> = vec![(0..pp).map(|_| next_token()).collect()];
@@ -101,6 +105,15 @@ pub fn breakdown(
     Ok((pp_b, tg_b))
 }
 
+/// The two parts of a bench repetition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Prompt processing (`pp` tokens in one forward).
+    Pp,
+    /// Text generation (`tg` one-token forwards).
+    Tg,
+}
+
 /// Runs `reps` repetitions of `pp` then `tg` (after one untimed warm-up of each) and returns
 /// the tokens per second of each timed repetition. `pp` or `tg` may be 0 to skip that part.
 pub fn pp_tg(
@@ -110,6 +123,19 @@ pub fn pp_tg(
     reps: usize,
     seed: u64,
 ) -> Result<PpTg, EngineError> {
+    pp_tg_observed(engine, pp, tg, reps, seed, &mut |_, _, _| {})
+}
+
+/// [`pp_tg`], calling `observe(engine, part, wall time)` after each timed part; the engine's
+/// timings (and its executor's, predictions included) hold that part alone.
+pub fn pp_tg_observed(
+    engine: &mut Engine,
+    pp: usize,
+    tg: usize,
+    reps: usize,
+    seed: u64,
+    observe: &mut dyn FnMut(&Engine, Part, Duration),
+) -> Result<PpTg, EngineError> {
     let mut next_token = token_stream(engine.model().config.vocab, seed);
     let mut logits = vec![0f32; engine.model().config.vocab];
     let prompt: Vec<u32> = (0..pp).map(|_| next_token()).collect();
@@ -117,15 +143,18 @@ pub fn pp_tg(
     for rep in 0..=reps {
         if pp > 0 {
             engine.reset();
+            engine.reset_timings();
             let t0 = Instant::now();
             engine.forward(&prompt, &mut logits)?;
             let dt = t0.elapsed();
             if rep > 0 {
                 out.pp.push(pp as f64 / secs(dt));
+                observe(engine, Part::Pp, dt);
             }
         }
         if tg > 0 {
             engine.reset();
+            engine.reset_timings();
             let t0 = Instant::now();
             for _ in 0..tg {
                 let t = next_token();
@@ -134,6 +163,7 @@ pub fn pp_tg(
             let dt = t0.elapsed();
             if rep > 0 {
                 out.tg.push(tg as f64 / secs(dt));
+                observe(engine, Part::Tg, dt);
             }
         }
     }

@@ -7,13 +7,16 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use hetero_partition::{Backend as Pb, PlanTable, Policy, Profile, ProfileError, TableError};
+use hetero_partition::{Backend as Pb, Policy, Profile, ProfileError, TableError};
+
+use crate::auto::{AutoError, Decision, Mode, Workload};
 
 use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::{NpuBackend, NpuError, NpuOptions};
 use crate::backend::{BackendError, CpuBackend, CpuKernel};
 use crate::exec::{Backends, Executor};
 use crate::model::Model;
+use crate::phases::PhasePlans;
 use hetero_sme::ThreadPool as Pool;
 
 /// A `--plan` value.
@@ -184,8 +187,10 @@ pub struct ComposeOptions {
     pub npu_session: Option<Arc<qnn_sys::Session>>,
     /// KV-cache positions the engine will use (the resident GPU decoder sizes its cache by it).
     pub context: usize,
-    /// How a plan that gives every matmul to the GPU runs.
+    /// How a forced plan that gives every matmul to the GPU runs (`auto` decides itself).
     pub gpu_path: GpuPath,
+    /// What the run will do: `auto` weighs prefill and decode by it.
+    pub workload: Workload,
 }
 
 /// How an all-GPU plan runs.
@@ -212,6 +217,7 @@ impl Default for ComposeOptions {
             npu_session: None,
             context: 2048,
             gpu_path: GpuPath::Resident,
+            workload: Workload::default(),
         }
     }
 }
@@ -233,6 +239,8 @@ pub enum ComposeError {
     Profile(ProfileError),
     /// The planner could not plan a shape.
     Table(TableError),
+    /// `auto` could not decide.
+    Auto(AutoError),
     /// Threads, preparation or sizing failed.
     Backend(BackendError),
 }
@@ -248,6 +256,7 @@ impl fmt::Display for ComposeError {
             ),
             Self::Profile(e) => write!(f, "profile rejected: {e}"),
             Self::Table(e) => write!(f, "planner: {e}"),
+            Self::Auto(e) => write!(f, "--plan auto: {e}"),
             Self::Backend(e) => write!(f, "{e}"),
         }
     }
@@ -261,6 +270,7 @@ impl std::error::Error for ComposeError {
             Self::NoProfile => None,
             Self::Profile(e) => Some(e),
             Self::Table(e) => Some(e),
+            Self::Auto(e) => Some(e),
             Self::Backend(e) => Some(e),
         }
     }
@@ -278,6 +288,8 @@ pub struct Composed {
     pub exec: Executor,
     /// Things said along the way (a processor the profile lists but this machine lacks, ...).
     pub notes: Vec<String>,
+    /// What `auto` decided and predicted (`None` for a forced plan).
+    pub decision: Option<Decision>,
 }
 
 /// The model's distinct matmul shapes `(k, n)`.
@@ -365,40 +377,49 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         None
     };
     let (has_gpu, has_npu) = (gpu.is_some(), npu.is_some());
-    let checked = match &mut profile {
+    let max_m = opts.max_batch.max(1) as u32;
+    let shapes = model_shapes(model);
+    let mut decision = None;
+    let plans = match &mut profile {
         Some(p) => {
-            p.backends.retain(|b| {
-                let n = b.backend.to_ascii_lowercase();
-                n == "cpu" || (n == "gpu" && has_gpu) || (n == "npu" && has_npu)
+            keep_backends(p, |b| match b {
+                Pb::Cpu => true,
+                Pb::Gpu => has_gpu,
+                Pb::Npu => has_npu,
             });
-            p.check().map_err(ComposeError::Profile)?
+            let d =
+                crate::auto::decide(p, model, max_m, opts.workload).map_err(ComposeError::Auto)?;
+            let plans = match d.mode {
+                // The resident decoder runs every matmul: its table is the GPU alone.
+                Mode::Resident => gpu_alone(&shapes, max_m)?,
+                Mode::Table => d.plans.clone(),
+            };
+            decision = Some(d);
+            plans
         }
         None => {
             let mut bs = vec![Pb::Cpu];
             bs.extend(has_gpu.then_some(Pb::Gpu));
             bs.extend(has_npu.then_some(Pb::Npu));
             let lens: Vec<u32> = npu_opts.lengths().map(|s| s as u32).collect();
-            Profile::nominal(&bs, &lens)
+            let checked = Profile::nominal(&bs, &lens)
                 .check()
-                .map_err(ComposeError::Profile)?
+                .map_err(ComposeError::Profile)?;
+            PhasePlans::build(&checked, opts.plan.policy(), &shapes, max_m)
+                .map_err(ComposeError::Table)?
         }
     };
-    let table = PlanTable::build(
-        &checked,
-        opts.plan.policy(),
-        &model_shapes(model),
-        opts.max_batch.max(1) as u32,
-    )
-    .map_err(ComposeError::Table)?;
     // A processor no plan uses is not kept (no uploads, no helper thread).
-    let used = table.backends();
+    let used = plans.backends();
     let dev = gpu.filter(|_| used.contains(&Pb::Gpu));
     let npu = npu.filter(|_| used.contains(&Pb::Npu));
-    if let (Some(dev), true) = (
-        &dev,
-        used == [Pb::Gpu] && opts.gpu_path == GpuPath::Resident,
-    ) {
-        // Every matmul on the GPU: whole steps stay on the device.
+    // Whole steps on the device: `auto` when it predicted the resident decoder faster; a
+    // forced all-GPU plan unless `--gpu-path per-matmul`.
+    let resident = match &decision {
+        Some(d) => d.mode == Mode::Resident,
+        None => used == [Pb::Gpu] && opts.gpu_path == GpuPath::Resident,
+    };
+    if let (Some(dev), true) = (&dev, resident) {
         let dec = crate::backend::resident::build(
             dev,
             model,
@@ -406,19 +427,48 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
             opts.max_batch.max(1),
         )
         .map_err(ComposeError::Resident)?;
-        let exec = Executor::resident(table, cpu, dec)?;
-        return Ok(Composed { exec, notes });
+        let exec = Executor::resident(plans, cpu, dec)?;
+        return Ok(Composed {
+            exec,
+            notes,
+            decision,
+        });
     }
     let gpu = dev
         .map(GpuBackend::with_device)
         .transpose()
         .map_err(ComposeError::Gpu)?;
     let exec = Executor::new(
-        table,
+        plans,
         Backends { cpu, gpu, npu },
         &crate::engine::matmul_weights(model),
     )?;
-    Ok(Composed { exec, notes })
+    Ok(Composed {
+        exec,
+        notes,
+        decision,
+    })
+}
+
+/// Keeps the backends of `p` that `keep` says this machine has, and the pairs and sharing
+/// entries that name only those.
+fn keep_backends(p: &mut Profile, keep: impl Fn(Pb) -> bool) {
+    let kept = |name: &str| Pb::from_name(name).is_some_and(&keep);
+    p.backends.retain(|b| kept(&b.backend));
+    p.pairs.retain(|pair| pair.backends.iter().all(|b| kept(b)));
+    for b in &mut p.backends {
+        if b.shares_cores_with.as_deref().is_some_and(|s| !kept(s)) {
+            b.shares_cores_with = None;
+        }
+    }
+}
+
+/// Every shape on the GPU alone (placeholder costs): the table of the resident decoder.
+fn gpu_alone(shapes: &[(u32, u32)], max_m: u32) -> Result<PhasePlans, ComposeError> {
+    let checked = Profile::nominal(&[Pb::Cpu, Pb::Gpu], &[])
+        .check()
+        .map_err(ComposeError::Profile)?;
+    PhasePlans::build(&checked, Policy::Single(Pb::Gpu), shapes, max_m).map_err(ComposeError::Table)
 }
 
 /// A CPU-only executor (the agents' verifier, tests): every matmul on `kernel` over `pool`.
@@ -431,7 +481,7 @@ pub fn cpu_executor(
     let checked = Profile::nominal(&[Pb::Cpu], &[])
         .check()
         .map_err(ComposeError::Profile)?;
-    let table = PlanTable::build(
+    let plans = PhasePlans::build(
         &checked,
         Policy::Single(Pb::Cpu),
         &model_shapes(model),
@@ -439,7 +489,7 @@ pub fn cpu_executor(
     )
     .map_err(ComposeError::Table)?;
     Ok(Executor::new(
-        table,
+        plans,
         Backends {
             cpu: CpuBackend::new(pool, kernel),
             gpu: None,

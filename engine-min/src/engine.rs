@@ -206,6 +206,11 @@ impl Engine {
         &self.exec
     }
 
+    /// The executor back (its processors keep what they prepared), ending the engine.
+    pub fn into_executor(self) -> Executor {
+        self.exec
+    }
+
     /// Positions already in the KV cache.
     pub fn pos(&self) -> usize {
         self.pos

@@ -25,13 +25,15 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use hetero_partition::{Backend as Pb, OpPlan, PlanTable};
+use hetero_partition::{Backend as Pb, OpPlan, Phase, Prediction};
 use hetero_uma::{Block, ColumnsMut, Handle, MatrixLayout, Pool as UmaPool};
 
+use crate::backend::cpu::MAX_GROUP;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::NpuBackend;
 use crate::backend::{Backend, BackendError, CpuBackend, WeightId, WeightView};
 use crate::helper::Helper;
+use crate::phases::PhasePlans;
 
 /// Most blocks one matmul's output is split into (an L-shape plus an NPU remainder).
 const MAX_PARTS: usize = 4;
@@ -66,6 +68,10 @@ pub struct Exec {
     pub approximated: bool,
     /// The processors used.
     pub kind: Kind,
+    /// The phase whose table planned it (see [`PhasePlans`]).
+    pub phase: Phase,
+    /// The plan's predicted time, µs.
+    pub predicted_us: f64,
 }
 
 /// The processors a matmul used, for the time report.
@@ -179,56 +185,49 @@ impl Prepared {
     }
 }
 
-/// Matmul time and count per weight shape, in the plan table's shape order.
+/// Matmul time, count and predicted time per weight shape and phase: entry `2 * shape +
+/// phase` (the plan table's shape order; prefill 0, decode 1).
 #[derive(Debug, Default)]
 struct ShapeTimes {
     ns: Vec<AtomicU64>,
     calls: Vec<AtomicU64>,
+    /// Sum of the executed plans' predicted times, ns.
+    predicted_ns: Vec<AtomicU64>,
 }
 
 impl ShapeTimes {
     fn new(shapes: usize) -> ShapeTimes {
+        let zeros = || (0..2 * shapes).map(|_| AtomicU64::new(0)).collect();
         ShapeTimes {
-            ns: (0..shapes).map(|_| AtomicU64::new(0)).collect(),
-            calls: (0..shapes).map(|_| AtomicU64::new(0)).collect(),
+            ns: zeros(),
+            calls: zeros(),
+            predicted_ns: zeros(),
+        }
+    }
+
+    fn index(shape: usize, phase: Phase) -> usize {
+        2 * shape
+            + match phase {
+                Phase::Prefill => 0,
+                Phase::Decode => 1,
+            }
+    }
+
+    fn reset(&self) {
+        for v in [&self.ns, &self.calls, &self.predicted_ns] {
+            for a in v {
+                a.store(0, Ordering::Relaxed);
+            }
         }
     }
 }
 
-/// A weight shape `(k, n)` and how its plan runs at `m = 1..=max_m`.
-type ShapeExecs = ((usize, usize), Vec<Exec>);
-
-/// Per shape of `table` (the table's order), how each row count's plan runs on the processors
-/// at hand ([`map_plan`]).
-fn map_table(
-    table: &PlanTable,
-    have_gpu: bool,
-    npu: Option<&NpuBackend>,
-) -> Result<Vec<ShapeExecs>, BackendError> {
-    table
-        .shapes()
-        .iter()
-        .map(|&(k, n)| {
-            let plans = table.plans(k, n).ok_or(BackendError::NoPlan {
-                k: k as usize,
-                n: n as usize,
-                m: 1,
-            })?;
-            let v = plans
-                .iter()
-                .map(|p| map_plan(p, k as usize, have_gpu, npu))
-                .collect();
-            Ok(((k as usize, n as usize), v))
-        })
-        .collect()
-}
-
-/// Runs a model's matmuls by a [`PlanTable`].
+/// Runs a model's matmuls by its plan tables ([`PhasePlans`]).
 pub struct Executor {
-    table: PlanTable,
+    plans: PhasePlans,
     shape_times: ShapeTimes,
     /// Per planned shape (the table's order), the execution at `m = 1..=max_m`.
-    execs: Vec<ShapeExecs>,
+    execs: Execs,
     weights: Vec<Prepared>,
     cpu: CpuBackend,
     gpu: Option<GpuBackend>,
@@ -241,7 +240,7 @@ pub struct Executor {
 }
 
 /// Maps one plan onto the processors at hand.
-fn map_plan(p: &OpPlan, k: usize, have_gpu: bool, npu: Option<&NpuBackend>) -> Exec {
+fn map_plan(p: &OpPlan, phase: Phase, k: usize, have_gpu: bool, npu: Option<&NpuBackend>) -> Exec {
     let (m, n) = (p.m as usize, p.n as usize);
     let partner = match p.split.b {
         Some(b) if b != Pb::Npu => b,
@@ -308,26 +307,54 @@ fn map_plan(p: &OpPlan, k: usize, have_gpu: bool, npu: Option<&NpuBackend>) -> E
         parts,
         approximated,
         kind,
+        phase,
+        predicted_us: p.predicted_us(),
     }
+}
+
+/// Every plan of `plans`, per shape (the tables' order), mapped at `m = 1..=max_m`.
+type Execs = Vec<((usize, usize), Vec<Exec>)>;
+
+fn map_plans(
+    plans: &PhasePlans,
+    have_gpu: bool,
+    npu: Option<&NpuBackend>,
+) -> Result<Execs, BackendError> {
+    let mut execs = Vec::with_capacity(plans.shapes().len());
+    for &(k, n) in plans.shapes() {
+        let v = (1..=plans.max_m())
+            .map(|m| {
+                let p = plans.get(k, n, m).ok_or(BackendError::NoPlan {
+                    k: k as usize,
+                    n: n as usize,
+                    m: m as usize,
+                })?;
+                Ok(map_plan(p, plans.phase_of(m), k as usize, have_gpu, npu))
+            })
+            .collect::<Result<Vec<Exec>, BackendError>>()?;
+        execs.push(((k as usize, n as usize), v));
+    }
+    Ok(execs)
 }
 
 impl Executor {
     /// Prepares `weights` (the model's matmul weights, indexed as [`Executor::matmul`] names
-    /// them) for the plans of `table`, on the processors in `backends`, and sizes every
-    /// processor for `table.max_m()` rows. Each piece of each weight is prepared once per
-    /// processor that some plan gives it to.
+    /// them) for the plans of `plans` (one [`hetero_partition::PlanTable`], or one per phase),
+    /// on the processors in `backends`, and sizes every processor for `plans.max_m()` rows.
+    /// Each piece of each weight is prepared once per processor that some plan gives it to.
     pub fn new(
-        table: PlanTable,
+        plans: impl Into<PhasePlans>,
         backends: Backends,
         weights: &[WeightView<'_>],
     ) -> Result<Executor, BackendError> {
+        let plans = plans.into();
         let Backends {
             mut cpu,
             mut gpu,
             mut npu,
         } = backends;
-        let max_m = table.max_m() as usize;
-        let execs = map_table(&table, gpu.is_some(), npu.as_ref())?;
+        let max_m = plans.max_m() as usize;
+        let execs = map_plans(&plans, gpu.is_some(), npu.as_ref())?;
         let mut prepared = Vec::with_capacity(weights.len());
         let mut max_k = 1;
         for w in weights {
@@ -382,7 +409,7 @@ impl Executor {
         Ok(Executor {
             resident: None,
             shape_times: ShapeTimes::new(execs.len()),
-            table,
+            plans,
             execs,
             weights: prepared,
             cpu,
@@ -397,20 +424,21 @@ impl Executor {
     /// An executor whose plan gives every matmul to the GPU, running whole steps on `decoder`
     /// (weights, KV cache and activations resident on the device) instead of matmul by matmul;
     /// the CPU backend only lends its pool (host work stays empty). Refused unless every plan
-    /// of `table` is the GPU alone.
+    /// of `plans` is the GPU alone.
     pub fn resident(
-        table: PlanTable,
+        plans: impl Into<PhasePlans>,
         cpu: CpuBackend,
         decoder: hetero_opencl_kernels::decoder::Decoder,
     ) -> Result<Executor, BackendError> {
-        if table.backends() != [Pb::Gpu] {
+        let plans = plans.into();
+        if plans.backends() != [Pb::Gpu] {
             return Err(BackendError::MissingBackend(Pb::Gpu));
         }
-        let execs = map_table(&table, true, None)?;
+        let execs = map_plans(&plans, true, None)?;
         Ok(Executor {
             resident: Some(std::sync::Mutex::new(decoder)),
             shape_times: ShapeTimes::new(execs.len()),
-            table,
+            plans,
             execs,
             weights: Vec::new(),
             cpu,
@@ -420,6 +448,17 @@ impl Executor {
             npu_helper: None,
             times: ExecTimes::default(),
         })
+    }
+
+    /// The processors back (with every weight they prepared), to build another executor on
+    /// them without opening them again (the profiler times several plans on one device).
+    /// The helper threads end; a resident decoder is dropped.
+    pub fn into_backends(self) -> Backends {
+        Backends {
+            cpu: self.cpu,
+            gpu: self.gpu,
+            npu: self.npu,
+        }
     }
 
     /// The resident decoder, when this executor runs whole steps on the GPU.
@@ -434,14 +473,14 @@ impl Executor {
         self.resident.is_some()
     }
 
-    /// The plan table.
-    pub fn table(&self) -> &PlanTable {
-        &self.table
+    /// The plan tables.
+    pub fn plans(&self) -> &PhasePlans {
+        &self.plans
     }
 
     /// Largest row count of one matmul.
     pub fn max_m(&self) -> usize {
-        self.table.max_m() as usize
+        self.plans.max_m() as usize
     }
 
     /// The CPU backend (its pool runs the engine's host ops).
@@ -467,13 +506,10 @@ impl Executor {
         &self.times
     }
 
-    /// Sets the matmul times (per kind and per shape) to zero.
+    /// Sets the matmul times (per kind, per shape, and the predictions) to zero.
     pub fn reset_times(&self) {
         self.times.reset();
-        for (a, b) in self.shape_times.ns.iter().zip(&self.shape_times.calls) {
-            a.store(0, Ordering::Relaxed);
-            b.store(0, Ordering::Relaxed);
-        }
+        self.shape_times.reset();
     }
 
     /// Names of the processors open, e.g. `cpu, gpu (NVIDIA H200)`.
@@ -507,20 +543,54 @@ impl Executor {
             .ok_or(BackendError::NoPlan { k, n, m })
     }
 
-    /// `((k, n), time, calls)` of every weight shape that ran.
+    /// `((k, n), time, calls)` of every weight shape that ran (both phases).
     pub fn shape_times(&self) -> Vec<((usize, usize), std::time::Duration, u64)> {
+        let st = &self.shape_times;
+        let load = |v: &[AtomicU64], i: usize| {
+            Phase::ALL
+                .iter()
+                .map(|&ph| v[ShapeTimes::index(i, ph)].load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
         self.execs
             .iter()
             .enumerate()
             .map(|(i, e)| {
                 (
                     e.0,
-                    std::time::Duration::from_nanos(self.shape_times.ns[i].load(Ordering::Relaxed)),
-                    self.shape_times.calls[i].load(Ordering::Relaxed),
+                    std::time::Duration::from_nanos(load(&st.ns, i)),
+                    load(&st.calls, i),
                 )
             })
             .filter(|x| x.2 > 0)
             .collect()
+    }
+
+    /// Predicted against measured time of every op class (weight shape) and phase that ran
+    /// since the last [`Executor::reset_times`]: the sums of the executed plans' predictions
+    /// and of the times [`Executor::matmul`] measured around each call (a split's join
+    /// included). The phase is the table's that planned the call ([`PhasePlans`]).
+    pub fn predictions(&self) -> Vec<Prediction> {
+        let st = &self.shape_times;
+        let mut out = Vec::new();
+        for (i, e) in self.execs.iter().enumerate() {
+            for ph in Phase::ALL {
+                let j = ShapeTimes::index(i, ph);
+                let calls = st.calls[j].load(Ordering::Relaxed);
+                if calls == 0 {
+                    continue;
+                }
+                out.push(Prediction {
+                    k: e.0 .0 as u32,
+                    n: e.0 .1 as u32,
+                    phase: ph,
+                    calls,
+                    predicted_us: st.predicted_ns[j].load(Ordering::Relaxed) as f64 / 1e3,
+                    measured_us: st.ns[j].load(Ordering::Relaxed) as f64 / 1e3,
+                });
+            }
+        }
+        out
     }
 
     fn backend(&self, who: Pb) -> Result<&dyn Backend, BackendError> {
@@ -562,8 +632,90 @@ impl Executor {
         let i = ex.kind.index();
         self.times.ns[i].fetch_add(ns, Ordering::Relaxed);
         self.times.calls[i].fetch_add(1, Ordering::Relaxed);
-        self.shape_times.ns[si].fetch_add(ns, Ordering::Relaxed);
-        self.shape_times.calls[si].fetch_add(1, Ordering::Relaxed);
+        let j = ShapeTimes::index(si, ex.phase);
+        let st = &self.shape_times;
+        st.ns[j].fetch_add(ns, Ordering::Relaxed);
+        st.calls[j].fetch_add(1, Ordering::Relaxed);
+        st.predicted_ns[j].fetch_add((ex.predicted_us * 1e3) as u64, Ordering::Relaxed);
+        r
+    }
+
+    /// `out_i[m x n_i] = x[m x k] · W_{w_i}ᵀ` for up to [`MAX_GROUP`] of the model's weights
+    /// that share the input `x` (a layer's Q, K and V; gate and up), each into its own output
+    /// slot. When the plan gives every one of them to the CPU alone at `m` rows, the CPU runs
+    /// them as one pool job ([`CpuBackend::matmul_group`]: one dispatch, activations quantized
+    /// once); otherwise each runs as [`Executor::matmul`] would. The outputs are bit-identical
+    /// either way. The group's time is shared among its shapes in proportion to their columns.
+    pub fn matmul_group(
+        &self,
+        group: &mut [(usize, &mut Handle)],
+        x: &[f32],
+        m: usize,
+        uma: &UmaPool,
+    ) -> Result<(), BackendError> {
+        if self.resident.is_some() {
+            return Err(BackendError::Resident);
+        }
+        if group.len() > MAX_GROUP {
+            return Err(BackendError::Shape(
+                "more matmuls in a group than MAX_GROUP",
+            ));
+        }
+        // Per member: (shape index, CPU weight id, columns) when it runs on the CPU alone.
+        let mut cpu: [Option<(usize, WeightId, usize)>; MAX_GROUP] = [None; MAX_GROUP];
+        for (slot, (w, _)) in cpu.iter_mut().zip(group.iter()) {
+            let p = self
+                .weights
+                .get(*w)
+                .ok_or(BackendError::Shape("weight index"))?;
+            if x.len() != m * p.k {
+                return Err(BackendError::Shape("x"));
+            }
+            if m == 0 {
+                continue;
+            }
+            let (si, ex) = self.exec_at(p.k, p.n, m)?;
+            if let [only] = ex.parts.as_slice() {
+                if only.who == Pb::Cpu && only.cols == (0..p.n) {
+                    *slot = Some((si, p.id(Pb::Cpu, &only.cols)?, p.n));
+                }
+            }
+        }
+        let n = group.len();
+        if m == 0 || n < 2 || cpu[..n].iter().any(Option::is_none) {
+            for (w, out) in group.iter_mut() {
+                self.matmul(*w, x, m, uma, out)?;
+            }
+            return Ok(());
+        }
+        let mut outs = group.iter_mut();
+        let mut calls: [Option<(WeightId, &mut [f32])>; MAX_GROUP] = Default::default();
+        for (c, member) in calls.iter_mut().zip(&cpu[..n]) {
+            let (Some((_, id, cols)), Some((_, h))) = (member, outs.next()) else {
+                continue;
+            };
+            let o = uma
+                .f32s_mut(h)?
+                .get_mut(..m * cols)
+                .ok_or(BackendError::Shape("output slot too small"))?;
+            *c = Some((*id, o));
+        }
+        let t0 = Instant::now();
+        let r = match calls {
+            [Some(a), Some(b), None] => self.cpu.matmul_group(&mut [a, b], x, m),
+            [Some(a), Some(b), Some(c)] => self.cpu.matmul_group(&mut [a, b, c], x, m),
+            _ => Err(BackendError::Shape("group")),
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        let total_cols: usize = cpu.iter().flatten().map(|c| c.2).sum();
+        let i = Kind::Cpu.index();
+        self.times.ns[i].fetch_add(ns, Ordering::Relaxed);
+        self.times.calls[i].fetch_add(n as u64, Ordering::Relaxed);
+        for (si, _, cols) in cpu.iter().flatten() {
+            let share = ns * *cols as u64 / total_cols.max(1) as u64;
+            self.shape_times.ns[*si].fetch_add(share, Ordering::Relaxed);
+            self.shape_times.calls[*si].fetch_add(1, Ordering::Relaxed);
+        }
         r
     }
 
@@ -657,7 +809,7 @@ impl Executor {
         shapes
             .iter()
             .map(|&(name, k, n)| {
-                let plan = self.table.get(k as u32, n as u32, m as u32);
+                let plan = self.plans.get(k as u32, n as u32, m as u32);
                 match (plan, self.exec(k, n, m)) {
                     (Some(plan), Ok(ex)) => {
                         let parts: Vec<String> = ex

@@ -17,7 +17,9 @@ use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
 use crate::guard::{LayerOp, Probe, Site};
 use crate::model::{Config, Model};
+use crate::swiglu::swiglu;
 use hetero_sme::ThreadPool as Pool;
+use hetero_uma::Handle;
 
 /// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
 pub(crate) struct KvCache {
@@ -330,11 +332,18 @@ impl Work {
             self.norm(pool, s, Buf::X, Buf::H, &layer.attn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, AttnNorm);
-            self.matmul(exec, clock, s, weight(l, Op::Q), Buf::H, m, Buf::Q)?;
+            // Q, K and V share their input: one pool job when they all run on the CPU.
+            {
+                let [_, h, q, k, v, ..] = s.each_mut();
+                let group = [
+                    (weight(l, Op::Q), q),
+                    (weight(l, Op::K), k),
+                    (weight(l, Op::V), v),
+                ];
+                self.matmul_group(exec, clock, h, group, m)?;
+            }
             checked!(Buf::Q, d, AttnQ);
-            self.matmul(exec, clock, s, weight(l, Op::K), Buf::H, m, Buf::K)?;
             checked!(Buf::K, kv, AttnK);
-            self.matmul(exec, clock, s, weight(l, Op::V), Buf::H, m, Buf::V)?;
             checked!(Buf::V, kv, AttnV);
             let t0 = clock.start();
             {
@@ -374,9 +383,13 @@ impl Work {
             self.norm(pool, s, Buf::X, Buf::H, &layer.ffn_norm, c.eps, m)?;
             clock.host(t0, HostOp::Norm);
             checked!(Buf::H, d, FfnNorm);
-            self.matmul(exec, clock, s, weight(l, Op::Gate), Buf::H, m, Buf::G)?;
+            // Gate and up share their input: one pool job when both run on the CPU.
+            {
+                let [_, h, _, _, _, _, _, g, u] = s.each_mut();
+                let group = [(weight(l, Op::Gate), g), (weight(l, Op::Up), u)];
+                self.matmul_group(exec, clock, h, group, m)?;
+            }
             checked!(Buf::G, c.d_ff, FfnGate);
-            self.matmul(exec, clock, s, weight(l, Op::Up), Buf::H, m, Buf::U)?;
             checked!(Buf::U, c.d_ff, FfnUp);
             let t0 = clock.start();
             {
@@ -429,6 +442,26 @@ impl Work {
         r
     }
 
+    /// The model's weights `group` (each with its output slot) times the rows of slot `input`
+    /// ([`Executor::matmul_group`]: one pool job when the plan gives them all to the CPU).
+    fn matmul_group<const N: usize>(
+        &self,
+        exec: &Executor,
+        clock: &mut Clock<'_>,
+        input: &Handle,
+        mut group: [(usize, &mut Handle); N],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let t0 = clock.start();
+        let up = self.acts.pool();
+        let x = up.f32s(input)?;
+        let k = exec.weight_k(group[0].0)?;
+        let x = x.get(..m * k).ok_or(BackendError::Shape("x"))?;
+        let r = exec.matmul_group(&mut group, x, m, up);
+        clock.matmul(t0);
+        r
+    }
+
     /// Causal grouped-query attention of each of the `m` rows over its own sequence's cache
     /// of layer `l`, positions `0..=pos` (the row's own key/value were written before).
     #[allow(clippy::too_many_arguments)]
@@ -460,31 +493,123 @@ impl Work {
             let kvh = h / group;
             let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
             let s = &mut scores[..p + 1];
-            let mut max = f32::NEG_INFINITY;
-            for (j, sj) in s.iter_mut().enumerate() {
-                let kj = &kc[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
-                *sj = dot(qh, kj) * scale;
-                max = max.max(*sj);
-            }
-            let mut sum = 0f32;
-            for sj in s.iter_mut() {
-                *sj = (*sj - max).exp();
-                sum += *sj;
-            }
-            o.fill(0.0);
-            let inv = 1.0 / sum;
-            for (j, &sj) in s.iter().enumerate() {
-                let vj = &vc[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
-                let w = sj * inv;
-                for (oi, vi) in o.iter_mut().zip(vj) {
-                    *oi += w * vi;
-                }
-            }
+            head_attention(qh, kc, vc, kv, kvh * hd, scale, s, o);
         };
         let att = &mut up.f32s_mut(ah)?[..m * d];
         pool.run_chunks_mut_with_scratch(att, hd, &mut self.scores, ctx, &task)?;
         Ok(())
     }
+}
+
+/// One query head over positions `0..s.len()` of one cache layer (`kc`/`vc`: rows of `kv`,
+/// this head's `o.len()` values at `off`): scores `q·k_j · scale` into `s`, softmax, then
+/// `o = Σ_j p_j v_j`. On x86-64 with AVX2 it runs [`head_attention_avx2`], the same code
+/// compiled for 256-bit vectors: the compiler keeps every IEEE operation and its order when it
+/// vectorizes (the dot product's eight partial sums are lanes, no fused multiply-add is
+/// formed), so the result is bit-identical to the baseline build's on any CPU, and every row's
+/// result still depends only on its own query and cache (the batch engine's row invariance).
+#[allow(clippy::too_many_arguments)]
+fn head_attention(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    kv: usize,
+    off: usize,
+    scale: f32,
+    s: &mut [f32],
+    o: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above; std caches the answer).
+        unsafe { head_attention_avx2(q, kc, vc, kv, off, scale, s, o) };
+        return;
+    }
+    head_attention_body(q, kc, vc, kv, off, scale, s, o);
+}
+
+/// [`head_attention_body`] compiled with AVX2 enabled.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn head_attention_avx2(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    kv: usize,
+    off: usize,
+    scale: f32,
+    s: &mut [f32],
+    o: &mut [f32],
+) {
+    head_attention_body(q, kc, vc, kv, off, scale, s, o);
+}
+
+/// See [`head_attention`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn head_attention_body(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    kv: usize,
+    off: usize,
+    scale: f32,
+    s: &mut [f32],
+    o: &mut [f32],
+) {
+    let hd = o.len();
+    let mut max = f32::NEG_INFINITY;
+    for (j, sj) in s.iter_mut().enumerate() {
+        let kj = &kc[j * kv + off..j * kv + off + hd];
+        *sj = dot(q, kj) * scale;
+        max = max.max(*sj);
+    }
+    let mut sum = 0f32;
+    for sj in s.iter_mut() {
+        *sj = (*sj - max).exp();
+        sum += *sj;
+    }
+    let inv = 1.0 / sum;
+    if let Ok(o64) = <&mut [f32; 64]>::try_from(&mut *o) {
+        // Llama's usual head size: the sums stay in registers across positions.
+        weighted_sum::<64>(s, vc, kv, off, inv, o64);
+        return;
+    }
+    o.fill(0.0);
+    for (j, &sj) in s.iter().enumerate() {
+        let vj = &vc[j * kv + off..j * kv + off + hd];
+        let w = sj * inv;
+        for (oi, vi) in o.iter_mut().zip(vj) {
+            *oi += w * vi;
+        }
+    }
+}
+
+/// `o = Σ_j (s_j · inv) v_j` for a head of `HD` values, accumulated in a local array (kept in
+/// registers) with the same operations in the same order as the general loop in
+/// [`head_attention_body`], so the same bits.
+#[inline(always)]
+fn weighted_sum<const HD: usize>(
+    s: &[f32],
+    vc: &[f32],
+    kv: usize,
+    off: usize,
+    inv: f32,
+    o: &mut [f32; HD],
+) {
+    let mut acc = [0f32; HD];
+    for (j, &sj) in s.iter().enumerate() {
+        let vj = &vc[j * kv + off..j * kv + off + HD];
+        let w = sj * inv;
+        for (a, vi) in acc.iter_mut().zip(vj) {
+            *a += w * vi;
+        }
+    }
+    *o = acc;
 }
 
 /// From this many rows on, the row-wise host ops (norms, SwiGLU) spread over the pool: below
@@ -496,13 +621,7 @@ fn rows_per_task(m: usize, threads: usize) -> usize {
     m.div_ceil(2 * threads.max(1)).max(1)
 }
 
-/// `g = silu(g) * u`, element by element.
-fn swiglu(g: &mut [f32], u: &[f32]) {
-    for (g, u) in g.iter_mut().zip(u) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
-}
-
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut s = [0f32; 8];
     let mut ac = a.chunks_exact(8);
@@ -540,5 +659,57 @@ fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (pair[0], pair[1]);
         pair[0] = a * c - b * s;
         pair[1] = a * s + b * c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The AVX2 build of one head's attention gives the baseline build's bits (the claim in
+    /// [`head_attention`]'s docs), and the head-size-64 register path the general loop's, over
+    /// head sizes with and without an 8-wide tail and context lengths from 1; outputs poisoned
+    /// before each run.
+    #[test]
+    fn head_attention_builds_agree_bit_for_bit() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::is_x86_feature_detected!("avx2") {
+                eprintln!("SKIP head_attention avx2: this CPU lacks AVX2");
+                return;
+            }
+            let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+            for (hd, heads, n) in [(64, 3, 1), (64, 3, 77), (13, 2, 9), (8, 1, 300)] {
+                let kv = hd * heads;
+                let kc: Vec<f32> = (0..n * kv).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let vc: Vec<f32> = (0..n * kv).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let q: Vec<f32> = (0..hd).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let scale = 1.0 / (hd as f32).sqrt();
+                for h in 0..heads {
+                    let (mut s1, mut s2) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                    let (mut o1, mut o2) = (vec![f32::NAN; hd], vec![f32::NAN; hd]);
+                    head_attention_body(&q, &kc, &vc, kv, h * hd, scale, &mut s1, &mut o1);
+                    // SAFETY: AVX2 checked above.
+                    unsafe {
+                        head_attention_avx2(&q, &kc, &vc, kv, h * hd, scale, &mut s2, &mut o2)
+                    };
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    // The general loop, written out: the head-size-64 path must match it.
+                    let mut o0 = vec![0f32; hd];
+                    let inv = 1.0 / s1.iter().sum::<f32>();
+                    for (j, &sj) in s1.iter().enumerate() {
+                        let vj = &vc[j * kv + h * hd..j * kv + (h + 1) * hd];
+                        for (oi, vi) in o0.iter_mut().zip(vj) {
+                            *oi += sj * inv * vi;
+                        }
+                    }
+                    assert_eq!(bits(&o0), bits(&o1), "hd {hd} n {n} head {h}: general loop");
+                    assert_eq!(bits(&o1), bits(&o2), "hd {hd} n {n} head {h}");
+                    assert_eq!(bits(&s1), bits(&s2), "hd {hd} n {n} head {h}");
+                    assert!(o1.iter().all(|x| x.is_finite()));
+                }
+            }
+        }
     }
 }

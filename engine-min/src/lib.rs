@@ -2,6 +2,7 @@
 
 pub mod act;
 pub mod agents;
+pub mod auto;
 pub mod backend;
 pub mod batch;
 pub mod bench;
@@ -16,8 +17,11 @@ mod layer;
 pub mod limits;
 pub mod model;
 pub mod perplexity;
+pub mod phases;
 pub mod planning;
+pub mod profiler;
 pub mod quant;
 pub mod reference;
 pub mod sample;
+mod swiglu;
 pub mod tokenizer;

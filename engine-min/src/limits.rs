@@ -235,7 +235,7 @@ impl Processors {
         Self {
             gpu: !exec.is_resident()
                 && exec
-                    .table()
+                    .plans()
                     .backends()
                     .contains(&hetero_partition::Backend::Gpu),
             npu_seq: exec.npu().and_then(|n| n.options().lengths().next()),

@@ -3,7 +3,9 @@
 //! about a tenth of a second per token) and shares no kernel code with it: its dequantization
 //! is written out again here, scalar, on purpose — the one format vocabulary's dequantizer
 //! (`hetero_sme::dequantize_row`, which the engine uses) is what this oracle checks, so it must
-//! not call it.
+//! not call it. That holds for Q5_0, Q5_1, Q4_K, Q5_K and Q6_K too (written from the GGUF
+//! layout, element by element; a unit test below agrees with `dequantize_row` bit for bit on
+//! random blocks, and `tests/gguf_oracle.rs` ties that one to gguf-py's).
 
 use crate::gguf::GgmlType;
 use crate::model::{Model, WeightRef};
@@ -55,6 +57,76 @@ pub fn dequantize_bytes(ty: GgmlType, n_el: usize, b: &[u8]) -> Vec<f32> {
                     }
                 };
                 out.push(x);
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let (bytes, qh_at) = if ty == GgmlType::Q5_0 {
+                (22, 2)
+            } else {
+                (24, 4)
+            };
+            for i in 0..n_el {
+                let (o, j) = ((i / 32) * bytes, i % 32);
+                let qh = u32::from_le_bytes([
+                    b[o + qh_at],
+                    b[o + qh_at + 1],
+                    b[o + qh_at + 2],
+                    b[o + qh_at + 3],
+                ]);
+                let byte = b[o + qh_at + 4 + j % 16];
+                let lo = if j < 16 { byte & 15 } else { byte >> 4 };
+                let q = f32::from(lo | (((qh >> j) & 1) as u8) << 4);
+                out.push(if ty == GgmlType::Q5_0 {
+                    f16at(o) * (q - 16.0)
+                } else {
+                    f16at(o) * q + f16at(o + 2)
+                });
+            }
+        }
+        GgmlType::Q4K | GgmlType::Q5K => {
+            // 256 values: d, dmin, 12 bytes of eight 6-bit (scale, min) pairs, [qh 32 bytes for
+            // Q5_K], 128 bytes of low nibbles; 32-value sub-block s uses pair s, and its low
+            // nibbles sit in byte 32·(s/2) + l, low half for even s, high half for odd.
+            let (bytes, qs_at) = if ty == GgmlType::Q4K {
+                (144, 16)
+            } else {
+                (176, 48)
+            };
+            for i in 0..n_el {
+                let (o, j) = ((i / 256) * bytes, i % 256);
+                let (s, l) = (j / 32, j % 32);
+                let sc = &b[o + 4..o + 16];
+                let (scale, min) = if s < 4 {
+                    (sc[s] & 63, sc[s + 4] & 63)
+                } else {
+                    (
+                        (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4),
+                        (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4),
+                    )
+                };
+                let byte = b[o + qs_at + 32 * (s / 2) + l];
+                let mut q = if s % 2 == 0 { byte & 15 } else { byte >> 4 };
+                if ty == GgmlType::Q5K && (b[o + 16 + l] >> s) & 1 == 1 {
+                    q += 16;
+                }
+                let d = f16at(o) * f32::from(scale);
+                let m = f16at(o + 2) * f32::from(min);
+                out.push(d * f32::from(q) - m);
+            }
+        }
+        GgmlType::Q6K => {
+            // 256 values: 128 bytes of low nibbles, 64 of 2-bit highs, 16 i8 scales, d. Half
+            // h = j/128 of the block, quarter r = (j%128)/32, lane l = j%32: low nibble from
+            // byte 64h + l + 32(r%2) (high half when r ≥ 2), high bits 2r.. of byte 32h + l.
+            for i in 0..n_el {
+                let (o, j) = ((i / 256) * 210, i % 256);
+                let (h, r, l) = (j / 128, (j % 128) / 32, j % 32);
+                let byte = b[o + 64 * h + l + 32 * (r % 2)];
+                let lo = if r < 2 { byte & 15 } else { byte >> 4 };
+                let hi = (b[o + 128 + 32 * h + l] >> (2 * r)) & 3;
+                let q = i32::from(lo | (hi << 4)) - 32;
+                let scale = b[o + 192 + 8 * h + l / 16 + 2 * r] as i8;
+                out.push(f16at(o + 208) * f32::from(scale) * q as f32);
             }
         }
         _ => out.resize(n_el, f32::NAN),
@@ -189,4 +261,44 @@ pub fn forward(model: &Model, tokens: &[u32]) -> Vec<f32> {
         );
     }
     logits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The scalar Q5/K-quant dequantizers above against `hetero_sme::dequantize_row` (itself
+    /// checked against gguf-py on every fixture): bit for bit on random blocks, whose f16 scale
+    /// fields are set to finite values in ±2 (random bits could be NaN, whose payloads need not
+    /// agree).
+    #[test]
+    fn block_dequantizers_match_sme_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+        // (type, block bytes, offsets of its f16 fields)
+        let cases: [(GgmlType, usize, &[usize]); 5] = [
+            (GgmlType::Q5_0, 22, &[0]),
+            (GgmlType::Q5_1, 24, &[0, 2]),
+            (GgmlType::Q4K, 144, &[0, 2]),
+            (GgmlType::Q5K, 176, &[0, 2]),
+            (GgmlType::Q6K, 210, &[208]),
+        ];
+        for (ty, bytes, halves) in cases {
+            let blocks = 6;
+            let mut b: Vec<u8> = (0..blocks * bytes).map(|_| rng.gen()).collect();
+            for blk in b.chunks_exact_mut(bytes) {
+                for &at in halves {
+                    let h = f16::from_f32(rng.gen_range(-2.0f32..2.0)).to_bits();
+                    blk[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            let n_el = ty.row_bytes(256).map_or(0, |rb| blocks * bytes * 256 / rb);
+            let got = dequantize_bytes(ty, n_el, &b);
+            let mut want = vec![f32::NAN; n_el];
+            hetero_sme::dequantize_row(ty, &b, &mut want).expect("sme dequantizes");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} element {i}: {g} vs {w}");
+            }
+        }
+    }
 }

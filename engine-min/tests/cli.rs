@@ -250,7 +250,12 @@ fn demo_and_profile_plan_on_the_model() {
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = run(&["plan", "--profile", of, "--model", model, "--seq", "17"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.matches("predicted").count(), 5, "{out}");
+    // The decision said plainly, then one predicted plan per matmul shape.
+    assert!(out.starts_with("plan: "), "{out}");
+    let per_op = out
+        .lines()
+        .filter(|l| l.contains(" m=17: ") && l.contains("predicted"));
+    assert_eq!(per_op.count(), 5, "{out}");
     // profile -> run: with --profile the planner's plan runs by default (`--plan auto`), prints
     // the plan it executes and the time by executed plan, and still answers " Paris".
     let (code, out, err) = run(&[
@@ -268,6 +273,9 @@ fn demo_and_profile_plan_on_the_model() {
     assert!(out.contains("plan auto from"), "{out}");
     assert_eq!(out.matches(" -> ").count(), 10, "{out}");
     assert!(out.contains("prefill time share"), "{out}");
+    // The decision in one plain line, and predictions checked against what ran.
+    assert!(out.lines().any(|l| l.starts_with("plan: ")), "{out}");
+    assert!(out.contains("predicted vs measured"), "{out}");
     assert!(out.contains(" Paris"), "{out}");
     // auto without a profile is a usage error.
     let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "auto"]);

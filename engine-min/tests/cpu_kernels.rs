@@ -408,3 +408,83 @@ fn strided_output_equals_contiguous() {
         }
     }
 }
+
+/// `matmul_group` (a layer's Q/K/V or gate/up as one pool job) gives each weight's
+/// `Backend::matmul` result bit for bit, for every kernel, same-format and mixed groups (one
+/// activation quantization serving per-32 and per-256 formats), decode and prefill row counts
+/// and groups of two and three; a group above `MAX_GROUP` is a typed error.
+#[test]
+fn matmul_group_equals_each_matmul() {
+    use engine_min::backend::cpu::MAX_GROUP;
+    use engine_min::backend::BackendError;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(19);
+    let pool = Arc::new(Pool::new(3).expect("pool"));
+    let k = 512;
+    let groups: [&[(GgmlType, usize)]; 3] = [
+        &[
+            (GgmlType::Q4_1, 70),
+            (GgmlType::Q4_1, 33),
+            (GgmlType::Q4_1, 33),
+        ],
+        &[
+            (GgmlType::Q8_0, 64),
+            (GgmlType::Q4K, 17),
+            (GgmlType::Q4_0, 200),
+        ],
+        &[(GgmlType::Q4_1, 96), (GgmlType::F16, 5)],
+    ];
+    for kernel in CpuKernel::all() {
+        let mut be = CpuBackend::new(Arc::clone(&pool), kernel);
+        be.reserve(40, k).expect("reserve");
+        for shapes in groups {
+            let datas: Vec<Vec<u8>> = shapes
+                .iter()
+                .map(|&(ty, n)| random_weight(&mut rng, ty, n, k))
+                .collect();
+            let ids: Vec<_> = shapes
+                .iter()
+                .zip(&datas)
+                .map(|(&(ty, n), data)| {
+                    be.prepare(&WeightView { ty, n, k, data }).expect("prepare")
+                })
+                .collect();
+            for m in [1, 4, 17, 40] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                let want: Vec<Vec<f32>> = shapes
+                    .iter()
+                    .zip(&ids)
+                    .map(|(&(_, n), &id)| {
+                        let mut o = vec![f32::NAN; m * n];
+                        be.matmul(id, &x, m, &mut o, n).expect("matmul");
+                        o
+                    })
+                    .collect();
+                let mut outs: Vec<Vec<f32>> =
+                    shapes.iter().map(|&(_, n)| vec![f32::NAN; m * n]).collect();
+                let mut group: Vec<_> = ids
+                    .iter()
+                    .copied()
+                    .zip(outs.iter_mut().map(|o| o.as_mut_slice()))
+                    .collect();
+                be.matmul_group(&mut group, &x, m).expect("matmul_group");
+                for (i, (got, want)) in outs.iter().zip(&want).enumerate() {
+                    let same = got
+                        .iter()
+                        .zip(want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{kernel:?} group {shapes:?} member {i} m={m}");
+                }
+            }
+            let mut outs: Vec<Vec<f32>> = (0..=MAX_GROUP).map(|_| vec![0f32; 200]).collect();
+            let mut too_many: Vec<_> = (0..=MAX_GROUP)
+                .map(|i| ids[i % ids.len()])
+                .zip(outs.iter_mut().map(|o| o.as_mut_slice()))
+                .collect();
+            let x = vec![0f32; k];
+            assert!(matches!(
+                be.matmul_group(&mut too_many, &x, 1),
+                Err(BackendError::Shape(_))
+            ));
+        }
+    }
+}

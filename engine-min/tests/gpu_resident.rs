@@ -2,8 +2,12 @@
 //! OpenCL; backend names `model`, `opencl`; PoCL in CI's model stage): logits against the
 //! engine's f32 reference forward for prefill lengths 1, 17, 128 and 200 (two chunks of 128)
 //! and 64 decode steps after the 200 (decode blocks; the layered decode path for 16 steps
-//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan; and,
-//! on the tiny synthetic model (OpenCL only), the resident path's non-finite guard in
+//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan;
+//! every fixture of `HETERO_FIXTURES` (the Q4_K_M-like, Q5_K, Q6_K, Q5_0 and Q5_1 mixes:
+//! Q5_0/Q5_1/Q8_0 matrices beside Q4_K/Q5_K/Q6_K `ffn_down`, Q/K/V of two types in the Q4_K_M
+//! file) against the reference forward, both decode paths where the file allows decode blocks
+//! (the persistent step refused on every fixture: it has no Q5/K-quant GEMVs); and, on the tiny
+//! synthetic model (OpenCL only), the resident path's non-finite guard in
 //! `Engine::forward_argmax`. It lives here, not in opencl-kernels, because the model loader and
 //! the reference forward are the engine's; the decoder itself knows nothing of engine-min.
 
@@ -11,6 +15,7 @@ use std::sync::Arc;
 
 use engine_min::backend::resident;
 use engine_min::backend::CpuKernel;
+use engine_min::compose::{ComposeOptions, GpuPath, PlanChoice};
 use engine_min::engine::{Engine, EngineOptions};
 use engine_min::model::Model;
 use engine_min::reference;
@@ -35,11 +40,20 @@ fn load() -> Option<Arc<Model>> {
 }
 
 fn decoder(model: &Model, dev: &Arc<Device>, max_context: usize, decode: DecodePath) -> Decoder {
+    try_decoder(model, dev, max_context, decode).expect("decoder")
+}
+
+fn try_decoder(
+    model: &Model,
+    dev: &Arc<Device>,
+    max_context: usize,
+    decode: DecodePath,
+) -> Result<Decoder, hetero_opencl_kernels::Error> {
     let opts = DecoderOptions {
         decode,
         ..DecoderOptions::default()
     };
-    resident::build_with(dev, model, max_context, 128, opts).expect("decoder")
+    resident::build_with(dev, model, max_context, 128, opts)
 }
 
 /// One OpenCL device for the tests of this binary: PoCL's first device enumeration is not safe
@@ -200,7 +214,6 @@ fn greedy_text_matches_cpu_plan() {
 /// the next clean token gives the greedy token a clean engine gives.
 #[test]
 fn resident_greedy_step_flags_non_finite_logits() {
-    use engine_min::compose::{ComposeOptions, PlanChoice};
     use engine_min::engine::EngineError;
     let Some(_) = device() else { return };
     let untied = synth::tiny_llama_untied();
@@ -249,4 +262,129 @@ fn resident_greedy_step_flags_non_finite_logits() {
         want.forward_argmax(&[4], &mut scratch).expect("clean")
     );
     assert_eq!(e.pos(), 4);
+}
+
+/// The fixture files (`scripts/setup.sh fixtures`) and whether every layer matrix of each has
+/// one type (so decode blocks apply): the Q5_0 and Q5_1 files do; the others mix Q5_x/Q8_0
+/// matrices with K-quant `ffn_down`.
+const FIXTURES: [(&str, bool); 5] = [
+    ("SmolLM2-135M-Instruct.Q4_K_M.gguf", false),
+    ("SmolLM2-135M-Instruct.Q5_K.gguf", false),
+    ("SmolLM2-135M-Instruct.Q6_K.gguf", false),
+    ("SmolLM2-135M-Instruct.Q5_0.gguf", true),
+    ("SmolLM2-135M-Instruct.Q5_1.gguf", true),
+];
+
+fn fixtures() -> Option<Vec<(std::path::PathBuf, bool)>> {
+    let found = (|| {
+        let dir = std::env::var("HETERO_FIXTURES").map_err(|_| "HETERO_FIXTURES is not set")?;
+        FIXTURES
+            .iter()
+            .map(|&(f, uniform)| {
+                let p = std::path::Path::new(&dir).join(f);
+                if p.is_file() {
+                    Ok((p, uniform))
+                } else {
+                    Err(format!(
+                        "fixture {} is missing (scripts/setup.sh fixtures)",
+                        p.display()
+                    ))
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()
+    })();
+    hetero_tests::require("model", found)
+}
+
+/// Every fixture on the resident decoder against the engine's f32 reference forward (its
+/// Q5/K-quant weights dequantized by `hetero_sme::dequantize_row`, gguf-py's bit for bit):
+/// a prefill of 17 (one GEMM chunk), then 8 decode steps layered and, on the one-type files,
+/// in decode blocks (refused on the mixed ones, which `Auto` then runs layered); on the Q4_K_M
+/// file also `--plan gpu --gpu-path per-matmul` and `--plan cpu-gpu:0.5` (prefill 17, then 3
+/// steps); the engine's f32 tolerances, as above (the kernels compute with the reference's
+/// weight values; only f32 accumulation order differs).
+#[test]
+fn resident_decoder_matches_reference_on_every_fixture() {
+    let Some(files) = fixtures() else { return };
+    let Some(dev) = device() else { return };
+    for (path, uniform) in files {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        let model = Model::load(&path).expect("fixture loads");
+        let ids = text_tokens(&model, 25);
+        let t0 = std::time::Instant::now();
+        let want = reference::forward(&model, &ids);
+        eprintln!(
+            "{name}: reference forward of 25 tokens {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        let vocab = model.config.vocab;
+        let check = |what: &str, got: &[f32], t: usize| {
+            let at = &want[t * vocab..(t + 1) * vocab];
+            let (d, tvd) = (max_diff(got, at), tv(got, at));
+            eprintln!("{name} {what} pos {t}: max |logit diff| {d:e}, TV {tvd:e}");
+            assert!(
+                got.iter().all(|v| v.is_finite()) && d <= TOL_F32 && tvd <= TOL_TV,
+                "{name} {what} pos {t}: max diff {d}, TV {tvd}"
+            );
+        };
+        let mut paths = vec![DecodePath::Layered];
+        let blocks = try_decoder(&model, &dev, 32, DecodePath::Blocks);
+        match (uniform, blocks) {
+            (true, Ok(_)) => paths.push(DecodePath::Blocks),
+            (false, Err(hetero_opencl_kernels::Error::NotApplicable(_))) => {}
+            (u, r) => panic!("{name}: one type a layer {u}, decode blocks {:?}", r.err()),
+        }
+        // The persistent step runs F16/Q8_0/Q4_0/Q4_1 single-typed layers only.
+        match try_decoder(&model, &dev, 32, DecodePath::Persistent) {
+            Err(hetero_opencl_kernels::Error::NotApplicable(_)) => {}
+            r => panic!("{name}: persistent step not refused: {:?}", r.err()),
+        }
+        for decode in paths {
+            let t0 = std::time::Instant::now();
+            let mut dec = decoder(&model, &dev, 32, decode);
+            let got = dec.forward(&ids[..17], 0).expect("prefill").to_vec();
+            check(&format!("{decode:?} prefill 17"), &got, 16);
+            for t in 17..25 {
+                let got = dec.forward(&ids[t..t + 1], t).expect("decode").to_vec();
+                check(&format!("{decode:?} decode"), &got, t);
+            }
+            eprintln!(
+                "{name} {decode:?}: {:.1} s, {} launches a decode step",
+                t0.elapsed().as_secs_f64(),
+                dec.last_launches()
+            );
+        }
+        if name.contains("Q4_K_M") {
+            // The engine's other GPU plans on the mixed file: every matmul on the GPU one at a
+            // time (host ops on the CPU), and a CPU–GPU column split (an f32 CPU kernel).
+            let model = Arc::new(model);
+            for (plan, gpu_path) in [
+                (PlanChoice::Gpu, GpuPath::PerMatmul),
+                (PlanChoice::CpuGpu(0.5), GpuPath::Resident),
+            ] {
+                let opts = ComposeOptions {
+                    gpu_path,
+                    context: 32,
+                    plan,
+                    threads: 2,
+                    kernel: f32_kernel(),
+                    max_batch: 16,
+                    ..ComposeOptions::default()
+                };
+                let c = engine_min::compose::executor(&model, &opts).expect("executor");
+                let mut e = Engine::new(Arc::clone(&model), c.exec, EngineOptions { context: 32 })
+                    .expect("engine");
+                assert!(!e.executor().is_resident());
+                let mut logits = vec![f32::NAN; vocab];
+                e.forward(&ids[..17], &mut logits).expect("prefill");
+                check(&format!("{plan:?} prefill 17"), &logits, 16);
+                for t in 17..20 {
+                    logits.fill(f32::NAN);
+                    e.forward(&ids[t..t + 1], &mut logits).expect("decode");
+                    check(&format!("{plan:?} decode"), &logits, t);
+                }
+            }
+        }
+    }
 }

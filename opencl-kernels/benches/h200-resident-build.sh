@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On the dev VM: builds what opencl-kernels/benches/h200-resident.sh runs on the H200 machine
 # (which has no Rust toolchain) and stages it, stripped, in .device/ocl-resident/ (git-ignored):
-# the resident_decode example, the decoder and kernel test binaries, and engine-min's
-# gpu_resident test binary (real-model check, used only where the model file is there too).
+# the resident_decode example, the decoder and kernel test binaries, engine-min's
+# gpu_resident test binary (real-model check, used only where the model file is there too) and
+# engine-min's gguf-requantize (there it writes the Q4_K_M/Q5_K/Q6_K/Q5_0/Q5_1 fixtures from
+# that model, for the fixture test: the fixtures are too big to travel).
 #   opencl-kernels/benches/h200-resident-build.sh
 # then, through the device tool: carry [".device/ocl-resident"], command
 #   bash opencl-kernels/benches/h200-resident.sh
@@ -19,6 +21,8 @@ stage() { # PACKAGE TEST NAME
   [[ -x $exe ]] || { echo "build: no test binary for $1 $2" >&2; exit 1; }
   strip -o "$D/$3" "$exe"
 }
+cargo build -q --profile ci -p engine-min --bin gguf-requantize
+strip -o "$D/gguf-requantize" target/ci/gguf-requantize
 stage hetero-opencl-kernels decoder decoder-tests
 stage hetero-opencl-kernels opencl opencl-tests
 stage engine-min gpu_resident gpu-resident-tests

@@ -3,12 +3,21 @@
 # (binaries from opencl-kernels/benches/h200-resident-build.sh, carried in .device/ocl-resident):
 #
 #  1. correctness on NVIDIA's OpenCL: the decoder tests (every decode path, every format,
-#     against the f64 reference) and the kernel tests;
+#     against the f64 reference) and the kernel tests; where the model travelled, the real-model
+#     test and (FIXTURES=1, the default) the fixture test on the five requantized files that
+#     gguf-requantize writes there from it (~1 minute);
 #  2. speed, ROUNDS rounds (default 3) alternating with llama.cpp's CUDA llama-bench when one is
-#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (persistent, layered and blocks;
-#     the model file does not travel in one call), llama-bench -ngl 99 -p 128 -n 64 on the real
-#     model; medians and ratios;
-#  3. one profiled run: launches per token and device time per op kind.
+#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (the model file does
+#     not travel in one call) for each layer format of FORMATS (default
+#     "q4_1 q5_0 q5_1 q4_k_m q5_k q6_k", the example's RD_TYPE: the K-quant names are the
+#     fixtures' mixes, K-quant ffn_down beside Q5_0/Q5_1/Q8_0 matrices), on every decode path
+#     the format runs (paths_for: persistent, layered and blocks for F16/Q8_0/Q4_0/Q4_1;
+#     layered and blocks for Q5_0/Q5_1; layered alone for the mixes), llama-bench -ngl 99
+#     -p 128 -n 64 on the real (Q4_1) model; medians, ratios to llama.cpp for q4_1 and to our
+#     q4_1 for the others; flush every 4 is timed for q4_1 only;
+#  3. one profiled run per format of PROFILE_FORMATS (default "q4_1 q4_k_m") on its paths (and
+#     the persistent step's grid barriers alone where it runs): launches per token and device
+#     time per op kind.
 #
 # llama.cpp is not part of this project: build llama-bench there yourself from the vendored
 # source (CUDA, sm_90) and pass LLAMA_BENCH=/path/to/llama-bench and LLAMA_MODEL=/path/to.gguf
@@ -16,15 +25,29 @@
 # benches/engine-min-h200.sh does; the model is then also checked by the real-model test).
 # Without them step 2 times ours alone and says so.
 #
-# Outputs in $OUT: tests.txt, bench.txt, profile.txt, llama.txt, summary.txt.
+# Budget: with every format, the fixtures and llama-bench this can approach the device tool's
+# 10-minute limit (not yet run); trim with ROUNDS=2, FORMATS="q4_1 q4_k_m" or FIXTURES=0.
+#
+# Outputs in $OUT: tests.txt, fixtures.txt, bench.txt, profile.txt, llama.txt, summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=.device/ocl-resident
 ROUNDS=${ROUNDS:-3}
+FORMATS=${FORMATS:-q4_1 q5_0 q5_1 q4_k_m q5_k q6_k}
+PROFILE_FORMATS=${PROFILE_FORMATS:-q4_1 q4_k_m}
 SUM=$OUT/summary.txt
 : > "$SUM"
 say() { echo "$*" | tee -a "$SUM"; }
+# The decode paths (the example's RD_PATHS) a layer format runs: the persistent step has
+# kernels for F16, Q8_0, Q4_0 and Q4_1; mixed layers (the K-quant mixes) run layered only.
+paths_for() {
+  case $1 in
+    q4_0 | q4_1 | q8_0 | f16) echo persistent,layered,blocks ;;
+    q5_0 | q5_1) echo layered,blocks ;;
+    *) echo layered ;;
+  esac
+}
 
 say "== $(date -u +%FT%TZ) commit $(cat $D/commit 2>/dev/null || echo '?')"
 if command -v nvidia-smi >/dev/null; then
@@ -57,8 +80,18 @@ if [ -z "$MODEL" ] && [ -f target/devmodel/part00 ] && [ -f target/devmodel/part
 fi
 if [ -n "$MODEL" ] && [ -x $D/gpu-resident-tests ]; then
   HETERO_MODEL=$MODEL HETERO_REQUIRE=opencl,model timeout 300 $D/gpu-resident-tests --nocapture \
-    --test-threads 1 >> "$OUT/tests.txt" 2>&1
+    --test-threads 1 --skip every_fixture >> "$OUT/tests.txt" 2>&1
   grep -E "pos (0|16|127|199|263):|compared|^test result" "$OUT/tests.txt" | tail -8 | tee -a "$SUM"
+  if [ "${FIXTURES:-1}" = 1 ] && [ -x $D/gguf-requantize ]; then
+    FX=/tmp/hetero-fixtures; mkdir -p $FX
+    for f in q4_k_m:Q4_K_M q5_k:Q5_K q6_k:Q6_K q5_0:Q5_0 q5_1:Q5_1; do
+      $D/gguf-requantize "$MODEL" "$FX/SmolLM2-135M-Instruct.${f#*:}.gguf" "${f%%:*}" > /dev/null ||
+        say "gguf-requantize ${f%%:*} failed"
+    done
+    HETERO_MODEL=$MODEL HETERO_FIXTURES=$FX HETERO_REQUIRE=opencl,model timeout 300 \
+      $D/gpu-resident-tests --nocapture --test-threads 1 every_fixture > "$OUT/fixtures.txt" 2>&1
+    grep -E "launches a decode step|^test result|panicked" "$OUT/fixtures.txt" | tee -a "$SUM"
+  fi
 else
   say "real-model test: not run (no model here)"
 fi
@@ -69,7 +102,11 @@ LB=${LLAMA_BENCH:-$(command -v llama-bench || true)}
 : > "$OUT/bench.txt"; : > "$OUT/llama.txt"
 for r in $(seq "$ROUNDS"); do
   echo "== round $r" >> "$OUT/bench.txt"
-  RD_PATHS=persistent,layered,blocks RD_REPS=3 RD_PROFILE=0 RD_FLUSH=0,4 timeout 200 $D/resident_decode >> "$OUT/bench.txt" 2>&1
+  for ty in $FORMATS; do
+    fl=0; [ "$ty" = q4_1 ] && fl=0,4
+    RD_TYPE=$ty RD_PATHS=$(paths_for "$ty") RD_REPS=3 RD_PROFILE=0 RD_FLUSH=$fl timeout 200 \
+      $D/resident_decode >> "$OUT/bench.txt" 2>&1
+  done
   if [ -n "$LB" ]; then
     echo "== round $r" >> "$OUT/llama.txt"
     LD_LIBRARY_PATH="$(dirname "$LB"):${LD_LIBRARY_PATH:-}" timeout 150 "$LB" -m "$MODEL" -ngl 99 \
@@ -77,12 +114,14 @@ for r in $(seq "$ROUNDS"); do
   fi
 done
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { # PATH FLUSH KEY: values of KEY=<v> on the RESULT lines of PATH and FLUSH
-  grep "^RESULT path=$1 flush=$2 " "$OUT/bench.txt" | grep -o "$3=[0-9.]*" | cut -d= -f2
+field() { # TYPE PATH FLUSH KEY: values of KEY=<v> on the RESULT lines of TYPE, PATH and FLUSH
+  grep "^RESULT type=$1 path=$2 flush=$3 " "$OUT/bench.txt" | grep -o "$4=[0-9.]*" | cut -d= -f2
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 grep -m1 "^device:" "$OUT/bench.txt" | tee -a "$SUM"
 grep -m1 "^model:" "$OUT/bench.txt" | tee -a "$SUM"
-grep -E "^== decode path" "$OUT/bench.txt" | sed 's/build + upload [0-9.]* s, //' | sort -u | tee -a "$SUM"
+grep -E "^(model:|== decode path)" "$OUT/bench.txt" | sed 's/build + upload [0-9.]* s, //' |
+  sort -u | tee -a "$SUM"
 if [ -n "$LB" ]; then
   lpp=$(awk -F, 'NR>1 && $0 ~ /"128","0"/ {gsub(/"/,"",$0); print $(NF-1)}' "$OUT/llama.txt" | med)
   ltg=$(awk -F, 'NR>1 && $0 ~ /"0","64"/ {gsub(/"/,"",$0); print $(NF-1)}' "$OUT/llama.txt" | med)
@@ -91,17 +130,27 @@ else
   lpp=; ltg=
   say "llama.cpp: not run (set LLAMA_BENCH and LLAMA_MODEL); the last side-by-side figures were pp128 ~13,900, tg64 905 tok/s"
 fi
-for p in persistent layered blocks; do for f in 0 4; do
-  pp=$(field $p $f pp128 | med); tg=$(field $p $f tg64 | med); tl=$(field $p $f tg64_logits | med)
+for ty in $FORMATS; do for p in persistent layered blocks; do for f in 0 4; do
+  pp=$(field "$ty" $p $f pp128 | med); tg=$(field "$ty" $p $f tg64 | med)
+  tl=$(field "$ty" $p $f tg64_logits | med)
   [ -z "$pp" ] && continue
-  line="ours ($p, flush every $f), medians of $ROUNDS rounds x 3: pp128 $pp tok/s, tg64 $tg tok/s (argmax read back), $tl tok/s (logits read back)"
-  if [ -n "$lpp" ] && [ -n "$ltg" ]; then
-    line="$line; vs llama.cpp: pp128 $(awk -v a="$pp" -v b="$lpp" 'BEGIN {printf "%.2f", a/b}')x, tg64 $(awk -v a="$tg" -v b="$ltg" 'BEGIN {printf "%.2f", a/b}')x"
+  line="ours ($ty, $p, flush every $f), medians of $ROUNDS rounds x 3: pp128 $pp tok/s, tg64 $tg tok/s (argmax read back), $tl tok/s (logits read back)"
+  if [ "$ty" = q4_1 ] && [ -n "$lpp" ] && [ -n "$ltg" ]; then
+    line="$line; vs llama.cpp: pp128 $(ratio "$pp" "$lpp")x, tg64 $(ratio "$tg" "$ltg")x"
+  elif [ "$ty" != q4_1 ]; then
+    # Our q4_1 on the same path (layered for the mixes, which cannot run decode blocks).
+    bpp=$(field q4_1 $p $f pp128 | med); btg=$(field q4_1 $p $f tg64 | med)
+    [ -n "$bpp" ] && [ -n "$btg" ] &&
+      line="$line; vs our q4_1 ($p): pp128 $(ratio "$pp" "$bpp")x, tg64 $(ratio "$tg" "$btg")x"
   fi
   say "$line"
-done; done
+done; done; done
 
 # -- 3. profile: device time per op kind --------------------------------------------------------
-RD_PATHS=persistent,layered,blocks,persistent-barriers RD_REPS=1 RD_PROFILE=1 timeout 200 \
-  $D/resident_decode > "$OUT/profile.txt" 2>&1
-grep -E "^(==|profiled|  \|)" "$OUT/profile.txt" | tee -a "$SUM"
+: > "$OUT/profile.txt"
+for ty in $PROFILE_FORMATS; do
+  paths=$(paths_for "$ty"); case $paths in persistent*) paths=$paths,persistent-barriers ;; esac
+  RD_TYPE=$ty RD_PATHS=$paths RD_REPS=1 RD_PROFILE=1 timeout 200 $D/resident_decode \
+    >> "$OUT/profile.txt" 2>&1
+done
+grep -E "^(model:|==|profiled|  \|)" "$OUT/profile.txt" | tee -a "$SUM"

@@ -11,8 +11,14 @@
 //! `layered-nosplit` (one-row attention one work-group a head, not split over positions),
 //! `layered-wide` (`gemv_min_groups` 1: the widest GEMV work-groups), `persistent-gN` (N
 //! work-groups), `persistent-xN` (N work-groups a compute unit) and `persistent-barriers` (its
-//! grid barriers alone); `RD_TYPE` layer weight type (`q4_1`; also `q4_0`, `q8_0`, `f16`; the
-//! embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
+//! grid barriers alone); `RD_TYPE` layer weights (`q4_1`; also `q4_0`, `q8_0`, `f16`, `q5_0`,
+//! `q5_1`: every layer matrix of that type; and `q4_k_m`, `q5_k`, `q6_k`: the mixes of the
+//! fixtures `gguf-requantize` writes, since SmolLM2's 576-wide rows cannot hold 256-value
+//! super-blocks: `ffn_down` in the K-quant, the other matrices in llama.cpp's fallback (Q5_0,
+//! Q5_1, Q8_0), and for `q4_k_m` Q6_K/Q8_0 on `ffn_down`/`attn_v` of the layers llama.cpp's
+//! `use_more_bits` picks; mixed layers run neither decode blocks nor the persistent step, so
+//! only `layered` times there, and the persistent step runs F16, Q8_0, Q4_0 and Q4_1 only;
+//! the embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
 //! crate's `HETERO_OPENCL_*`.
@@ -67,15 +73,23 @@ fn matrix(r: &mut Rng, ty: GgmlType, n: usize, k: usize, scale: f32) -> Vec<u8> 
         }
         _ => {
             let bb = ty.block().map_or(2, |b| b.1);
+            // The f16 fields of each block: (offset of d, d, minimum or dmin at offset 2) so
+            // that values come out about `scale` in size (K-quants: 6-bit scales and mins
+            // average 32; Q6_K's i8 scales about 64 in magnitude).
+            let (d_at, d, m) = match ty {
+                GgmlType::Q8_0 => (0, scale / 127.0, None),
+                GgmlType::Q4_1 => (0, scale / 7.5, Some(-scale)),
+                GgmlType::Q5_0 => (0, scale / 16.0, None),
+                GgmlType::Q5_1 => (0, scale / 15.5, Some(-scale)),
+                GgmlType::Q4K => (0, scale / (32.0 * 7.5), Some(scale / 32.0)),
+                GgmlType::Q5K => (0, scale / (32.0 * 15.5), Some(scale / 32.0)),
+                GgmlType::Q6K => (208, scale / (64.0 * 32.0), None),
+                _ => (0, scale / 8.0, None),
+            };
             for b in w.chunks_exact_mut(bb) {
-                let d = match ty {
-                    GgmlType::Q8_0 => scale / 127.0,
-                    GgmlType::Q4_1 => scale / 7.5,
-                    _ => scale / 8.0,
-                } * (0.5 + 0.5 * r.unit());
-                b[..2].copy_from_slice(&h(d));
-                if ty == GgmlType::Q4_1 {
-                    b[2..4].copy_from_slice(&h(-scale));
+                b[d_at..d_at + 2].copy_from_slice(&h(d * (0.5 + 0.5 * r.unit())));
+                if let Some(m) = m {
+                    b[2..4].copy_from_slice(&h(m));
                 }
             }
         }
@@ -106,8 +120,32 @@ fn config(n_layer: usize, max_context: usize) -> DecoderConfig {
 struct Owned {
     embed: Vec<u8>,
     norms: Vec<f32>,
-    layers: Vec<[Vec<u8>; 7]>,
-    ty: GgmlType,
+    /// Q, K, V, O, gate, up, down of each layer: type and GGUF bytes.
+    layers: Vec<[(GgmlType, Vec<u8>); 7]>,
+}
+
+/// The layer matrices' types of `RD_TYPE` (Q, K, V, O, gate, up, down) in `layer` of `layers`,
+/// or `None` for a name this example does not know.
+fn layer_types(name: &str, layer: usize, layers: usize) -> Option<[GgmlType; 7]> {
+    use GgmlType as T;
+    let uniform = |t| Some([t; 7]);
+    // ffn_down's rows are 1536 wide (whole super-blocks); the others are 576 wide and fall back.
+    let mix = |rest, down| Some([rest, rest, rest, rest, rest, rest, down]);
+    // llama.cpp's use_more_bits, as gguf-requantize applies it.
+    let more = layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+    match name {
+        "q4_0" => uniform(T::Q4_0),
+        "q4_1" => uniform(T::Q4_1),
+        "q8_0" => uniform(T::Q8_0),
+        "f16" => uniform(T::F16),
+        "q5_0" => uniform(T::Q5_0),
+        "q5_1" => uniform(T::Q5_1),
+        "q4_k_m" if more => Some([T::Q5_0, T::Q5_0, T::Q8_0, T::Q5_0, T::Q5_0, T::Q5_0, T::Q6K]),
+        "q4_k_m" => mix(T::Q5_0, T::Q4K),
+        "q5_k" => mix(T::Q5_1, T::Q5K),
+        "q6_k" => mix(T::Q8_0, T::Q6K),
+        _ => None,
+    }
 }
 
 fn weights(o: &Owned) -> ModelWeights<'_> {
@@ -125,14 +163,14 @@ fn weights(o: &Owned) -> ModelWeights<'_> {
             .iter()
             .map(|w| LayerWeights {
                 attn_norm: &o.norms,
-                wq: t(&w[0], o.ty),
-                wk: t(&w[1], o.ty),
-                wv: t(&w[2], o.ty),
-                wo: t(&w[3], o.ty),
+                wq: t(&w[0].1, w[0].0),
+                wk: t(&w[1].1, w[1].0),
+                wv: t(&w[2].1, w[2].0),
+                wo: t(&w[3].1, w[3].0),
                 ffn_norm: &o.norms[..d],
-                gate: t(&w[4], o.ty),
-                up: t(&w[5], o.ty),
-                down: t(&w[6], o.ty),
+                gate: t(&w[4].1, w[4].0),
+                up: t(&w[5].1, w[5].0),
+                down: t(&w[6].1, w[6].0),
             })
             .collect(),
         output_norm: &o.norms,
@@ -269,12 +307,13 @@ fn main() -> Res<()> {
     let pp = env_usize("RD_PP", 128).max(1);
     let tg = env_usize("RD_TG", 64).max(1);
     let profile = env_usize("RD_PROFILE", 1) != 0;
-    let ty = match std::env::var("RD_TYPE").as_deref().unwrap_or("q4_1") {
-        "q4_0" => GgmlType::Q4_0,
-        "q8_0" => GgmlType::Q8_0,
-        "f16" => GgmlType::F16,
-        _ => GgmlType::Q4_1,
-    };
+    let ty = std::env::var("RD_TYPE").unwrap_or_else(|_| "q4_1".into());
+    if layer_types(&ty, 0, layers).is_none() {
+        return Err(format!(
+            "RD_TYPE={ty}: not one of q4_0 q4_1 q8_0 f16 q5_0 q5_1 q4_k_m q5_k q6_k"
+        )
+        .into());
+    }
     let paths: Vec<Variant> = std::env::var("RD_PATHS")
         .unwrap_or_else(|_| "blocks,layered".into())
         .split(',')
@@ -294,19 +333,23 @@ fn main() -> Res<()> {
         embed: matrix(&mut r, GgmlType::Q8_0, cfg.vocab, d, 1.0),
         norms: (0..d).map(|_| 0.5 + r.unit()).collect(),
         layers: (0..layers)
-            .map(|_| {
-                [
-                    matrix(&mut r, ty, dq, d, 0.1),
-                    matrix(&mut r, ty, dkv, d, 0.1),
-                    matrix(&mut r, ty, dkv, d, 0.1),
-                    matrix(&mut r, ty, d, dq, 0.1),
-                    matrix(&mut r, ty, ff, d, 0.1),
-                    matrix(&mut r, ty, ff, d, 0.1),
-                    matrix(&mut r, ty, d, ff, 0.05),
-                ]
+            .map(|l| {
+                let tys = layer_types(&ty, l, layers).unwrap_or([GgmlType::Q4_1; 7]);
+                let shapes = [
+                    (dq, d, 0.1),
+                    (dkv, d, 0.1),
+                    (dkv, d, 0.1),
+                    (d, dq, 0.1),
+                    (ff, d, 0.1),
+                    (ff, d, 0.1),
+                    (d, ff, 0.05),
+                ];
+                std::array::from_fn(|i| {
+                    let (n, k, scale) = shapes[i];
+                    (tys[i], matrix(&mut r, tys[i], n, k, scale))
+                })
             })
             .collect(),
-        ty,
     };
     let w = weights(&owned);
     let tokens: Vec<u32> = (0..pp.max(tg))
@@ -343,7 +386,7 @@ fn main() -> Res<()> {
             &cfg,
             &w,
             &tokens,
-            (path, flush, first),
+            (&ty, path, flush, first),
             (pp, tg, reps, profile),
         ) {
             println!(
@@ -361,26 +404,30 @@ fn run_path(
     cfg: &DecoderConfig,
     w: &ModelWeights<'_>,
     tokens: &[u32],
-    (path, flush, first): (&Variant, usize, bool),
+    (ty, path, flush, first): (&str, &Variant, usize, bool),
     (pp, tg, reps, profile): (usize, usize, usize, bool),
 ) -> Res<()> {
-    let layers = cfg.n_layer;
     let opts = DecoderOptions {
         flush_every: flush,
         ..path.opts.clone()
     };
     let t = Instant::now();
     let mut dec = Decoder::new(dev, cfg.clone(), w, opts.clone())?;
+    let built = t.elapsed().as_secs_f64();
+    // One prefill first (also a warm-up) for its launch count: 5 a layer + 2 on one-type
+    // layers, more where Q/K/V or gate/up differ in type.
+    dec.forward(&tokens[..pp], 0)?;
+    let prefill_launches = dec.last_launches();
     let name = &path.name;
     println!(
             "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, runs {:?} ({} groups), launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
-            t.elapsed().as_secs_f64(),
+            built,
             dec.zero_copy(),
             dec.decode_path(),
             dec.persistent_groups().map_or("no".into(), |g| g.to_string()),
             dec.launches_per_token(Readout::Logits),
             dec.launches_per_token(Readout::Argmax),
-            5 * layers + 2
+            prefill_launches
         );
     let (mut pps, mut tga, mut tgl) = time_path(&mut dec, tokens, pp, tg, reps)?;
     let fmt = |v: &[f64]| {
@@ -394,7 +441,7 @@ fn run_path(
     println!("tg{tg} (logits) ms: {}", fmt(&tgl));
     let (mp, ma, ml) = (median(&mut pps), median(&mut tga), median(&mut tgl));
     println!(
-            "RESULT path={name} flush={flush} pp{pp}={:.1} tok/s tg{tg}={:.1} tok/s tg{tg}_logits={:.1} tok/s ({:.1} us a token)",
+            "RESULT type={ty} path={name} flush={flush} pp{pp}={:.1} tok/s tg{tg}={:.1} tok/s tg{tg}_logits={:.1} tok/s ({:.1} us a token)",
             pp as f64 / mp,
             tg as f64 / ma,
             tg as f64 / ml,

@@ -104,3 +104,119 @@ inline float t_word(uint v, float4 xa, float4 xb, float off) {
                s2.x * t_word((Q).z, X[4], X[5], 0.0f) + s3.x * t_word((Q).w, X[6], X[7], 0.0f) + \
                s0.y * X[8].x + s1.y * X[8].y + s2.y * X[8].z + s3.y * X[8].w;                   \
     }
+
+// ---- GGUF Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K, read as stored (no re-layout) -------
+// Each decoder takes a row's GGUF bytes, a 32-value slice kt of the row (Q5_x: block kt;
+// K-quants: sub-block kt % 8 of super-block kt / 8, for Q6_K two of its 16-value sub-blocks)
+// and a part p (0..3) of it: the values 32 kt + 8 p .. 32 kt + 8 p + 7. It returns their quants
+// as floats, already offset (Q5_0: q - 16, Q6_K: q - 32), and the part's scale s and offset o:
+// value = q * s + o. s and o are the products hetero_sme::dequantize_row forms (K-quants:
+// s = d * sc, o = -(dmin * m); Q6_K: s = d * sc), so the kernels' weights are its values.
+// Loads are as wide as the block alignment allows: Q5_1, Q4_K and Q5_K blocks (24, 144 and
+// 176 bytes) keep their 8-byte quant runs 8-aligned; Q5_0 (22) and Q6_K (210) are 2-aligned.
+
+// Q5_0: 22 bytes = f16 d, qh[4] (fifth bit of value e: bit e), qs[16] (value e < 16: low
+// nibble of qs[e], e >= 16: high nibble of qs[e - 16]); value (q - 16) d.
+inline float8 qp_q5_0(__global const uchar *row, uint kt, uint p, float *s, float *o) {
+    __global const uchar *b = row + (size_t)kt * 22u;
+    *s = vload_half(0, (__global const half *)b);
+    *o = 0.0f;
+    uchar8 n = as_uchar8(vload4(0, (__global const ushort *)(b + 6u + 8u * (p & 1u))));
+    n = (n >> (uchar)(4u * (p >> 1))) & (uchar)15;
+    uchar8 h = ((uchar8)(b[2u + p]) >> (uchar8)(0, 1, 2, 3, 4, 5, 6, 7)) & (uchar)1;
+    return convert_float8(n | (h << (uchar)4)) - 16.0f;
+}
+
+// Q5_1: 24 bytes = f16 d, f16 m, qh[4], qs[16] laid out as Q5_0; value q d + m.
+inline float8 qp_q5_1(__global const uchar *row, uint kt, uint p, float *s, float *o) {
+    __global const uchar *b = row + (size_t)kt * 24u;
+    float2 dm = vload_half2(0, (__global const half *)b);
+    *s = dm.x;
+    *o = dm.y;
+    uchar8 n = as_uchar8(vload2(0, (__global const uint *)(b + 8u + 8u * (p & 1u))));
+    n = (n >> (uchar)(4u * (p >> 1))) & (uchar)15;
+    uchar8 h = ((uchar8)(b[4u + p]) >> (uchar8)(0, 1, 2, 3, 4, 5, 6, 7)) & (uchar)1;
+    return convert_float8(n | (h << (uchar)4));
+}
+
+// The 6-bit scale (x) and minimum (y) of sub-block j of a Q4_K / Q5_K super-block, from its
+// 12 packed bytes q: j < 4: low 6 bits of q[j], q[j + 4]; else a nibble of q[j + 4] and the top
+// two bits of q[j - 4] (scale) and q[j] (minimum).
+inline uint2 scale_min_k4(uint j, __global const uchar *q) {
+    if (j < 4u) return (uint2)(q[j] & 63u, q[j + 4u] & 63u);
+    return (uint2)((q[j + 4u] & 15u) | ((q[j - 4u] >> 6) << 4),
+                   (q[j + 4u] >> 4) | ((q[j] >> 6) << 4));
+}
+
+// Q4_K: 144 bytes = f16 d, f16 dmin, scales[12], qs[128]; sub-block j: nibbles of
+// qs[32 (j / 2) ..][..32], low for even j, high for odd; value d sc q - dmin m.
+inline float8 qp_q4_k(__global const uchar *row, uint kt, uint p, float *s, float *o) {
+    __global const uchar *b = row + (size_t)(kt >> 3) * 144u;
+    uint j = kt & 7u;
+    float2 dm = vload_half2(0, (__global const half *)b);
+    uint2 sm = scale_min_k4(j, b + 4u);
+    *s = dm.x * (float)sm.x;
+    *o = -(dm.y * (float)sm.y);
+    uchar8 n = as_uchar8(vload2(0, (__global const uint *)(b + 16u + 32u * (j >> 1) + 8u * p)));
+    return convert_float8((n >> (uchar)(4u * (j & 1u))) & (uchar)15);
+}
+
+// Q5_K: 176 bytes = f16 d, f16 dmin, scales[12], qh[32], qs[128]; Q4_K's nibbles plus a fifth
+// bit: value l of sub-block j has bit j of qh[l].
+inline float8 qp_q5_k(__global const uchar *row, uint kt, uint p, float *s, float *o) {
+    __global const uchar *b = row + (size_t)(kt >> 3) * 176u;
+    uint j = kt & 7u;
+    float2 dm = vload_half2(0, (__global const half *)b);
+    uint2 sm = scale_min_k4(j, b + 4u);
+    *s = dm.x * (float)sm.x;
+    *o = -(dm.y * (float)sm.y);
+    uchar8 n = as_uchar8(vload2(0, (__global const uint *)(b + 48u + 32u * (j >> 1) + 8u * p)));
+    uchar8 h = as_uchar8(vload2(0, (__global const uint *)(b + 16u + 8u * p)));
+    n = (n >> (uchar)(4u * (j & 1u))) & (uchar)15;
+    h = (h >> (uchar)j) & (uchar)1;
+    return convert_float8(n | (h << (uchar)4));
+}
+
+// Q6_K: 210 bytes = ql[128], qh[64], scales[16] (i8), f16 d. Slice j (0..7) is quarter
+// q = j % 4 of half h = j / 4: value l (0..31) has the low nibble (q < 2) or high nibble of
+// ql[64 h + 32 (q % 2) + l], bits 2q, 2q + 1 of qh[32 h + l], scale scales[8 h + 2 q + l / 16];
+// value d sc (q - 32).
+inline float8 qp_q6_k(__global const uchar *row, uint kt, uint p, float *s, float *o) {
+    __global const uchar *b = row + (size_t)(kt >> 3) * 210u;
+    uint j = kt & 7u, h = j >> 2, q = j & 3u;
+    float d = vload_half(0, (__global const half *)(b + 208u));
+    *s = d * (float)((__global const char *)b)[192u + 8u * h + 2u * q + (p >> 1)];
+    *o = 0.0f;
+    uchar8 lo = as_uchar8(vload4(0, (__global const ushort *)(b + 64u * h + 32u * (q & 1u) + 8u * p)));
+    uchar8 hi = as_uchar8(vload4(0, (__global const ushort *)(b + 128u + 32u * h + 8u * p)));
+    lo = (lo >> (uchar)(4u * (q >> 1))) & (uchar)15;
+    hi = (hi >> (uchar)(2u * q)) & (uchar)3;
+    return convert_float8(lo | (hi << (uchar)4)) - 32.0f;
+}
+
+// Bytes of a row of K values.
+#define ROWB_q5_0(K) (((K) >> 5) * 22u)
+#define ROWB_q5_1(K) (((K) >> 5) * 24u)
+#define ROWB_q4_k(K) (((K) >> 8) * 144u)
+#define ROWB_q5_k(K) (((K) >> 8) * 176u)
+#define ROWB_q6_k(K) (((K) >> 8) * 210u)
+
+// Per format F: dot8_F = sum of part p of slice kt times activations xa (values 0..3), xb
+// (4..7), the scale and offset applied once per part; deq8_F = the part's 8 values.
+#define QPART_FNS(F)                                                                             \
+    inline float dot8_##F(__global const uchar *row, uint kt, uint p, float4 xa, float4 xb) {   \
+        float s, o;                                                                              \
+        float8 q = qp_##F(row, kt, p, &s, &o);                                                  \
+        return s * (dot(q.lo, xa) + dot(q.hi, xb)) + o * dot(xa + xb, (float4)(1.0f));          \
+    }                                                                                            \
+    inline float8 deq8_##F(__global const uchar *row, uint kt, uint p) {                        \
+        float s, o;                                                                              \
+        float8 q = qp_##F(row, kt, p, &s, &o);                                                  \
+        return q * s + o;                                                                        \
+    }
+
+QPART_FNS(q5_0)
+QPART_FNS(q5_1)
+QPART_FNS(q4_k)
+QPART_FNS(q5_k)
+QPART_FNS(q6_k)

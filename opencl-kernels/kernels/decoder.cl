@@ -7,7 +7,10 @@
 //                      STORE   y = W x                       (logits, column reads)
 //                      ADD     y += W x                      (o / down projection + residual)
 //                      SWIGLU  y[j] = silu(W x)[2j] * (W x)[2j+1]   (gate/up rows interleaved)
+//                      GATED   y = silu(y) * W x   (up, after a STORE of the gate into y: gate
+//                              and up of different types)
 //                      QKV     RoPE on the q and k columns, q -> y, k and v -> the KV cache
+//                              (columns coff + c of [q; k; v]: a run of Q/K/V of one type)
 //   attn_causal      attention of M query rows over the cache (row m sees positions <= pos0+m)
 //   attn_decode      attention of one query row, split over heads x ranges of positions
 //   argmax_rows      index of each row's largest logit
@@ -145,6 +148,50 @@ GEMV2_Q8(gemv2_q8_0_norm, 1)
 GEMV2_F16(gemv2_f16, 0)
 GEMV2_F16(gemv2_f16_norm, 1)
 
+// Q5_0, Q5_1 and the K-quants, GGUF bytes as stored (w0 = the blocks; w1 unused): part i of a
+// row (8 values, common.cl's dot8_*) per work-item step, so neighbouring work-items read
+// neighbouring bytes and activations, as for Q8_0.
+#define GEMV2_G(NAME, F, NORM)                                                                  \
+    __kernel void NAME(__global const uchar *w, __global const uchar *w1_unused,                \
+                       __global const float4 *x, uint xoff4, __global const float4 *g,          \
+                       float eps, uint N, uint K, uint wrow0, uint wstride, EPI_PARAMS) {       \
+        __local float red[2 * MAX_WG];                                                          \
+        uint t = get_local_id(0), r = get_local_id(1);                                          \
+        uint tpr = get_local_size(0), nr = get_local_size(1);                                   \
+        uint c0 = 2u * (uint)get_global_id(1);                                                  \
+        x += xoff4;                                                                             \
+        float inv = NORM ? norm_inv(x, K, eps, red) : 1.0f;                                     \
+        float a0 = 0.0f, a1 = 0.0f;                                                             \
+        if (c0 < N) {                                                                           \
+            uint nw = K >> 3;                                                                   \
+            size_t rb = ROWB_##F(K);                                                            \
+            __global const uchar *w0 = w + (size_t)(wrow0 + c0 * wstride) * rb;                 \
+            __global const uchar *w1 = w + (size_t)(wrow0 + min(c0 + 1u, N - 1u) * wstride) * rb; \
+            for (uint i = t; i < nw; i += tpr) {                                                \
+                float4 xa = x[2u * i], xb = x[2u * i + 1u];                                     \
+                if (NORM) {                                                                     \
+                    xa *= g[2u * i];                                                            \
+                    xb *= g[2u * i + 1u];                                                       \
+                }                                                                               \
+                a0 += dot8_##F(w0, i >> 2, i & 3u, xa, xb);                                     \
+                a1 += dot8_##F(w1, i >> 2, i & 3u, xa, xb);                                     \
+            }                                                                                   \
+        }                                                                                       \
+        pair_sum(&a0, &a1, red, t, r, tpr, nr);                                                 \
+        if (t == 0u && c0 < N) epi_pair(0u, c0, N, a0 * inv, a1 * inv, EPI_ARGS);              \
+    }
+
+GEMV2_G(gemv2_q5_0, q5_0, 0)
+GEMV2_G(gemv2_q5_0_norm, q5_0, 1)
+GEMV2_G(gemv2_q5_1, q5_1, 0)
+GEMV2_G(gemv2_q5_1_norm, q5_1, 1)
+GEMV2_G(gemv2_q4_k, q4_k, 0)
+GEMV2_G(gemv2_q4_k_norm, q4_k, 1)
+GEMV2_G(gemv2_q5_k, q5_k, 0)
+GEMV2_G(gemv2_q5_k_norm, q5_k, 1)
+GEMV2_G(gemv2_q6_k, q6_k, 0)
+GEMV2_G(gemv2_q6_k_norm, q6_k, 1)
+
 // ---- prefill GEMM: Y[M][N] = X[M][K] W[N][K]^T, 64 x 64 tiles, 16 x 16 work-items ----------
 // Each k-step stages a 32-wide slice of k: X[64 rows][32] and W[64 columns][32], dequantized,
 // in local memory ([k][row] order), then every work-item accumulates a 4 x 4 block of outputs
@@ -181,6 +228,17 @@ inline float8 deq8_f16(__global const half *w, __global const uchar *unused, uin
                        uint lp, uint nb, uint K) {
     return vload_half8(0, w + (size_t)pr * K + kt * 32u + lp * 8u);
 }
+// Q5_0, Q5_1, K-quants: part lp of 32-value slice kt of physical row pr, as GGUF stores it.
+#define DEQM8_G(F)                                                                              \
+    inline float8 deqm8_##F(__global const uchar *w, __global const uchar *unused, uint pr,     \
+                            uint kt, uint lp, uint nb, uint K) {                                \
+        return deq8_##F(w + (size_t)pr * ROWB_##F(K), kt, lp);                                  \
+    }
+DEQM8_G(q5_0)
+DEQM8_G(q5_1)
+DEQM8_G(q4_k)
+DEQM8_G(q5_k)
+DEQM8_G(q6_k)
 // First k of part lp of slice kt: T layout (word kt + lp nb) or GGUF (block kt).
 #define XOFF_T(kt, lp, nb) (8u * ((kt) + (lp) * (nb)))
 #define XOFF_G(kt, lp, nb) (32u * (kt) + 8u * (lp))
@@ -256,6 +314,16 @@ GEMM_F(gemm_q8_0, uchar, uchar, deq8_q8_0, XOFF_G, 0)
 GEMM_F(gemm_q8_0_norm, uchar, uchar, deq8_q8_0, XOFF_G, 1)
 GEMM_F(gemm_f16, half, uchar, deq8_f16, XOFF_G, 0)
 GEMM_F(gemm_f16_norm, half, uchar, deq8_f16, XOFF_G, 1)
+GEMM_F(gemm_q5_0, uchar, uchar, deqm8_q5_0, XOFF_G, 0)
+GEMM_F(gemm_q5_0_norm, uchar, uchar, deqm8_q5_0, XOFF_G, 1)
+GEMM_F(gemm_q5_1, uchar, uchar, deqm8_q5_1, XOFF_G, 0)
+GEMM_F(gemm_q5_1_norm, uchar, uchar, deqm8_q5_1, XOFF_G, 1)
+GEMM_F(gemm_q4_k, uchar, uchar, deqm8_q4_k, XOFF_G, 0)
+GEMM_F(gemm_q4_k_norm, uchar, uchar, deqm8_q4_k, XOFF_G, 1)
+GEMM_F(gemm_q5_k, uchar, uchar, deqm8_q5_k, XOFF_G, 0)
+GEMM_F(gemm_q5_k_norm, uchar, uchar, deqm8_q5_k, XOFF_G, 1)
+GEMM_F(gemm_q6_k, uchar, uchar, deqm8_q6_k, XOFF_G, 0)
+GEMM_F(gemm_q6_k_norm, uchar, uchar, deqm8_q6_k, XOFF_G, 1)
 
 // ---- causal attention -----------------------------------------------------------------------
 // q, out: [M][H * D] (query row m at position pos0 + m); kc, vc: [S][Hkv * D] (FP32, one row
@@ -504,6 +572,27 @@ inline float rowdot_f16(__global const half *w, __global const uchar *unused, ui
     return acc;
 }
 
+// Q5_0, Q5_1, K-quants (GGUF bytes in w0): word wd of a row is part wd % 4 of slice wd / 4.
+#define BLK_KIND_G(F)                                                                           \
+    inline float wdot_##F(__global const uchar *w, __global const uchar *unused, uint row,      \
+                          uint wd, uint nb, __local const float *xp) {                          \
+        __global const uchar *wr = w + (size_t)row * ROWB_##F(nb << 5);                         \
+        return dot8_##F(wr, wd >> 2, wd & 3u, vload4(0, xp), vload4(1, xp));                    \
+    }                                                                                           \
+    inline float rowdot_##F(__global const uchar *w, __global const uchar *unused, uint row,    \
+                            uint lane, uint nb, __local const float *xs) {                      \
+        float acc = 0.0f;                                                                       \
+        __global const uchar *wr = w + (size_t)row * ROWB_##F(nb << 5);                         \
+        for (uint i = lane; i < 4u * nb; i += BT)                                               \
+            acc += dot8_##F(wr, i >> 2, i & 3u, vload4(2u * i, xs), vload4(2u * i + 1u, xs));   \
+        return acc;                                                                             \
+    }
+BLK_KIND_G(q5_0)
+BLK_KIND_G(q5_1)
+BLK_KIND_G(q4_k)
+BLK_KIND_G(q5_k)
+BLK_KIND_G(q6_k)
+
 // out[r] = row r of a matrix (physical row phys(r)) . xs, for r < R, into local `out`:
 // teams of BT work-items, partials in red[r * BT + lane], one barrier, then one work-item a row.
 #define BLK_GEMV(KIND, W0, W1, R, PHYS, NB, XS, RED, OUT)                                       \
@@ -652,6 +741,16 @@ BLOCK_B(q4_0t, uint4, half)
 BLOCK_B(q4_1t, uint4, half)
 BLOCK_B(q8_0, uchar, uchar)
 BLOCK_B(f16, half, uchar)
+BLOCK_A(q5_0, uchar, uchar)
+BLOCK_A(q5_1, uchar, uchar)
+BLOCK_A(q4_k, uchar, uchar)
+BLOCK_A(q5_k, uchar, uchar)
+BLOCK_A(q6_k, uchar, uchar)
+BLOCK_B(q5_0, uchar, uchar)
+BLOCK_B(q5_1, uchar, uchar)
+BLOCK_B(q4_k, uchar, uchar)
+BLOCK_B(q5_k, uchar, uchar)
+BLOCK_B(q6_k, uchar, uchar)
 
 // x += the sum of `nparts` partial rows (one work-group; each element read and written by one
 // work-item).

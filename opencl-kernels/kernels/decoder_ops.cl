@@ -6,6 +6,7 @@
 #define EPI_ADD 1u
 #define EPI_SWIGLU 2u
 #define EPI_QKV 3u
+#define EPI_GATED 4u
 
 // Set in an argmax index word when the row held a NaN or an infinity (vocabularies are far
 // below 2^31).
@@ -13,11 +14,12 @@
 
 // The trailing arguments of every matmul kernel: the epilogue, its output and the RoPE/cache
 // parameters (dq, dkv: q and k/v widths; hd: head width; npairs: rotated pairs per head;
-// rope[pos * npairs + i] = (cos, sin) of position pos, pair i).
+// rope[pos * npairs + i] = (cos, sin) of position pos, pair i; coff: the QKV column offset).
 #define EPI_PARAMS                                                                               \
     uint mode, __global float *y, uint ldy, __global float *kc, __global float *vc,             \
-        __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs
-#define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs
+        __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs,        \
+        uint coff
+#define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs, coff
 
 // Stores the values v0, v1 of columns c, c+1 (c even) of output row m, as `mode` says. Two
 // twins: epi_pair, and epi_pair_v whose output is volatile (the persistent step adds into
@@ -27,7 +29,7 @@
     inline void NAME(uint m, uint c, uint N, float v0, float v1, uint mode, Q __global float *y, \
                      uint ldy, __global float *kc, __global float *vc,                          \
                      __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd,        \
-                     uint npairs) {                                                              \
+                     uint npairs, uint coff) {                                                   \
         if (mode == EPI_STORE) {                                                                 \
             Q __global float *p = y + (size_t)m * ldy + c;                                       \
             p[0] = v0;                                                                           \
@@ -38,8 +40,17 @@
             if (c + 1u < N) p[1] += v1;                                                          \
         } else if (mode == EPI_SWIGLU) {                                                         \
             y[(size_t)m * ldy + (c >> 1)] = v0 / (1.0f + exp(-v0)) * v1;                         \
+        } else if (mode == EPI_GATED) {                                                          \
+            Q __global float *p = y + (size_t)m * ldy + c;                                       \
+            float g0 = p[0];                                                                     \
+            p[0] = g0 / (1.0f + exp(-g0)) * v0;                                                  \
+            if (c + 1u < N) {                                                                    \
+                float g1 = p[1];                                                                 \
+                p[1] = g1 / (1.0f + exp(-g1)) * v1;                                              \
+            }                                                                                    \
         } else {                                                                                 \
             uint pos = pos0 + m;                                                                 \
+            c += coff;                                                                           \
             if (c < dq + dkv) {                                                                  \
                 uint cc = c < dq ? c : c - dq;                                                   \
                 uint i = (cc % hd) >> 1;                                                         \
@@ -104,8 +115,11 @@ inline void pair_sum(float *a0, float *a1, __local float *red, uint t, uint r, u
     *a0 = r0[0];
     *a1 = r1[0];
 }
+
 // Element i of embedding row r (D wide). fmt: 0 F16, 1 Q4_0, 2 Q4_1, 3 Q8_0 (GGUF blocks in
-// w0), 4 Q4_0 T, 5 Q4_1 T (quant plane w0, scale plane w1: the tied output head's own copy).
+// w0), 4 Q4_0 T, 5 Q4_1 T (quant plane w0, scale plane w1: the tied output head's own copy),
+// 6 Q5_0, 7 Q5_1, 8 Q4_K, 9 Q5_K, 10 Q6_K (GGUF bytes in w0: the value's 8-value part is
+// decoded and the one value kept).
 inline float embed_value(__global const uchar *w0, __global const half *w1, uint r, uint i,
                          uint D, uint fmt) {
     uint nb = D >> 5, b = i >> 5, e = i & 31u;
@@ -121,6 +135,18 @@ inline float embed_value(__global const uchar *w0, __global const half *w1, uint
     if (fmt == 3u) {
         __global const uchar *bp = w0 + ((size_t)r * nb + b) * 34u;
         return (float)((__global const char *)bp)[2u + e] * vload_half(0, (__global const half *)bp);
+    }
+    if (fmt >= 6u) {
+        uint kt = i >> 5, p = (i >> 3) & 3u;
+        float8 v8;
+        if (fmt == 6u) v8 = deq8_q5_0(w0 + (size_t)r * ROWB_q5_0(D), kt, p);
+        else if (fmt == 7u) v8 = deq8_q5_1(w0 + (size_t)r * ROWB_q5_1(D), kt, p);
+        else if (fmt == 8u) v8 = deq8_q4_k(w0 + (size_t)r * ROWB_q4_k(D), kt, p);
+        else if (fmt == 9u) v8 = deq8_q5_k(w0 + (size_t)r * ROWB_q5_k(D), kt, p);
+        else v8 = deq8_q6_k(w0 + (size_t)r * ROWB_q6_k(D), kt, p);
+        float a[8];
+        vstore8(v8, 0, a);
+        return a[i & 7u];
     }
     uint wd = i >> 3, u = wd % nb, s = wd / nb;
     uint word = ((__global const uint *)w0)[((size_t)r * nb + u) * 4u + s];

@@ -164,6 +164,34 @@ GEMV_BLOCKS(gemv_q4_0, 18, part_q4_0)
 GEMV_BLOCKS(gemv_q4_1, 20, part_q4_1)
 GEMV_BLOCKS(gemv_q8_0, 34, part_q8_0)
 
+// Q5_0, Q5_1 and the K-quants, GGUF bytes as stored: work-item part i (0 .. K/8) takes the 8
+// values 8i .. 8i + 7 (part i % 4 of 32-value slice i / 4; common.cl's dot8_*), so neighbouring
+// work-items read neighbouring quant bytes and activations; K-quant scales are decoded per part
+// from the super-block's 12 (Q6_K: 16) scale bytes, which neighbouring parts share in cache.
+#define GEMV_PARTS(NAME, F)                                                                    \
+    __kernel void NAME(__global const uchar* w, __global const float4* x, __global float* y,   \
+                       uint N, uint K, __global volatile uint* sig, uint epoch) {              \
+        __local float red[MAX_WG];                                                             \
+        uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);                \
+        uint row = get_global_id(1);                                                           \
+        float acc = 0.0f;                                                                      \
+        if (row < N) {                                                                         \
+            uint nw = K >> 3;                                                                  \
+            __global const uchar* wr = w + (size_t)row * ROWB_##F(K);                         \
+            for (uint i = t; i < nw; i += tpr)                                                 \
+                acc += dot8_##F(wr, i >> 2, i & 3u, x[2u * i], x[2u * i + 1u]);                \
+        }                                                                                      \
+        acc = row_sum(acc, red, t, r, tpr);                                                    \
+        if (t == 0 && row < N) y[row] = acc;                                                   \
+        signal_done(sig, epoch);                                                               \
+    }
+
+GEMV_PARTS(gemv_q5_0, q5_0)
+GEMV_PARTS(gemv_q5_1, q5_1)
+GEMV_PARTS(gemv_q4_k, q4_k)
+GEMV_PARTS(gemv_q5_k, q5_k)
+GEMV_PARTS(gemv_q6_k, q6_k)
+
 // Loads word `ii` of a re-laid-out Q4_0 row (quant word at qs[WB + ii], scale at d[DB + ii/4])
 // and its 8 activations.
 #define SOA_LOAD(j, ii, WB, DB)                                                                \
@@ -576,6 +604,47 @@ inline float bdot_q8_0(__global const uchar* bp, __global const float* xp) {
 
 GEMM_BLOCKS(gemm_q4_1, 20, bdot_q4_1)
 GEMM_BLOCKS(gemm_q8_0, 34, bdot_q8_0)
+
+// Q5_0, Q5_1 and the K-quants: one work-item per 32-value slice of a row; each part's 8 values
+// are dequantized once (common.cl's deq8_*) and used for the MT rows of X.
+#define GEMM_PARTS(NAME, F)                                                                    \
+    __kernel void NAME(__global const uchar* w, __global const float* x, __global float* y,    \
+                       uint M, uint N, uint K, __global volatile uint* sig, uint epoch) {      \
+        __local float red[MAX_WG];                                                             \
+        uint t = get_local_id(0), r = get_local_id(1), tpr = get_local_size(0);                \
+        uint row = get_global_id(1);                                                           \
+        uint nb = K >> 5;                                                                      \
+        __global const uchar* wr = w + (size_t)(row < N ? row : 0) * ROWB_##F(K);              \
+        for (uint m0 = 0; m0 < M; m0 += MT) {                                                  \
+            float acc[MT];                                                                     \
+            for (uint j = 0; j < MT; ++j) acc[j] = 0.0f;                                       \
+            if (row < N) {                                                                     \
+                for (uint kt = t; kt < nb; kt += tpr) {                                        \
+                    for (uint p = 0; p < 4u; ++p) {                                            \
+                        float8 wv = deq8_##F(wr, kt, p);                                       \
+                        for (uint j = 0; j < MT; ++j) {                                        \
+                            if (m0 + j < M) {                                                  \
+                                __global const float* xp =                                     \
+                                    x + (size_t)(m0 + j) * K + kt * 32u + p * 8u;              \
+                                acc[j] += dot(wv.lo, vload4(0, xp)) + dot(wv.hi, vload4(1, xp)); \
+                            }                                                                  \
+                        }                                                                      \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            for (uint j = 0; j < MT; ++j) {                                                    \
+                float v = row_sum(acc[j], red, t, r, tpr);                                     \
+                if (t == 0 && row < N && m0 + j < M) y[(size_t)(m0 + j) * N + row] = v;       \
+            }                                                                                  \
+        }                                                                                      \
+        signal_done(sig, epoch);                                                               \
+    }
+
+GEMM_PARTS(gemm_q5_0, q5_0)
+GEMM_PARTS(gemm_q5_1, q5_1)
+GEMM_PARTS(gemm_q4_k, q4_k)
+GEMM_PARTS(gemm_q5_k, q5_k)
+GEMM_PARTS(gemm_q6_k, q6_k)
 
 // ---- RMSNorm: y[r][i] = x[r][i] / sqrt(mean_i(x[r]^2) + eps) * g[i]; one work-group a row ----
 __kernel void rms_norm(__global const float* x, __global const float* g, __global float* y,

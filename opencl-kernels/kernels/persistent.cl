@@ -264,7 +264,7 @@ typedef struct {
                 a0 *= inv;                                                                     \
                 a1 *= inv;                                                                     \
                 epi_pair_v(0u, c0, N, a0, a1, e.mode, e.y, e.ldy, e.kc, e.vc, e.rope, e.pos,   \
-                           e.dq, e.dkv, e.hd, e.npairs);                                       \
+                           e.dq, e.dkv, e.hd, e.npairs, 0u);                                   \
                 if (track) {                                                                   \
                     if (!isfinite(a0) || (c0 + 1u < N && !isfinite(a1)))                       \
                         atomic_or(e.nonfin, 1u);                                               \

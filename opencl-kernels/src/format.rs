@@ -1,4 +1,5 @@
-//! Weight formats: GGUF block layouts and the load-time Q4_0 re-layout.
+//! Weight formats: the GGUF block layouts the kernels compute and the load-time Q4_0/Q4_1
+//! re-layouts.
 
 use crate::error::{Error, Result};
 pub use hetero_sme::GgmlType;
@@ -6,16 +7,29 @@ pub use hetero_sme::GgmlType;
 /// Elements per block of the GGUF block formats.
 pub const BLOCK: usize = 32;
 
-/// The GGML types the kernels compute: F16 (`K` halves a row) and the 32-element block formats
-/// Q4_0 (f16 `d` + 16 nibble bytes, `(q - 8) d`), Q4_1 (f16 `d`, f16 `m` + 16 nibble bytes,
-/// `q d + m`) and Q8_0 (f16 `d` + 32 signed bytes, `q d`), all exactly as GGUF stores them
-/// (nibble byte `i`: element `i` low, `i + 16` high). Every other [`GgmlType`] is refused with
-/// [`Error::UnsupportedFormat`].
-pub const COMPUTABLE: [GgmlType; 4] = [
+/// The GGML types the kernels compute, all read exactly as GGUF stores them:
+///
+/// * F16: `K` halves a row.
+/// * 32-value blocks (`K % 32 == 0`): Q4_0 (f16 `d` + 16 nibble bytes, `(q - 8) d`), Q4_1
+///   (f16 `d`, f16 `m` + 16 nibble bytes, `q d + m`), Q8_0 (f16 `d` + 32 signed bytes, `q d`),
+///   Q5_0 (f16 `d`, 4 bytes of fifth bits + 16 nibble bytes, `(q - 16) d`), Q5_1 (f16 `d`,
+///   f16 `m`, fifth bits, nibbles, `q d + m`); nibble byte `i`: element `i` low, `i + 16` high.
+/// * K-quants, 256-value super-blocks (`K % 256 == 0`): Q4_K and Q5_K (f16 `d`, `dmin`, eight
+///   6-bit scales and minimums packed in 12 bytes, 4-bit quants (Q5_K: and a fifth bit) in
+///   sub-blocks of 32, `d sc q - dmin m`), Q6_K (6-bit quants in 16 sub-blocks of 16 with i8
+///   scales and one f16 `d`, `d sc (q - 32)`).
+///
+/// Every other [`GgmlType`] is refused with [`Error::UnsupportedFormat`].
+pub const COMPUTABLE: [GgmlType; 9] = [
     GgmlType::F16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
 ];
 
 /// `Ok` when the kernels compute `ty` (one of [`COMPUTABLE`]), else [`Error::UnsupportedFormat`].
@@ -33,15 +47,16 @@ pub(crate) fn block_bytes(ty: GgmlType) -> usize {
 }
 
 /// Bytes of one row of `k` elements of a computable type; errors if the type is not computable,
-/// `k` is 0 or, for block formats, not a multiple of 32.
+/// `k` is 0 or not a whole number of blocks (32 values; 256 for the K-quants).
 pub fn row_bytes(ty: GgmlType, k: usize) -> Result<usize> {
     check_computable(ty)?;
     if k == 0 {
         return Err(Error::BadShape("K must be positive".into()));
     }
     ty.row_bytes(k).ok_or_else(|| {
+        let block = ty.block().map_or(1, |b| b.0);
         Error::BadShape(format!(
-            "K = {k} is not a multiple of 32, as {ty} blocks need"
+            "K = {k} is not a multiple of {block}, as {ty} blocks need"
         ))
     })
 }

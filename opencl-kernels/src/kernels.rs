@@ -369,8 +369,9 @@ impl Kernels {
     }
 
     /// GEMV `y[n] = sum_k W[n][k] * x[k]` for `W` in `format` (GGUF bytes as stored in the
-    /// file), `x` of `k` f32, `y` of `n` f32. Block formats need `k % 32 == 0`. FP16 with
-    /// `k % 8 == 0` takes the 16-byte-load kernel, other `k` the element-wise one.
+    /// file), `x` of `k` f32, `y` of `n` f32; every type of [`crate::COMPUTABLE`]. Block
+    /// formats need `k % 32 == 0`, the K-quants `k % 256 == 0`. FP16 with `k % 8 == 0` takes
+    /// the 16-byte-load kernel, other `k` the element-wise one.
     pub fn gemv(
         &self,
         format: GgmlType,
@@ -405,6 +406,12 @@ impl Kernels {
             GgmlType::Q4_0 => ("gemv_q4_0", k / 8),
             GgmlType::Q4_1 => ("gemv_q4_1", k / 8),
             GgmlType::Q8_0 => ("gemv_q8_0", k / 8),
+            // GGUF bytes as stored; one work-item per 8 consecutive values (k / 8 parts a row).
+            GgmlType::Q5_0 => ("gemv_q5_0", k / 8),
+            GgmlType::Q5_1 => ("gemv_q5_1", k / 8),
+            GgmlType::Q4K => ("gemv_q4_k", k / 8),
+            GgmlType::Q5K => ("gemv_q5_k", k / 8),
+            GgmlType::Q6K => ("gemv_q6_k", k / 8),
             other => return Err(Error::UnsupportedFormat(other)),
         };
         let default = if name == "gemv_f16" {
@@ -590,6 +597,26 @@ impl Kernels {
         n: usize,
         k: usize,
     ) -> Result<Launch> {
+        self.gemm_with(format, w, x, y, m, n, k, None)
+    }
+
+    /// [`Kernels::gemm`] with an explicit work-group shape (`tpr` work-items share a weight row,
+    /// `rows` rows a group; `per_item` must be 1; for tuning; `None` = default).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_with(
+        &self,
+        format: GgmlType,
+        w: &Buffer,
+        x: &Buffer,
+        y: &Buffer,
+        m: usize,
+        n: usize,
+        k: usize,
+        shape: Option<RowShape>,
+    ) -> Result<Launch> {
+        if shape.is_some_and(|s| s.per_item != 1) {
+            return Err(Error::NotApplicable("the GEMMs take one row per work-item"));
+        }
         if m == 0 {
             return Err(Error::BadShape("M must be positive".into()));
         }
@@ -601,9 +628,14 @@ impl Kernels {
             GgmlType::Q4_0 => ("gemm_q4_0", k / 32),
             GgmlType::Q4_1 => ("gemm_q4_1", k / 32),
             GgmlType::Q8_0 => ("gemm_q8_0", k / 32),
+            GgmlType::Q5_0 => ("gemm_q5_0", k / 32),
+            GgmlType::Q5_1 => ("gemm_q5_1", k / 32),
+            GgmlType::Q4K => ("gemm_q4_k", k / 32),
+            GgmlType::Q5K => ("gemm_q5_k", k / 32),
+            GgmlType::Q6K => ("gemm_q6_k", k / 32),
             other => return Err(Error::UnsupportedFormat(other)),
         };
-        let s = self.fit(RowShape::for_units(units, 64));
+        let s = self.fit(shape.unwrap_or(RowShape::for_units(units, 64)));
         let (global, local) = s.grid(n);
         let mut l = self.launch(name, 2, global, local)?;
         l.mem(w)?.mem(x)?.mem(y)?;

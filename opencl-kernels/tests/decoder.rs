@@ -69,15 +69,32 @@ fn rand_matrix(r: &mut StdRng, ty: GgmlType, n: usize, k: usize, scale: f32) -> 
         _ => {
             let bb = ty.block().unwrap().1;
             for blk in w.chunks_exact_mut(bb) {
+                // Random quant (and packed scale) bytes; f16 fields sized so values are about
+                // `scale` (K-quants: d · sc · q with 6-bit sc, 4-6-bit q; Q6_K's i8 sc).
                 r.fill(blk);
-                let d = match ty {
-                    GgmlType::Q8_0 => scale / 127.0,
-                    GgmlType::Q4_1 => scale / 7.5,
-                    _ => scale / 8.0,
-                } * r.gen_range(0.5..1.0);
-                blk[0..2].copy_from_slice(&h(d));
-                if ty == GgmlType::Q4_1 {
-                    blk[2..4].copy_from_slice(&h(-scale * r.gen_range(0.8..1.0)));
+                let f = r.gen_range(0.5..1.0);
+                match ty {
+                    GgmlType::Q6K => {
+                        blk[bb - 2..].copy_from_slice(&h(scale / (128.0 * 32.0) * f));
+                    }
+                    GgmlType::Q4K | GgmlType::Q5K => {
+                        let qmax = if ty == GgmlType::Q4K { 7.5 } else { 15.5 };
+                        blk[0..2].copy_from_slice(&h(scale / (32.0 * qmax) * f));
+                        blk[2..4].copy_from_slice(&h(scale / 32.0 * f));
+                    }
+                    _ => {
+                        let d = match ty {
+                            GgmlType::Q8_0 => scale / 127.0,
+                            GgmlType::Q4_1 => scale / 7.5,
+                            GgmlType::Q5_1 => scale / 15.5,
+                            GgmlType::Q5_0 => scale / 16.0,
+                            _ => scale / 8.0,
+                        } * f;
+                        blk[0..2].copy_from_slice(&h(d));
+                        if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                            blk[2..4].copy_from_slice(&h(-scale * r.gen_range(0.8..1.0)));
+                        }
+                    }
                 }
             }
         }
@@ -106,6 +123,13 @@ struct Types {
     output: Option<GgmlType>,
 }
 
+/// Types of (embedding, each layer's q k v o gate up down, output head or None = tied).
+struct MixedTypes {
+    embed: GgmlType,
+    layers: Vec<[GgmlType; 7]>,
+    output: Option<GgmlType>,
+}
+
 fn config(n_layer: usize, rope_mode: RopeMode, rope_dims: usize) -> DecoderConfig {
     DecoderConfig {
         n_layer,
@@ -125,21 +149,42 @@ fn config(n_layer: usize, rope_mode: RopeMode, rope_dims: usize) -> DecoderConfi
     }
 }
 
+/// A config with the widths of whole K-quant super-blocks: d_model 256, 4 heads of 64 over 2
+/// kv heads (q 256, k/v 128), d_ff 512, so every matrix's rows are multiples of 256.
+fn config_k(n_layer: usize, rope_mode: RopeMode, rope_dims: usize) -> DecoderConfig {
+    DecoderConfig {
+        d_model: 256,
+        d_ff: 512,
+        head_dim: 64,
+        ..config(n_layer, rope_mode, rope_dims)
+    }
+}
+
 impl TestModel {
     fn random(r: &mut StdRng, cfg: DecoderConfig, t: Types) -> TestModel {
+        let n = cfg.n_layer;
+        let mixed = MixedTypes {
+            embed: t.embed,
+            layers: vec![[t.layer; 7]; n],
+            output: t.output,
+        };
+        TestModel::random_mixed(r, cfg, mixed)
+    }
+
+    fn random_mixed(r: &mut StdRng, cfg: DecoderConfig, t: MixedTypes) -> TestModel {
         let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let norm = |r: &mut StdRng| (0..d).map(|_| r.gen_range(0.5f32..1.5)).collect::<Vec<_>>();
         let mut layers = Vec::new();
-        for _ in 0..cfg.n_layer {
-            let mut m = |n, k, s| (t.layer, rand_matrix(r, t.layer, n, k, s));
+        for ty in &t.layers[..cfg.n_layer] {
+            let mut m = |i: usize, n, k, s| (ty[i], rand_matrix(r, ty[i], n, k, s));
             let w = [
-                m(dq, d, 0.5),
-                m(dkv, d, 0.5),
-                m(dkv, d, 0.5),
-                m(d, dq, 0.3),
-                m(ff, d, 0.3),
-                m(ff, d, 0.3),
-                m(d, ff, 0.2),
+                m(0, dq, d, 0.5),
+                m(1, dkv, d, 0.5),
+                m(2, dkv, d, 0.5),
+                m(3, d, dq, 0.3),
+                m(4, ff, d, 0.3),
+                m(5, ff, d, 0.3),
+                m(6, d, ff, 0.2),
             ];
             layers.push(OwnedLayer {
                 attn_norm: norm(r),
@@ -535,6 +580,152 @@ fn other_formats_and_neox_match_reference() {
     }
 }
 
+/// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K layers, each with an embedding (and head) of another of
+/// them, so every format runs in every decoder kernel: the GEMV and GEMM matmuls (norm fused
+/// or not, every epilogue), the gather from GGUF bytes (untied) and from the head's copy
+/// (tied), the head, and decode blocks A and B; decode layered and in blocks, zero-copy and
+/// staged host buffers. K-quant models have widths of whole super-blocks (`config_k`); one of
+/// them uses NeoX RoPE over half the head. Prefill of 11 (chunks of 8 and 3), then two steps.
+#[test]
+fn q5_and_k_quant_formats_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(29);
+    use GgmlType::*;
+    let cases = [
+        (Q5_1, Q5_0, Some(Q5_0), config(2, RopeMode::Normal, 16)),
+        (Q5_0, Q5_1, None, config(2, RopeMode::Normal, 16)),
+        (Q6K, Q4K, None, config_k(2, RopeMode::Normal, 64)),
+        (Q4K, Q5K, Some(Q5K), config_k(2, RopeMode::Neox, 32)),
+        (Q5K, Q6K, None, config_k(2, RopeMode::Normal, 64)),
+    ];
+    for (embed, layer, output, cfg) in cases {
+        let t = Types {
+            embed,
+            layer,
+            output,
+        };
+        let model = TestModel::random(&mut r, cfg, t);
+        let toks = tokens(&mut r, 13, model.cfg.vocab);
+        for (zero_copy, decode) in [
+            (true, DecodePath::Layered),
+            (false, DecodePath::Layered),
+            (true, DecodePath::Blocks),
+            (false, DecodePath::Blocks),
+        ] {
+            let opts = DecoderOptions {
+                zero_copy: Some(zero_copy),
+                decode,
+                ..DecoderOptions::default()
+            };
+            let mut dec = model.decoder(&dev, opts);
+            assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
+            let what = format!(
+                "embed {embed}, layers {layer}, head {output:?}, {decode:?}, zero_copy {zero_copy}"
+            );
+            prefill_then_decode(&mut dec, &model, &toks, 11, &what);
+        }
+    }
+}
+
+/// A mixed-type model as llama.cpp's Q4_K_M files are: layer 0 with Q/K in Q4_K and V in Q6_K
+/// (two Q/K/V runs), gate Q4_K and up Q6_K (gate stored, then up's epilogue applies SwiGLU),
+/// down Q6_K; layer 1 with three Q/K/V types (three runs), Q5_1 O, Q5_K gate/up (fused),
+/// Q4_K down; a Q8_0 embedding tied to the head. Prefill and decode against the reference;
+/// one more launch per extra run; decode blocks refused (they need one type a layer) and Auto
+/// falling back to layered; every matrix's column hook.
+#[test]
+fn mixed_type_layers_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(30);
+    use GgmlType::*;
+    let t = MixedTypes {
+        embed: Q8_0,
+        layers: vec![
+            [Q4K, Q4K, Q6K, Q4K, Q4K, Q6K, Q6K],
+            [Q5_0, Q8_0, Q5_0, Q5_1, Q5K, Q5K, Q4K],
+        ],
+        output: None,
+    };
+    let model = TestModel::random_mixed(&mut r, config_k(2, RopeMode::Normal, 64), t);
+    let toks = tokens(&mut r, 14, model.cfg.vocab);
+    for zero_copy in [true, false] {
+        let opts = DecoderOptions {
+            zero_copy: Some(zero_copy),
+            ..DecoderOptions::default()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        prefill_then_decode(
+            &mut dec,
+            &model,
+            &toks,
+            11,
+            &format!("mixed, zero_copy {zero_copy}"),
+        );
+        // Layer 0: 2 Q/K/V runs + attention + O + gate + up + down; layer 1: 3 runs + 4.
+        assert!(!dec.decode_blocks_on());
+        assert_eq!(dec.last_launches(), 1 + 7 + 7 + 1);
+        assert_eq!(dec.launches_per_token(Readout::Logits), 16);
+    }
+    let blocks = DecoderOptions {
+        decode: DecodePath::Blocks,
+        ..DecoderOptions::default()
+    };
+    assert!(matches!(
+        Decoder::new(&dev, model.cfg.clone(), &model.weights(), blocks),
+        Err(Error::NotApplicable(_))
+    ));
+    // The column hook over split runs and split gate/up, one row and several.
+    let c = model.cfg.clone();
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    for (layer, l) in model.layers.iter().enumerate() {
+        let cases: [Case<'_>; 7] = [
+            (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
+            (Matrix::K, 1, dkv, d, None),
+            (Matrix::V, 2, dkv, d, Some(&l.attn_norm)),
+            (Matrix::O, 3, d, dq, None),
+            (Matrix::Gate, 4, ff, d, None),
+            (Matrix::Up, 5, ff, d, Some(&l.ffn_norm)),
+            (Matrix::Down, 6, d, ff, None),
+        ];
+        for (which, wi, n, k, norm) in cases {
+            let w = deq(&l.w[wi], n, k);
+            for (m, cols) in [(1, 3..n - 5), (3, n / 2..n)] {
+                let x: Vec<f32> = (0..m * k).map(|_| r.gen_range(-2.0f32..2.0)).collect();
+                let mut want = Vec::new();
+                for row in x.chunks_exact(k) {
+                    let xr: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+                    let xr = match norm {
+                        Some(g) => rmsnorm(&xr, g, c.eps),
+                        None => xr,
+                    };
+                    want.extend(
+                        matvec(&w, n, k, &xr)[cols.clone()]
+                            .iter()
+                            .map(|&v| v as f32),
+                    );
+                }
+                let mut got = vec![f32::NAN; m * cols.len()];
+                dec.matmul_rows(
+                    layer,
+                    which,
+                    cols.clone(),
+                    MatInput::Host(&x),
+                    m,
+                    norm.is_some(),
+                    &mut got,
+                )
+                .unwrap();
+                check_logits(
+                    &format!("layer {layer} {which:?} {m} rows {cols:?}"),
+                    &got,
+                    &want,
+                );
+            }
+        }
+    }
+}
+
 /// Every row's logits and argmax from one prefill chunk, and the last-row argmax readout (the
 /// only value read back) equal to the reference's argmax where its margin is not a near-tie.
 #[test]
@@ -623,6 +814,10 @@ fn layer_range_split_matches_reference() {
     );
 }
 
+/// A column-hook case: (matrix, index into the layer's weights (7: the head), rows, columns,
+/// its norm).
+type Case<'a> = (Matrix, usize, usize, usize, Option<&'a [f32]>);
+
 /// The column-split hook: column ranges of every resident matrix, from host rows and from the
 /// resident activations, one row (GEMV) and several (GEMM), with and without the fused norm.
 #[test]
@@ -642,8 +837,6 @@ fn matmul_rows_matches_reference() {
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
     let mut dec = model.decoder(&dev, DecoderOptions::default());
     let l = &model.layers[1];
-    // (matrix, index into the layer's weights (7: the head), rows, columns, its norm)
-    type Case<'a> = (Matrix, usize, usize, usize, Option<&'a [f32]>);
     let cases: [Case<'_>; 8] = [
         (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
         (Matrix::K, 1, dkv, d, Some(&l.attn_norm)),
@@ -733,7 +926,7 @@ fn matmul_rows_matches_reference() {
 
 /// Bad input changes nothing: typed errors before anything runs (and the decoder still works
 /// afterwards); a device too small for the model or the cache, named sizes, before any
-/// upload; weights that cannot be fused or computed.
+/// upload; weights that cannot be computed.
 #[test]
 fn bad_input_is_a_typed_error() {
     let Some(dev) = device() else { return };
@@ -793,29 +986,26 @@ fn bad_input_is_a_typed_error() {
         Decoder::new(&dev, huge, &model.weights(), DecoderOptions::default()),
         Err(Error::OutOfDeviceMemory { .. } | Error::BadShape(_))
     ));
-    // Weights: wrong length, unfusable types, uncomputable type, bad config.
+    // Weights: wrong length, uncomputable type, K-quant rows not whole blocks, bad config.
     let mut w = model.weights();
     w.layers[1].wk.data = &w.layers[1].wk.data[1..];
     assert!(matches!(
         Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()),
         Err(Error::BadShape(_))
     ));
-    let q8 = rand_matrix(&mut r, GgmlType::Q8_0, c.kv_dim(), c.d_model, 0.5);
     let mut w = model.weights();
-    w.layers[0].wv = Tensor {
-        ty: GgmlType::Q8_0,
-        data: &q8,
-    };
-    let e = Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err();
-    assert!(
-        matches!(e, Error::BadShape(ref s) if s.contains("share one type")),
-        "{e}"
-    );
-    let mut w = model.weights();
-    w.layers[0].wo.ty = GgmlType::Q5_0;
+    w.layers[0].wo.ty = GgmlType::Q2K;
     assert_eq!(
         Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err(),
-        Error::UnsupportedFormat(GgmlType::Q5_0)
+        Error::UnsupportedFormat(GgmlType::Q2K)
+    );
+    // A K-quant matrix whose rows (d_model 64) are not whole 256-value super-blocks.
+    let mut w = model.weights();
+    w.layers[0].wv.ty = GgmlType::Q4K;
+    let e = Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, Error::BadShape(ref s) if s.contains("multiple of 256")),
+        "{e}"
     );
     // No layers: the head on the embedding (layered; decode blocks refuse).
     let mut zero = c.clone();
@@ -1049,6 +1239,47 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     assert!(t0.elapsed() < Duration::from_secs(60));
     assert_eq!(dec.lost(), Some(&e));
     assert_eq!(dec.forward(&toks[..1], 0).unwrap_err(), e);
+}
+
+/// The persistent step runs only layers with one Q/K/V type and one gate/up type, in the
+/// formats it has GEMVs for (F16, Q8_0, Q4_0, Q4_1): a model with V of another type than Q/K,
+/// one with gate and up of different types, and a single-typed Q5_0 model are each refused
+/// with NotApplicable when the step is asked for, and build (not persistent) under Auto. The
+/// refusal comes before the step's kernel is built, so this runs on CPU devices too.
+#[test]
+fn persistent_step_refuses_mixed_and_unsupported_layers() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(33);
+    use GgmlType::*;
+    let cases: [([GgmlType; 7], &str); 3] = [
+        (
+            [Q4_1, Q4_1, Q8_0, Q4_1, Q4_1, Q4_1, Q4_1],
+            "Q/K/V of one type",
+        ),
+        (
+            [Q4_1, Q4_1, Q4_1, Q4_1, Q8_0, Q4_1, Q4_1],
+            "gate/up of one type",
+        ),
+        ([Q5_0; 7], "F16, Q8_0, Q4_0 and Q4_1"),
+    ];
+    for (layer, why) in cases {
+        let t = MixedTypes {
+            embed: Q8_0,
+            layers: vec![layer; 2],
+            output: None,
+        };
+        let model = TestModel::random_mixed(&mut r, config(2, RopeMode::Normal, 16), t);
+        let forced = DecoderOptions {
+            decode: DecodePath::Persistent,
+            ..DecoderOptions::default()
+        };
+        match Decoder::new(&dev, model.cfg.clone(), &model.weights(), forced) {
+            Err(Error::NotApplicable(s)) => assert!(s.contains(why), "{layer:?}: {s}"),
+            other => panic!("{layer:?}: persistent not refused: {other:?}"),
+        }
+        let dec = model.decoder(&dev, DecoderOptions::default());
+        assert_ne!(dec.decode_path(), DecodePath::Persistent, "{layer:?}");
+    }
 }
 
 /// The device argmax flags non-finite logits (issue 17's guard on the resident path): with a

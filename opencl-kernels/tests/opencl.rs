@@ -67,16 +67,45 @@ fn rand_weights(r: &mut StdRng, format: GgmlType, n: usize, k: usize) -> Vec<u8>
         _ => {
             let bb = format.block().map_or(2, |b| b.1);
             for blk in w.chunks_exact_mut(bb) {
+                // Random bytes everywhere (every quant, fifth-bit and packed-scale pattern),
+                // then finite f16 scales where the format keeps them.
                 r.fill(&mut blk[..]);
-                blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
-                if format == GgmlType::Q4_1 {
-                    blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
-                }
+                set_f16_scales(r, format, blk);
             }
         }
     }
     w
 }
+
+/// Overwrites the f16 fields of one block with scales in a realistic range: `d` (and `m` of
+/// Q4_1/Q5_1, `dmin` of Q4_K/Q5_K, positive as quantizers write it); Q6_K keeps `d` last.
+fn set_f16_scales(r: &mut StdRng, format: GgmlType, blk: &mut [u8]) {
+    match format {
+        GgmlType::Q6K => {
+            let n = blk.len();
+            blk[n - 2..].copy_from_slice(&f16_bytes(r.gen_range(0.0005..0.005)));
+        }
+        GgmlType::Q4K | GgmlType::Q5K => {
+            blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.0005..0.005)));
+            blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(0.0..0.01)));
+        }
+        _ => {
+            blk[0..2].copy_from_slice(&f16_bytes(r.gen_range(0.001..0.05)));
+            if matches!(format, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                blk[2..4].copy_from_slice(&f16_bytes(r.gen_range(-0.2..0.2)));
+            }
+        }
+    }
+}
+
+/// The formats read as GGUF stores them without a dedicated re-layout, beyond the first four.
+const NEW_FORMATS: [GgmlType; 5] = [
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
 
 fn poisoned(k: &Kernels, n: usize) -> Buffer {
     k.device().upload(&vec![f32::NAN; n]).unwrap()
@@ -276,6 +305,58 @@ fn gemv_all_formats_match_reference() {
             n,
             kk,
         );
+    }
+}
+
+/// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K GEMVs over the K of K-quant rows (256, 512, 1536) and row
+/// counts that leave partial work-groups (1, 37, 67, 257); outputs poisoned, the bounds of
+/// `check_mm` (f32 accumulation of <= 1536 products; same reasoning as above). Every K runs
+/// under one work-group shape per format (K = 512's default; the kernels' K-dependence is the
+/// loop bound, not the shape), since each shape is one more PoCL compile of the kernel; the
+/// shape choice itself is the format-independent code the tests above cover. Q4_K also runs
+/// one work-item a row and more work-items than a row has parts.
+#[test]
+fn gemv_q5_and_k_quants_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(14);
+    let same = ocl::RowShape::for_units(512 / 8, 128);
+    for format in NEW_FORMATS {
+        for &(n, kk) in &[(1, 256), (37, 512), (257, 1536), (67, 256)] {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, kk);
+            let want = reference::gemm(format, &w, &x, 1, n, kk).unwrap();
+            let (bw, bx) = (d.upload(&w).unwrap(), d.upload(&x).unwrap());
+            let mut shapes = vec![(kk != 512).then_some(same)];
+            if n == 37 && format == GgmlType::Q4K {
+                shapes.extend([(1, 4), (256, 1)].map(|(tpr, rows)| {
+                    Some(ocl::RowShape {
+                        tpr,
+                        rows,
+                        per_item: 1,
+                        unroll: 0,
+                    })
+                }));
+            }
+            for shape in shapes {
+                let by = poisoned(k, n);
+                k.gemv_with(format, &bw, &bx, &by, n, kk, shape)
+                    .unwrap()
+                    .enqueue()
+                    .unwrap();
+                check_mm(
+                    &format!("gemv {format} {n}x{kk} shape {shape:?}"),
+                    &read(&by, n),
+                    &want,
+                    format,
+                    &w,
+                    &x,
+                    1,
+                    n,
+                    kk,
+                );
+            }
+        }
     }
 }
 
@@ -649,6 +730,48 @@ fn gemm_small_m_matches_reference() {
     }
 }
 
+/// The small-M GEMM of Q5_0, Q5_1, Q4_K, Q5_K and Q6_K: every row count 1..=33 (every
+/// remainder of the kernel's 4-row tiles) at K = 512, and K = 256 / 1536 with row counts that
+/// leave partial work-groups, all under K = 512's default shape (one PoCL compile per format,
+/// as for the GEMVs above); outputs poisoned, `check_mm`'s bounds.
+#[test]
+fn gemm_q5_and_k_quants_match_reference() {
+    let Some(k) = kernels() else { return };
+    let d = k.device();
+    let mut r = rng(15);
+    let same = ocl::RowShape::for_units(512 / 32, 64);
+    for format in NEW_FORMATS {
+        let mut cases: Vec<(usize, usize, usize)> = (1..=33).map(|m| (m, 45, 512)).collect();
+        cases.extend([(7, 130, 1536), (2, 257, 256)]);
+        for (m, n, kk) in cases {
+            let w = rand_weights(&mut r, format, n, kk);
+            let x = randn(&mut r, m * kk);
+            let want = reference::gemm(format, &w, &x, m, n, kk).unwrap();
+            let (bw, bx, by) = (
+                d.upload(&w).unwrap(),
+                d.upload(&x).unwrap(),
+                poisoned(k, m * n),
+            );
+            let shape = (kk != 512).then_some(same);
+            k.gemm_with(format, &bw, &bx, &by, m, n, kk, shape)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+            check_mm(
+                &format!("gemm {format} {m}x{n}x{kk}"),
+                &read(&by, m * n),
+                &want,
+                format,
+                &w,
+                &x,
+                m,
+                n,
+                kk,
+            );
+        }
+    }
+}
+
 #[test]
 fn rms_norm_swiglu_add_match_reference() {
     let Some(k) = kernels() else { return };
@@ -844,18 +967,34 @@ fn bad_inputs_are_typed_errors() {
     let d = k.device();
     let b = d.alloc(64).unwrap();
     let big = d.alloc(1 << 16).unwrap();
-    // K not a multiple of 32 for a block format.
-    for f in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let e = k.gemv(f, &big, &big, &big, 4, 48).unwrap_err();
+    // K not a multiple of 32 for a block format, of 256 for a K-quant (GEMV and GEMM).
+    for (f, kk, block) in [
+        (GgmlType::Q4_0, 48, "32"),
+        (GgmlType::Q4_1, 48, "32"),
+        (GgmlType::Q8_0, 48, "32"),
+        (GgmlType::Q5_0, 48, "32"),
+        (GgmlType::Q5_1, 48, "32"),
+        (GgmlType::Q4K, 288, "256"),
+        (GgmlType::Q5K, 288, "256"),
+        (GgmlType::Q6K, 64, "256"),
+    ] {
+        let want = format!("multiple of {block}");
+        let e = k.gemv(f, &big, &big, &big, 4, kk).unwrap_err();
         assert!(
-            matches!(e, Error::BadShape(ref s) if s.contains("multiple of 32")),
-            "{e}"
+            matches!(e, Error::BadShape(ref s) if s.contains(&want)),
+            "{f}: {e}"
+        );
+        let e = k.gemm(f, &big, &big, &big, 2, 4, kk).unwrap_err();
+        assert!(
+            matches!(e, Error::BadShape(ref s) if s.contains(&want)),
+            "{f}: {e}"
         );
     }
     // Types the kernels do not compute are typed errors, for the GEMV, the GEMM and the sizes.
     for f in [
-        GgmlType::Q5_0,
-        GgmlType::Q4K,
+        GgmlType::BF16,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
         GgmlType::F32,
         GgmlType::Other(16),
     ] {

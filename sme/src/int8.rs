@@ -1018,7 +1018,7 @@ impl<'a> Int8Plan<'a> {
 
     /// # Safety
     /// Tile `t` must not run on two threads at once.
-    unsafe fn run_tile(&self, t: usize) {
+    pub(crate) unsafe fn run_tile(&self, t: usize) {
         if let Some((r0, rows, g0, g1)) = self.tile_bounds(t) {
             // SAFETY: r0 + rows <= m, g0 <= g1 <= ng; exclusivity forwarded (tiles are
             // disjoint).

@@ -13,6 +13,7 @@ mod int8_acts;
 mod out;
 mod pack;
 mod parallel;
+mod plans;
 pub mod pool;
 mod portable;
 mod primitive;
@@ -41,6 +42,7 @@ pub use pack::{
     PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
+pub use plans::{PlanSet, TiledPlan};
 pub use pool::{ColumnBlock, PoolError, PoolWorker, ThreadPool};
 pub use portable::Portable;
 #[cfg(target_arch = "x86_64")]

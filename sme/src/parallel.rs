@@ -31,6 +31,9 @@ fn unpack(x: u64) -> (u32, u32) {
 pub struct StealState {
     slots: Box<[Slot]>,
     tiles: usize,
+    /// Workers whose ranges the last `prepare` filled (the others are empty); thieves scan
+    /// only these.
+    active: usize,
 }
 
 impl StealState {
@@ -45,6 +48,7 @@ impl StealState {
         Ok(Self {
             slots: (0..workers).map(|_| Slot(AtomicU64::new(0))).collect(),
             tiles: 0,
+            active: workers,
         })
     }
 
@@ -61,18 +65,35 @@ impl StealState {
     /// Splits tiles `0..tiles` into equal contiguous ranges, one per worker. `&mut self` proves no
     /// worker is running; the caller's thread spawn (or barrier) publishes the ranges to them.
     pub fn prepare(&mut self, tiles: usize) -> Result<(), Error> {
+        self.prepare_active(tiles, self.slots.len())
+    }
+
+    /// As [`prepare`](Self::prepare), splitting the tiles over the first `active` workers only
+    /// (clamped to `1..=workers()`); the other ranges are empty, and thieves look only at the
+    /// active ones. For a job too small to be worth every worker's wake-up: the workers left
+    /// out need not run at all, and any that do run find nothing to claim.
+    pub fn prepare_active(&mut self, tiles: usize, active: usize) -> Result<(), Error> {
         if tiles > u32::MAX as usize {
             return Err(Error::Overflow);
         }
+        let w = active.clamp(1, self.slots.len());
         self.tiles = tiles;
-        let w = self.slots.len();
+        self.active = w;
         for (i, s) in self.slots.iter().enumerate() {
-            let f = tiles * i / w;
-            let b = tiles * (i + 1) / w;
+            let (f, b) = if i < w {
+                (tiles * i / w, tiles * (i + 1) / w)
+            } else {
+                (0, 0)
+            };
             // Relaxed: exclusive access; publication is the caller's spawn/barrier.
             s.0.store(pack(f as u32, b as u32), Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Workers whose ranges the last `prepare` filled.
+    pub fn active(&self) -> usize {
+        self.active
     }
 
     /// Claims the next tile from the front of `worker`'s own range.
@@ -132,8 +153,9 @@ impl StealState {
     }
 
     /// Runs `f` on every tile `worker` can claim: its own range front to back, then single tiles
-    /// stolen from the back of the others' ranges (nearest worker first), until every range is
-    /// empty. Ranges only shrink, so once a scan finds all of them empty none can refill.
+    /// stolen from the back of the active workers' ranges (nearest worker first), until every
+    /// range is empty. Ranges only shrink, so once a scan finds all of them empty none can
+    /// refill.
     pub fn run_worker(&self, worker: usize, mut f: impl FnMut(usize)) -> Result<(), Error> {
         let w = self.slots.len();
         if worker >= w {
@@ -142,13 +164,18 @@ impl StealState {
                 got: worker,
             });
         }
+        let a = self.active;
         loop {
             while let Some(t) = self.claim_own(worker) {
                 f(t);
             }
             let mut stole = false;
-            for off in 1..w {
-                if let Some(t) = self.steal((worker + off) % w) {
+            for off in 1..=a {
+                let victim = (worker + off) % a;
+                if victim == worker {
+                    continue;
+                }
+                if let Some(t) = self.steal(victim) {
                     f(t);
                     stole = true;
                     break;

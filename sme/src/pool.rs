@@ -1,24 +1,32 @@
 //! A persistent thread pool over [`StealState`]: `run(n_tasks, f)` calls `f(task, thread)` once
 //! for every task index, the calling thread taking part as thread 0.
 //!
-//! Built for a shared, oversubscribed machine. One 64-bit `state` word holds the job's epoch, a
-//! `CLOSED` bit and the number of workers inside the job:
+//! Built for a shared, oversubscribed machine and for back-to-back jobs of a few microseconds
+//! (a decode step runs hundreds). Every worker has a *seat*: a 128-byte line of its own holding
+//! its state word (`epoch << 2 | status`), a "sleepy" flag and the [`CompletionFlag`] it blocks
+//! on. Nothing is shared between workers, so a job costs the caller a store per participant
+//! rather than a contended read-modify-write per worker on one word:
 //!
-//! 1. **publish**: the caller writes the job (a data pointer and a monomorphized trampoline) and
-//!    prepares the steal ranges, then opens epoch `e` with a Release store of `state`, then
-//!    publishes `e` on a [`CompletionFlag`] (which wakes only workers blocked on it);
-//! 2. **join**: a worker that sees a new open epoch joins it with a CAS that adds one to the
-//!    active count (Acquire: the job and the ranges are visible to it); the CAS fails if the
-//!    epoch was closed meanwhile;
+//! 1. **open**: the caller writes the job (a data pointer and a monomorphized trampoline) and
+//!    prepares the steal ranges for the job's `p` participants, then stores `(e, OPEN)` into the
+//!    seat of each participating worker (Release: the job and the ranges are visible to a worker
+//!    that reads it); then a SeqCst fence, and for each participant that said it is sleepy, a
+//!    publish on its flag (the wake-up);
+//! 2. **join**: a worker that reads `(e, OPEN)` on its seat CASes it to `(e, JOINED)`; the CAS
+//!    fails if the caller closed the seat meanwhile, and the worker skips the job;
 //! 3. **claim**: every thread in the job claims tasks by range work stealing until all are
 //!    claimed;
-//! 4. **leave**: a worker subtracts one from the active count (Release: its task outputs
-//!    happen-before the caller's return);
-//! 5. **finish**: the caller, once its own claiming ends (so every task is claimed), sets
-//!    `CLOSED` and waits until the active count is 0 (Acquire), then clears the job.
+//! 4. **leave**: the worker stores `(e, DONE)` (Release: its task outputs happen-before the
+//!    caller's Acquire load of it);
+//! 5. **close**: the caller, once its own claiming ends (so every task is claimed), walks the
+//!    participants' seats: `DONE` is finished, `JOINED` is waited for, `OPEN` (a worker that did
+//!    not start in time) is CASed to `(e, DONE)` so that it can no longer join; then it clears
+//!    the job.
 //!
-//! A worker descheduled before it joined is never waited for: it finds the epoch closed and
-//! skips it. Workers spin briefly for the next job, then block on the flag word (a futex).
+//! A worker descheduled before it joined is never waited for. Idle workers spin on their own
+//! seat (a line only the caller writes), then set "sleepy", fence, re-check the seat and block on
+//! their flag (a futex). The fences make the two sides a Dekker pair: either the caller's check
+//! sees "sleepy" and publishes the flag, or the worker's re-check sees the open seat.
 
 mod chunks;
 mod error;
@@ -31,7 +39,7 @@ use hetero_sync::{next_epoch, CompletionFlag};
 
 use crate::parallel::StealState;
 use crate::primitive::{
-    spin_hint, yield_now, AtomicBool, AtomicU64, JoinHandle, Mutex, Ordering, UnsafeCell,
+    fence, spin_hint, yield_now, AtomicBool, AtomicU32, JoinHandle, Mutex, Ordering, UnsafeCell,
 };
 // std's `Arc` under loom too: its reference count is not part of the protocol, and loom's
 // `Arc` would turn a deadlock the model reports in `Drop` into a panic-while-panicking abort.
@@ -40,30 +48,48 @@ use std::sync::Arc;
 pub use chunks::ColumnBlock;
 pub use error::PoolError;
 
-/// `state`'s `CLOSED` bit: no worker may join the current epoch any more.
-const CLOSED: u64 = 1 << 31;
-/// `state`'s low bits: the number of workers inside the current epoch's job.
-const ACTIVE: u64 = CLOSED - 1;
-
 /// The most threads a pool runs: far above any core count, low enough that the per-thread
-/// state (a 128-byte steal range each) stays small; the active count (below `CLOSED`) holds it.
+/// state (a 128-byte seat and a 128-byte steal range each) stays small.
 pub const MAX_THREADS: usize = 1 << 16;
-const _: () = assert!(MAX_THREADS as u64 <= ACTIVE);
 /// The most tasks one job indexes (task indices are `u32` in the steal ranges); [`ThreadPool::run`]
 /// splits larger counts into several jobs.
 pub const MAX_TASKS: usize = u32::MAX as usize;
 
-/// Busy-wait polls before a worker blocks on the flag, and before a caller waiting for workers
-/// to leave starts yielding. 4000 spin hints are ~10-60 µs (a pause is ~10 ns on AMD Zen,
+/// Busy-wait polls before a worker blocks on its flag, and before a caller waiting for workers
+/// to leave starts yielding. 4000 spin hints are ~40-200 µs (a pause is ~10 ns on AMD Zen,
 /// ~50 ns on Intel since Skylake): long enough to bridge the gap between the back-to-back
-/// matmuls of a decode step, short enough not to burn a core between tokens. Under loom one
-/// poll, so the model explores both the spinning and the blocking path.
+/// jobs of a decode step, short enough not to burn a core between tokens. A spinning worker
+/// reads only its own seat, so it costs the others nothing. Under loom one poll, so the model
+/// explores both the spinning and the blocking path.
 const SPINS: u32 = if cfg!(loom) { 1 } else { 4_000 };
 
-/// The epoch in a `state` word (31 bits, as the flag's).
+/// A seat's status (its word's low 2 bits): a job is open for the worker...
+const OPEN: u32 = 1;
+/// ...the worker joined it...
+const JOINED: u32 = 2;
+/// ...the worker left it, or the caller closed it before the worker joined (also the initial
+/// state).
+const DONE: u32 = 3;
+/// The status bits of a seat word; the epoch is the 30 bits above them.
+const STATUS: u32 = 3;
+
+/// A seat word: `epoch` (30 bits, wrapping) and a status.
 #[inline]
-fn epoch_of(state: u64) -> u32 {
-    (state >> 32) as u32
+fn seat_word(epoch: u32, status: u32) -> u32 {
+    epoch << 2 | status
+}
+
+/// The status of a seat word.
+#[inline]
+fn status_of(word: u32) -> u32 {
+    word & STATUS
+}
+
+/// The epoch after `e` in a seat word (30 bits, wrapping). A worker's stale join CAS could only
+/// match again after 2^30 jobs during which it never ran.
+#[inline]
+fn next_seat_epoch(e: u32) -> u32 {
+    (e + 1) & ((1 << 30) - 1)
 }
 
 /// A published job: what every joining thread calls, `call(data, ranges, thread)`.
@@ -104,20 +130,53 @@ unsafe fn call<F: Fn(&StealState, usize) + Sync>(
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoomFault {
-    /// Open the epoch with a Relaxed store: a joining worker may read a stale job.
+    /// Open the seats with Relaxed stores: a joining worker may read a stale job.
     RelaxedOpen,
-    /// Leave with a Relaxed RMW: the caller may return before a worker's outputs are visible.
+    /// Leave with a Relaxed store: the caller may return before a worker's outputs are visible.
     RelaxedLeave,
-    /// Publish the wake-up flag without waking blocked workers: a lost wake-up (deadlock).
+    /// Never publish a sleepy worker's flag: a lost wake-up (deadlock).
     NoWake,
+    /// Leave out the caller's SeqCst fence between opening the seats and reading "sleepy": both
+    /// sides may miss the other's store (a lost wake-up).
+    NoFence,
+    /// Close a seat with a plain store instead of a CAS: a worker that joined meanwhile is not
+    /// waited for (its outputs race the caller's reads).
+    BlindClose,
+}
+
+/// One worker's line: what the caller and that worker alone share.
+#[repr(align(128))]
+struct Seat {
+    /// `epoch << 2 | status` (see [`OPEN`], [`JOINED`], [`DONE`]).
+    state: AtomicU32,
+    /// The worker is about to block (or blocked) on `bell`; see [`wait_for_job`].
+    sleepy: AtomicBool,
+    /// Where the worker blocks; the caller publishes it when it opens a job for a sleepy
+    /// worker, `Drop` at shutdown.
+    bell: CompletionFlag,
+}
+
+impl Seat {
+    fn new() -> Self {
+        Self {
+            state: AtomicU32::new(seat_word(0, DONE)),
+            sleepy: AtomicBool::new(false),
+            bell: CompletionFlag::new(),
+        }
+    }
+
+    /// Wakes the worker if it blocked on its flag (or is about to). Only the job's caller and
+    /// `Drop` publish a bell, one at a time, so the next epoch is never refused.
+    fn ring(&self) {
+        let _ = self.bell.publish(next_epoch(self.bell.epoch()));
+    }
 }
 
 struct Shared {
-    /// Epoch (bits 32..63), `CLOSED` (bit 31), active workers (bits 0..31).
-    state: AtomicU64,
-    /// Blocked workers sleep on this flag's word; `run` publishes each epoch on it after
-    /// opening the job in `state`, `Drop` publishes one more after setting `shutdown`.
-    wake: CompletionFlag,
+    /// One seat per thread index (index 0, the caller's, is unused).
+    seats: Box<[Seat]>,
+    /// The epoch of the current (or last) job; only the caller holding `run_lock` touches it.
+    epoch: UnsafeCell<u32>,
     /// The current job; written only by a caller holding `run_lock` while no worker is active.
     job: UnsafeCell<Option<JobRef>>,
     /// The current job's task ranges; prepared under the same rule as `job`.
@@ -130,18 +189,18 @@ struct Shared {
     fault: Option<LoomFault>,
 }
 
-// SAFETY: `job` and `steal` are written only by a caller holding `run_lock`, while the previous
-// job is closed with no active worker, before the Release store that opens the next epoch; they
-// are read only by that caller and by workers that joined the open epoch (an Acquire CAS on
-// `state` that read that store), which the caller waits for (active count 0, Acquire) before it
-// writes them again. The job's pointee is `Sync` (`JobRef::new` requires it); `StealState` is
-// atomics. Every other field is `Sync` and `Send`.
+// SAFETY: `epoch`, `job` and `steal` are written only by a caller holding `run_lock`, while
+// every seat of the previous job is `DONE` (no worker inside), before the Release stores that
+// open the next job's seats; `job` and `steal` are read only by that caller and by workers that
+// joined the open job (an Acquire CAS on their seat that read that store), which the caller
+// waits for (Acquire loads of `DONE`) before it writes them again. The job's pointee is `Sync`
+// (`JobRef::new` requires it); `StealState` is atomics. Every other field is `Sync` and `Send`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer in `job` is dereferenced only under that protocol.
 unsafe impl Send for Shared {}
 
 impl Shared {
-    /// Release: publishes the job and the ranges to workers whose join CAS reads the store.
+    /// Release: publishes the job and the ranges to the worker whose join reads the store.
     fn open_order(&self) -> Ordering {
         #[cfg(loom)]
         if self.fault == Some(LoomFault::RelaxedOpen) {
@@ -150,8 +209,7 @@ impl Shared {
         Ordering::Release
     }
 
-    /// Release: the worker's task outputs happen-before the caller's Acquire of "no active
-    /// worker" (every leave is an RMW, so they form one release sequence).
+    /// Release: the worker's task outputs happen-before the caller's Acquire load of `DONE`.
     fn leave_order(&self) -> Ordering {
         #[cfg(loom)]
         if self.fault == Some(LoomFault::RelaxedLeave) {
@@ -160,15 +218,79 @@ impl Shared {
         Ordering::Release
     }
 
-    /// Publishes `epoch` on the wake-up flag. It cannot be refused: `epoch` is always the one
-    /// after the flag's (only `run` and `Drop` publish, one at a time).
-    fn wake_workers(&self, epoch: u32) {
+    /// Opens job `epoch` for workers `1..participants`, and wakes those that are (about to be)
+    /// blocked.
+    fn open(&self, epoch: u32, participants: usize) {
+        let seats = &self.seats[1..participants];
+        let order = self.open_order();
+        for seat in seats {
+            seat.state.store(seat_word(epoch, OPEN), order);
+        }
+        // Dekker with the worker's fence in `wait_for_job`: it stores `sleepy`, fences, then
+        // re-reads its seat; we store the seat, fence, then read `sleepy`. Whatever the
+        // interleaving, either it sees the open seat or we see it sleepy and ring.
+        #[cfg(loom)]
+        let fenced = self.fault != Some(LoomFault::NoFence);
+        #[cfg(not(loom))]
+        let fenced = true;
+        if fenced {
+            fence(Ordering::SeqCst);
+        }
         #[cfg(loom)]
         if self.fault == Some(LoomFault::NoWake) {
-            let _ = self.wake.publish_without_wake_for_loom(epoch);
             return;
         }
-        let _ = self.wake.publish(epoch);
+        for seat in seats {
+            // Relaxed: the fence above orders it (see the Dekker note).
+            if seat.sleepy.load(Ordering::Relaxed) {
+                seat.ring();
+            }
+        }
+    }
+
+    /// Closes job `epoch` on the seats of workers `1..participants`: returns once none of them
+    /// is inside it, the outputs of those that ran visible to the caller.
+    fn close(&self, epoch: u32, participants: usize) {
+        for seat in &self.seats[1..participants] {
+            // Acquire: a `DONE` stored by the worker's leave (Release) makes its task outputs
+            // visible to us.
+            let mut word = seat.state.load(Ordering::Acquire);
+            let mut spins = 0u32;
+            loop {
+                match status_of(word) {
+                    DONE => break,
+                    OPEN => {
+                        #[cfg(loom)]
+                        if self.fault == Some(LoomFault::BlindClose) {
+                            seat.state.store(seat_word(epoch, DONE), Ordering::Relaxed);
+                            break;
+                        }
+                        // The worker has not joined: close its seat so that it cannot. Success
+                        // is Relaxed (it ran nothing of this job); failure Acquires the fresh
+                        // word (it joined, or even left: then its outputs).
+                        match seat.state.compare_exchange(
+                            word,
+                            seat_word(epoch, DONE),
+                            Ordering::Relaxed,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => break,
+                            Err(now) => word = now,
+                        }
+                    }
+                    _ => {
+                        // Joined: it is running its part; it leaves once no task is left.
+                        if spins < SPINS {
+                            spins += 1;
+                            spin_hint();
+                        } else {
+                            yield_now();
+                        }
+                        word = seat.state.load(Ordering::Acquire);
+                    }
+                }
+            }
+        }
     }
 
     /// Keeps the first task panic's payload for the caller to resume.
@@ -177,8 +299,8 @@ impl Shared {
         if slot.is_none() {
             *slot = Some(p);
         }
-        // Relaxed: the caller reads it after its Acquire of "no active worker", which our
-        // Release leave (after this store) synchronizes with.
+        // Relaxed: the caller reads it after its Acquire load of our `DONE`, which our Release
+        // leave (after this store) synchronizes with.
         self.panicked.store(true, Ordering::Relaxed);
     }
 }
@@ -235,6 +357,9 @@ pub struct ThreadPool {
     /// Serializes jobs (the protocol has one job at a time) and the inline paths, which use
     /// thread index 0 like the jobs' callers.
     run_lock: Mutex<()>,
+    /// Jobs that woke workers so far ([`ThreadPool::dispatches`]); a statistic outside the
+    /// protocol (std's atomic under loom too).
+    dispatches: core::sync::atomic::AtomicU64,
 }
 
 impl core::fmt::Debug for ThreadPool {
@@ -310,8 +435,8 @@ impl ThreadPool {
         }
         let steal = StealState::new(threads).map_err(|_| bad)?;
         let shared = Arc::new(Shared {
-            state: AtomicU64::new(CLOSED),
-            wake: CompletionFlag::new(),
+            seats: (0..threads).map(|_| Seat::new()).collect(),
+            epoch: UnsafeCell::new(0),
             job: UnsafeCell::new(None),
             steal: UnsafeCell::new(steal),
             panicked: AtomicBool::new(false),
@@ -325,6 +450,7 @@ impl ThreadPool {
             workers: Vec::with_capacity(threads - 1),
             threads,
             run_lock: Mutex::new(()),
+            dispatches: core::sync::atomic::AtomicU64::new(0),
         };
         for index in 1..threads {
             let w = PoolWorker {
@@ -349,6 +475,13 @@ impl ThreadPool {
     /// Number of threads that run jobs (the workers plus the caller).
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Jobs so far that opened workers' seats (not those run inline on the caller alone):
+    /// what a profile multiplies by the dispatch cost. Only the caller holding the run lock
+    /// adds to it; read it between jobs.
+    pub fn dispatches(&self) -> u64 {
+        self.dispatches.load(Ordering::Relaxed)
     }
 
     /// Calls `f(task, thread)` once for each `task` in `0..n_tasks`, spread over the pool by work
@@ -377,7 +510,7 @@ impl ThreadPool {
         let mut start = 0;
         while start < n_tasks {
             let n = (n_tasks - start).min(batch);
-            self.job(n, &|ranges: &StealState, thread: usize| {
+            self.job(n, self.threads, &|ranges: &StealState, thread: usize| {
                 // Cannot fail: `thread` < the number of ranges (one per pool thread).
                 let _ = ranges.run_worker(thread, |t| f(start + t, thread));
             });
@@ -389,12 +522,24 @@ impl ThreadPool {
     /// `*Plan::run_worker`): prepares the pool's ranges for `n_tasks` tasks, then calls
     /// `f(ranges, thread)` once on each thread that joins, the caller's thread (0) included.
     /// `f` must claim tasks only through `ranges.run_worker(thread, ..)` (or `claim_own` and
-    /// `steal`) and return once none is left. Returns when every `f` has returned.
+    /// `steal`) and return once none is left. Returns when every `f` has returned. At most
+    /// `n_tasks` threads take part (a job of 3 tasks wakes 2 workers, not all of them).
     ///
     /// Errors (nothing runs): [`PoolError::TooManyTasks`] above [`MAX_TASKS`];
     /// [`PoolError::Nested`] from inside a task of this pool. Resumes a task's panic after every
     /// worker is out.
     pub fn run_workers<F>(&self, n_tasks: usize, f: &F) -> Result<(), PoolError>
+    where
+        F: Fn(&StealState, usize) + Sync,
+    {
+        self.run_workers_on(n_tasks, self.threads, f)
+    }
+
+    /// [`ThreadPool::run_workers`] on at most `threads` threads (the caller and workers
+    /// `1..threads`; clamped to `1..=self.threads()`), for a job whose work is worth fewer
+    /// wake-ups than the pool has threads (e.g. a small matmul at decode). The other workers
+    /// are not woken, and `ranges` holds tasks only for the threads taking part.
+    pub fn run_workers_on<F>(&self, n_tasks: usize, threads: usize, f: &F) -> Result<(), PoolError>
     where
         F: Fn(&StealState, usize) + Sync,
     {
@@ -408,31 +553,39 @@ impl ThreadPool {
             return Err(PoolError::Nested);
         }
         let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.job(n_tasks, f);
+        self.job(n_tasks, threads, f);
         Ok(())
     }
 
-    /// One job (the protocol in the module docs). The caller holds `run_lock`; `n_tasks` ≤
-    /// [`MAX_TASKS`].
-    fn job<F: Fn(&StealState, usize) + Sync>(&self, n_tasks: usize, f: &F) {
+    /// One job (the protocol in the module docs) on at most `threads` threads. The caller holds
+    /// `run_lock`; `n_tasks` ≤ [`MAX_TASKS`].
+    fn job<F: Fn(&StealState, usize) + Sync>(&self, n_tasks: usize, threads: usize, f: &F) {
         let s = &*self.shared;
-        // SAFETY: we hold `run_lock` and the previous job ended with no active worker (its
-        // caller waited for that), so no thread reads `steal` until the epoch opened below.
+        // The caller and workers 1..p: no more threads than tasks (a thread without a range
+        // would only look for one to steal).
+        let p = threads.min(n_tasks).clamp(1, self.threads);
+        // SAFETY: we hold `run_lock` and the previous job ended with every seat `DONE` (its
+        // caller waited for that), so no thread reads `steal` until a seat opens below.
         // Cannot fail: `n_tasks` ≤ MAX_TASKS.
-        let _ = s.steal.with_mut(|st| unsafe { &mut *st }.prepare(n_tasks));
-        if self.workers.is_empty() {
+        let _ = s
+            .steal
+            .with_mut(|st| unsafe { &mut *st }.prepare_active(n_tasks, p));
+        if p == 1 {
             let _mark = Marker::enter(s, 0);
-            // SAFETY: no worker exists; we are the only reader.
+            // SAFETY: no worker takes part; we are the only reader.
             s.steal.with(|st| f(unsafe { &*st }, 0));
             return;
         }
+        self.dispatches
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         // SAFETY: as for `steal` above.
         s.job.with_mut(|j| unsafe { *j = Some(JobRef::new(f)) });
-        let epoch = next_epoch(epoch_of(s.state.load(Ordering::Relaxed)));
-        // Open: new epoch, not closed, no worker inside (see `open_order`).
-        s.state.store(u64::from(epoch) << 32, s.open_order());
-        // After opening, so a worker the flag wakes finds the job open.
-        s.wake_workers(epoch);
+        // SAFETY: only the caller holding `run_lock` touches the epoch.
+        let epoch = s.epoch.with_mut(|e| unsafe {
+            *e = next_seat_epoch(*e);
+            *e
+        });
+        s.open(epoch, p);
         let mine = {
             let _mark = Marker::enter(s, 0);
             // The caller's own part; caught so that an unwind cannot end `f`'s borrow while
@@ -442,22 +595,9 @@ impl ThreadPool {
                 s.steal.with(|st| f(unsafe { &*st }, 0))
             }))
         };
-        // Every task is claimed: close the job so that no late worker joins it. Relaxed: the
-        // close needs only to be ordered against the joins' CAS on this one word; the data
-        // hand-off is the leave/Acquire pair below.
-        s.state.fetch_or(CLOSED, Ordering::Relaxed);
-        let mut spins = 0u32;
-        // Acquire: reads the last leave (the leaves are RMWs, one release sequence), so every
-        // active worker's task outputs happen-before our return.
-        while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
-            if spins < SPINS {
-                spins += 1;
-                spin_hint();
-            } else {
-                yield_now();
-            }
-        }
-        // SAFETY: the job is closed and no worker is inside it: nobody reads `job`.
+        // Every task is claimed: wait for the workers inside, shut out the others.
+        s.close(epoch, p);
+        // SAFETY: every seat is `DONE`: nobody reads `job`.
         s.job.with_mut(|j| unsafe { *j = None });
         // Take a worker's payload first, so that it cannot leak into the next job.
         let theirs = if s.panicked.swap(false, Ordering::Relaxed) {
@@ -480,32 +620,49 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         let s = &*self.shared;
-        // Relaxed: a worker blocked on the flag reads it after the Acquire wait that returns on
-        // the publish below; a spinning worker sees it within its loop.
+        // Relaxed: a blocked worker reads it after the Acquire wait that returns on its ring
+        // below (a Release publish after this store); a spinning worker sees it within its loop.
         s.shutdown.store(true, Ordering::Relaxed);
-        s.wake_workers(next_epoch(s.wake.epoch()));
+        for seat in &s.seats[1..] {
+            seat.ring();
+        }
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
 }
 
-/// A worker: wait for an open epoch, join it, run the job, leave; until shutdown.
+/// A worker: wait for a job opened on its seat, join it, run it, leave; until shutdown.
 fn worker(s: &Shared, id: usize) {
     let _mark = Marker::enter(s, id);
-    let mut seen = 0u32;
-    while let Some(open) = wait_for_job(s, &mut seen) {
-        if !join(s, open) {
+    let seat = &s.seats[id];
+    while let Some(open) = wait_for_job(s, seat) {
+        let epoch = open >> 2;
+        // Join. Acquire on success pairs with the caller's Release store of `open` (the CAS
+        // reads that very store): the job and the ranges are visible. It fails only if the
+        // caller closed the seat meanwhile (the job is over for us). Failure is Relaxed: we
+        // only go back to waiting.
+        if seat
+            .state
+            .compare_exchange(
+                open,
+                seat_word(epoch, JOINED),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
             continue;
         }
-        // SAFETY: we joined the open epoch whose job the caller wrote before its Release store
-        // (our CAS Acquired it); the caller neither rewrites `job` nor returns before we leave.
+        // SAFETY: we joined the job whose descriptor the caller wrote before its Release store
+        // of our seat (our CAS Acquired it); the caller neither rewrites `job` nor returns
+        // before we leave.
         let job = s.job.with(|j| unsafe { *j });
         if let Some(job) = job {
             let r = catch_unwind(AssertUnwindSafe(|| {
                 s.steal.with(|st| {
                     // SAFETY: `job` came from `JobRef::new` on the `&F` the caller keeps
-                    // borrowed until no worker is active, which is after our leave below;
+                    // borrowed until every seat is `DONE`, which is after our leave below;
                     // `steal` is not rewritten before that either.
                     unsafe { (job.call)(job.data, &*st, id) }
                 })
@@ -515,60 +672,43 @@ fn worker(s: &Shared, id: usize) {
             }
         }
         // Leave (see `leave_order`).
-        s.state.fetch_sub(1, s.leave_order());
+        seat.state.store(seat_word(epoch, DONE), s.leave_order());
     }
 }
 
-/// Waits for an open epoch after `seen` and returns its `state` word, or `None` on shutdown.
-/// Spins [`SPINS`] polls, then blocks on the wake-up flag until it passes the newest epoch seen.
-fn wait_for_job(s: &Shared, seen: &mut u32) -> Option<u64> {
+/// Waits until `seat` holds an open job and returns its word, or `None` on shutdown. Spins
+/// [`SPINS`] polls of the seat, then blocks on the seat's flag.
+fn wait_for_job(s: &Shared, seat: &Seat) -> Option<u32> {
     let mut spins = 0u32;
     loop {
         if s.shutdown.load(Ordering::Relaxed) {
             return None;
         }
         // Relaxed: only a guess; the join CAS (Acquire) validates it.
-        let st = s.state.load(Ordering::Relaxed);
-        let e = epoch_of(st);
-        if e != *seen {
-            // Either we join it now or it is closed (a closed epoch never reopens): never look
-            // at this epoch again.
-            *seen = e;
-            if st & CLOSED == 0 {
-                return Some(st);
-            }
+        let word = seat.state.load(Ordering::Relaxed);
+        if status_of(word) == OPEN {
+            return Some(word);
         }
         if spins < SPINS {
             spins += 1;
             spin_hint();
             continue;
         }
-        // Block until the flag reaches the epoch after the newest one seen: `run` publishes it
-        // after opening that job, `Drop` after setting `shutdown`. The flag's Acquire wait makes
-        // that store (and `shutdown`) visible to the loads above. It cannot fail: the target
-        // has bit 31 clear.
-        let _ = s.wake.wait_blocking(next_epoch(*seen));
+        // Block. Announce it, then fence, then re-read the seat: the Dekker pair with the
+        // caller's store-fence-load in `Shared::open` (either it sees `sleepy` and rings, or
+        // we see its open seat). The flag's epoch is read after the fence too: a ring that
+        // happened before that read came after the caller's seat store, which the re-read then
+        // sees; a later ring reaches `next_epoch(bell)` and wakes us.
+        seat.sleepy.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let bell = seat.bell.epoch();
+        let word = seat.state.load(Ordering::Relaxed);
+        if status_of(word) != OPEN && !s.shutdown.load(Ordering::Relaxed) {
+            // It cannot fail: the target has bit 31 clear.
+            let _ = seat.bell.wait_blocking(next_epoch(bell));
+        }
+        seat.sleepy.store(false, Ordering::Relaxed);
         spins = 0;
-    }
-}
-
-/// Joins the epoch of `open` while it is still open; false if it was closed meanwhile.
-fn join(s: &Shared, open: u64) -> bool {
-    let e = epoch_of(open);
-    let mut st = open;
-    loop {
-        if epoch_of(st) != e || st & CLOSED != 0 {
-            return false;
-        }
-        // Acquire pairs with the caller's Release store that opened the epoch: the job and the
-        // ranges it wrote before are visible. Failure is Relaxed: we only retry.
-        match s
-            .state
-            .compare_exchange_weak(st, st + 1, Ordering::Acquire, Ordering::Relaxed)
-        {
-            Ok(_) => return true,
-            Err(now) => st = now,
-        }
     }
 }
 

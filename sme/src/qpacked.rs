@@ -656,7 +656,7 @@ impl<'a> QPackedPlan<'a> {
     }
     /// # Safety
     /// Tile `t` must not run on two threads at once.
-    unsafe fn run_tile(&self, t: usize) {
+    pub(crate) unsafe fn run_tile(&self, t: usize) {
         let groups = self.ctx.n.div_ceil(QPACK_ROWS);
         let per = GEMV_TILE_ROWS / QPACK_ROWS;
         let g0 = t.saturating_mul(per).min(groups);

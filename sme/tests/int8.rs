@@ -705,3 +705,74 @@ fn the_per_call_path_does_not_allocate() {
         assert_eq!(n_alloc, 0, "{}", label(&kern));
     }
 }
+
+/// A [`PlanSet`] (a layer's Q/K/V or gate/up as one pool job) computes every plan's output bit
+/// for bit as the plan alone, whatever the pool size, the threads the job takes
+/// (`run_workers_on`) and the mix of formats; a plan given twice is refused before anything runs.
+#[test]
+fn plan_set_equals_each_plan_alone() {
+    let mut rng = Rng::new(23);
+    let k = 512;
+    let shapes = [
+        (GgmlType::Q4_1, 600),
+        (GgmlType::Q8_0, 100),
+        (GgmlType::Q4K, 47),
+    ];
+    let ws: Vec<Int8Weight> = shapes
+        .iter()
+        .map(|&(ty, n)| {
+            let wb = rand_weight_aligned(&mut rng, ty, n, k);
+            Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap()
+        })
+        .collect();
+    let blocks = ws
+        .iter()
+        .map(|w| w.act_blocks())
+        .fold(ActBlocks::default(), ActBlocks::union);
+    let pool = ThreadPool::new(3).unwrap();
+    for m in [1, 3, 17] {
+        let x = rand_acts(&mut rng, m, k);
+        for kern in kernels() {
+            let a = quantize_with(kern, &x, m, k, blocks);
+            let alone: Vec<Vec<f32>> = ws.iter().map(|w| run(kern, w, &a, m, w.n())).collect();
+            for threads in [1, 2, 3] {
+                let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; m * w.n()]).collect();
+                {
+                    let mut it = ys.iter_mut();
+                    let plans: Vec<Int8Plan<'_>> = ws
+                        .iter()
+                        .map(|w| {
+                            let y = it.next().unwrap();
+                            Int8Plan::new(kern, w, &a, y, w.n())
+                                .unwrap()
+                                .with_workers(threads)
+                        })
+                        .collect();
+                    let refs: Vec<&dyn TiledPlan> =
+                        plans.iter().map(|p| p as &dyn TiledPlan).collect();
+                    let set = PlanSet::new(&refs).unwrap();
+                    let tiles: usize = plans.iter().map(|p| p.tiles()).sum();
+                    assert_eq!(set.tiles(), tiles);
+                    pool.run_workers_on(set.tiles(), threads, &|st: &StealState, th| {
+                        assert!(th < threads, "thread {th} joined a {threads}-thread job");
+                        set.run_worker(st, th).unwrap();
+                    })
+                    .unwrap();
+                    let twice = [refs[0], refs[1], refs[0]];
+                    assert!(matches!(
+                        PlanSet::new(&twice),
+                        Err(Error::ShapeMismatch { .. })
+                    ));
+                }
+                for (i, (y, r)) in ys.iter().zip(&alone).enumerate() {
+                    assert_eq!(
+                        bits(y),
+                        bits(r),
+                        "{} plan {i} m{m} threads {threads}",
+                        label(&kern)
+                    );
+                }
+            }
+        }
+    }
+}

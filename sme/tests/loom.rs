@@ -1,8 +1,9 @@
 //! Loom models of the range work-stealing protocol (every tile claimed exactly once, none lost,
 //! whatever the interleaving of owners' front claims and thieves' back claims) and of the thread
-//! pool's start/finish protocol (publish the job, workers join, claim, leave, the caller sees
-//! every task's output, shutdown), each pool property paired with a deliberately broken twin
-//! that loom must catch (`#[should_panic]`), which proves the models can fail.
+//! pool's start/finish protocol (open the job on the workers' seats, workers join, claim, leave,
+//! the caller closes the seats and sees every task's output, a blocked worker is woken for the
+//! next job, shutdown), each pool property paired with a deliberately broken twin that loom
+//! must catch (`#[should_panic]`), which proves the models can fail.
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --target-dir target/loom -p hetero-sme --test loom`
 #![cfg(loom)]
@@ -157,10 +158,84 @@ fn pool_relaxed_open_is_caught() {
 }
 
 #[test]
-#[should_panic(expected = "deadlock")]
+#[should_panic(expected = "Causality violation")]
+fn pool_blind_close_is_caught() {
+    // The caller closes a seat with a plain store while the worker is joining: it returns (and
+    // reads the outputs) while the worker still writes them.
+    pool_model(2, 2, 1, Some(LoomFault::BlindClose));
+}
+
+/// Liveness of the wake-up: the caller's part of each job waits (yielding) until worker 1 has
+/// run a task of that job, so the job ends only if the worker, spinning or blocked on its flag,
+/// is woken for it. (It departs from `run_workers`'s contract on purpose: the caller claims
+/// nothing, so a worker that is never woken hangs the job.) Two jobs: the worker may block
+/// between them.
+fn wake_model(jobs: usize, fault: Option<LoomFault>) {
+    loom::model(move || {
+        let pool = match fault {
+            Some(f) => ThreadPool::with_fault_for_loom(2, f),
+            None => ThreadPool::new(2),
+        }
+        .unwrap();
+        for _ in 0..jobs {
+            let ran = AtomicUsize::new(0);
+            pool.run_workers(2, &|st: &StealState, thread| {
+                if thread == 0 {
+                    while ran.load(Ordering::Acquire) == 0 {
+                        loom::thread::yield_now();
+                    }
+                } else {
+                    st.run_worker(thread, |_| {}).unwrap();
+                    ran.store(1, Ordering::Release);
+                }
+            })
+            .unwrap();
+        }
+        drop(pool);
+    });
+}
+
+#[test]
+fn pool_blocked_worker_is_woken() {
+    wake_model(2, None);
+}
+
+#[test]
+#[should_panic(expected = "maximum number of branches")]
 fn pool_publish_without_wake_is_caught() {
-    // A worker blocked on the flag is never woken: at shutdown `Drop` joins it forever.
-    pool_model(2, 2, 1, Some(LoomFault::NoWake));
+    // A worker that blocked on its flag is never rung: the caller's part yields forever waiting
+    // for it (loom reports the endless yield loop as too many branches).
+    wake_model(2, Some(LoomFault::NoWake));
+}
+
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn pool_open_without_fence_is_caught() {
+    // Without the caller's fence, the worker's re-check and the caller's "sleepy" check may
+    // both read the old value: the worker blocks, nobody rings.
+    wake_model(2, Some(LoomFault::NoFence));
+}
+
+#[test]
+fn pool_fewer_tasks_than_threads() {
+    // Two tasks on three threads: worker 2's seat is never opened; it must still shut down,
+    // and the next job (three tasks) opens it.
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(1);
+    builder.check(|| {
+        let pool = ThreadPool::new(3).unwrap();
+        for tasks in [2, 3] {
+            let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(tasks, &|t, thread| {
+                assert!(thread < tasks, "thread {thread} ran a {tasks}-task job");
+                counts[t].fetch_add(1, Ordering::Relaxed);
+            });
+            for c in &counts {
+                assert_eq!(c.load(Ordering::Relaxed), 1);
+            }
+        }
+        drop(pool);
+    });
 }
 
 #[test]

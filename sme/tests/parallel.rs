@@ -216,3 +216,43 @@ fn stress_exactly_once_under_pure_contention() {
         );
     }
 }
+
+/// `prepare_active`: the tiles go to the first `active` workers only; every tile runs exactly
+/// once whether the inactive workers run (they only steal) or not; `active` is clamped.
+#[test]
+fn prepare_active_splits_over_the_active_workers() {
+    let workers = 4;
+    let mut st = StealState::new(workers).unwrap();
+    for (tiles, active, want) in [(100, 2, 2), (7, 3, 3), (50, 0, 1), (50, 9, 4)] {
+        st.prepare_active(tiles, active).unwrap();
+        assert_eq!(st.active(), want);
+        for run_all in [false, true] {
+            st.prepare_active(tiles, active).unwrap();
+            let counts: Vec<AtomicUsize> = (0..tiles).map(|_| AtomicUsize::new(0)).collect();
+            let runners = if run_all { workers } else { want };
+            std::thread::scope(|s| {
+                for w in 0..runners {
+                    let (st, counts) = (&st, &counts);
+                    s.spawn(move || {
+                        st.run_worker(w, |t| {
+                            counts[t].fetch_add(1, Ordering::Relaxed);
+                        })
+                        .unwrap();
+                    });
+                }
+            });
+            for (t, c) in counts.iter().enumerate() {
+                assert_eq!(
+                    c.load(Ordering::Relaxed),
+                    1,
+                    "{tiles} on {active}: tile {t}"
+                );
+            }
+        }
+        // The inactive workers own nothing: a lone inactive worker steals every tile.
+        st.prepare_active(tiles, active).unwrap();
+        let mut n = 0;
+        st.run_worker(workers - 1, |_| n += 1).unwrap();
+        assert_eq!(n, tiles);
+    }
+}

@@ -448,3 +448,34 @@ fn column_blocks_cover_a_strided_matrix_once() {
     ));
     assert!(out.iter().all(|&v| v == 0));
 }
+
+/// `run_workers_on` runs every task once on at most the threads asked for (clamped to the pool),
+/// and a job with fewer tasks than threads takes no more threads than tasks; the workers left
+/// out of one job take part in the next full one.
+#[test]
+fn run_workers_on_uses_at_most_the_threads_asked_for() {
+    let pool = ThreadPool::new(4).unwrap();
+    for round in 0..50 {
+        for (n, threads, most) in [(100, 2, 2), (100, 0, 1), (100, 9, 4), (3, 4, 3), (1, 4, 1)] {
+            let h = hits(n);
+            let used = hits(4);
+            pool.run_workers_on(n, threads, &|ranges: &StealState, thread| {
+                used[thread].fetch_add(1, Ordering::Relaxed);
+                ranges
+                    .run_worker(thread, |t| {
+                        h[t].fetch_add(1, Ordering::Relaxed);
+                    })
+                    .unwrap();
+            })
+            .unwrap();
+            assert!(all_once(&h), "round {round}: {n} tasks on {threads}");
+            let joined: Vec<usize> = (0..4)
+                .filter(|&t| used[t].load(Ordering::Relaxed) > 0)
+                .collect();
+            assert!(
+                joined.iter().all(|&t| t < most),
+                "round {round}: {n} tasks on {threads} threads: threads {joined:?} joined"
+            );
+        }
+    }
+}

@@ -18,6 +18,15 @@ const NR: usize = 4;
 const MR: usize = 4;
 /// Weight rows per pool task of the f32 fallback.
 const ROWS_PER_TASK: usize = 32;
+/// Most matmuls [`CpuBackend::matmul_group`] runs as one pool job (a layer's Q, K and V).
+pub const MAX_GROUP: usize = 3;
+/// Rows above which a matmul takes every pool thread; at or below it (decode, small batches)
+/// the threads it wakes follow the weight bytes it streams ([`CpuBackend::threads_for`]).
+const SIZED_ROWS: usize = 16;
+/// `r·c` of the thread-count model in [`CpuBackend::threads_for`], bytes: one thread streams a
+/// packed weight at `r` ≈ 10-14 GB/s (benches/results/sme.md), and each thread a job wakes
+/// costs `c` ≈ 0.1-0.2 µs (its seat store, its wake-up, its seat read at the close).
+const BYTES_PER_WAKE: usize = 2048;
 /// From this many rows (tokens) on, [`CpuKernel::Sme`] runs the int8 GEMM instead of the GEMV:
 /// below it the GEMV's f32 activations cost nothing extra (decode streams the weight once
 /// either way); above it the GEMV re-reads the weight for every 16 tokens while the int8 GEMM
@@ -264,6 +273,19 @@ impl CpuBackend {
         if m > 0 && (ldo < n || out.len() < (m - 1) * ldo + n) {
             return Err(BackendError::Shape("out"));
         }
+        match self.path(p, m) {
+            Path::Int8(iw) => self.matmul_int8([(iw, out, ldo)], x, m),
+            Path::Gemv(pw) => self.matmul_gemv([(pw?, out, ldo)], x, m),
+            Path::F32(w) => {
+                self.matmul_f32(w, n, k, x, m, out.as_mut_ptr(), ldo);
+                Ok(())
+            }
+            Path::Empty => Err(BackendError::Shape("empty CPU form")),
+        }
+    }
+
+    /// Which kernel runs weight `p` on `m` rows.
+    fn path<'p>(&self, p: &'p Prepared, m: usize) -> Path<'p> {
         match &p.form {
             Form::Quant { gemv, int8 } => {
                 let use_int8 = match self.kernel {
@@ -272,21 +294,112 @@ impl CpuBackend {
                     _ => false,
                 };
                 match (use_int8, int8, gemv) {
-                    (true, Some(iw), _) | (false, Some(iw), None) => {
-                        self.matmul_int8(iw, x, m, out, ldo)
-                    }
-                    (_, _, Some((buf, ty))) => {
-                        let pw = hetero_sme::QPackedRef::new(buf.bytes(), *ty, k, n)?;
-                        self.matmul_gemv(pw, x, m, out, ldo)
-                    }
-                    (_, None, None) => Err(BackendError::Shape("empty CPU form")),
+                    (true, Some(iw), _) | (false, Some(iw), None) => Path::Int8(iw),
+                    (_, _, Some((buf, ty))) => Path::Gemv(
+                        hetero_sme::QPackedRef::new(buf.bytes(), *ty, p.k, p.n)
+                            .map_err(BackendError::from),
+                    ),
+                    (_, None, None) => Path::Empty,
                 }
             }
-            Form::F32(w) => {
-                self.matmul_f32(w, n, k, x, m, out.as_mut_ptr(), ldo);
-                Ok(())
-            }
+            Form::F32(w) => Path::F32(w),
         }
+    }
+
+    /// `out_i[m x n_i] = x[m x k] · W_iᵀ` for up to [`MAX_GROUP`] weights that share their
+    /// input (a layer's Q, K and V; gate and up), each output dense (`n_i` floats a row). When
+    /// every weight takes the same quantized kernel, they run as ONE pool job (the activations
+    /// quantized once, the plans' tiles in one [`hetero_sme::PlanSet`]); otherwise one after
+    /// the other. Either way each output is bit-identical to [`Backend::matmul`] on its own
+    /// (same kernel, same tiles: only who runs them differs).
+    pub fn matmul_group(
+        &self,
+        group: &mut [(WeightId, &mut [f32])],
+        x: &[f32],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        if group.len() > MAX_GROUP {
+            return Err(BackendError::Shape(
+                "more matmuls in a group than MAX_GROUP",
+            ));
+        }
+        let mut prepared: [Option<&Prepared>; MAX_GROUP] = [None; MAX_GROUP];
+        for (slot, (id, out)) in prepared.iter_mut().zip(group.iter()) {
+            let p = self.get(*id)?;
+            if x.len() != m * p.k {
+                return Err(BackendError::Shape("x"));
+            }
+            check_ld(out, m, p.n, p.n)?;
+            *slot = Some(p);
+        }
+        let ps = &prepared[..group.len()];
+        if m == 0 || group.is_empty() {
+            return Ok(());
+        }
+        let paths: [Option<Path<'_>>; MAX_GROUP] =
+            std::array::from_fn(|i| ps.get(i).copied().flatten().map(|p| self.path(p, m)));
+        let paths = &paths[..group.len()];
+        let int8: [Option<&hetero_sme::Int8Weight>; MAX_GROUP] =
+            std::array::from_fn(|i| match paths.get(i) {
+                Some(Some(Path::Int8(w))) => Some(*w),
+                _ => None,
+            });
+        let gemv: [Option<hetero_sme::QPackedRef<'_>>; MAX_GROUP] =
+            std::array::from_fn(|i| match paths.get(i) {
+                Some(Some(Path::Gemv(Ok(w)))) => Some(*w),
+                _ => None,
+            });
+        let n = group.len();
+        if n > 1 && int8[..n].iter().all(Option::is_some) {
+            let jobs = int8.into_iter().flatten().zip(group.iter_mut());
+            return self.matmul_int8(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
+        }
+        if n > 1 && gemv[..n].iter().all(Option::is_some) {
+            let jobs = gemv.into_iter().flatten().zip(group.iter_mut());
+            return self.matmul_gemv(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
+        }
+        for (id, out) in group.iter_mut() {
+            let p = self.get(*id)?;
+            self.run(p, x, m, OutMut::new(out), p.n)?;
+        }
+        Ok(())
+    }
+
+    /// The threads a job of `tiles` tiles streaming `bytes` of weight on `m` rows wakes: every
+    /// pool thread above [`SIZED_ROWS`] rows; at decode sizes `⌈√(bytes / BYTES_PER_WAKE)⌉`,
+    /// the `p` that minimizes `bytes / (p·r) + p·c` (streaming time plus wake-ups, see
+    /// [`BYTES_PER_WAKE`]): e.g. 10 threads for SmolLM2's 576×576 Q4_1 (207 KB), 13 for its
+    /// fused Q/K/V (345 KB), every thread of a 16-thread pool for gate/up and down.
+    pub fn threads_for(&self, bytes: usize, m: usize, tiles: usize) -> usize {
+        let all = self.pool.threads();
+        let p = if m > SIZED_ROWS {
+            all
+        } else {
+            ((bytes / BYTES_PER_WAKE) as f64).sqrt().ceil() as usize
+        };
+        p.clamp(1, all).min(tiles.max(1))
+    }
+}
+
+/// The kernel a weight takes for a row count (see [`CpuBackend::path`]).
+enum Path<'p> {
+    Int8(&'p hetero_sme::Int8Weight),
+    Gemv(Result<hetero_sme::QPackedRef<'p>, BackendError>),
+    F32(&'p [f32]),
+    Empty,
+}
+
+/// The items of `jobs` in an array of [`MAX_GROUP`] (the rest `None`); more is an error.
+fn up_to_group<T>(
+    jobs: impl IntoIterator<Item = T>,
+) -> Result<[Option<T>; MAX_GROUP], BackendError> {
+    let mut it = jobs.into_iter();
+    let out: [Option<T>; MAX_GROUP] = std::array::from_fn(|_| it.next());
+    match it.next() {
+        Some(_) => Err(BackendError::Shape(
+            "more matmuls in a group than MAX_GROUP",
+        )),
+        None => Ok(out),
     }
 }
 
@@ -358,77 +471,131 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
-    /// hetero-sme's packed GEMV, tokens in groups of `GEMV_MAX_ROWS`, each group's 64-row tiles
-    /// spread over the pool; results land straight in `out`.
-    fn matmul_gemv(
+    /// hetero-sme's packed GEMV for each `(weight, out, ldo)` of `jobs` (all on the input `x`),
+    /// tokens in groups of `GEMV_MAX_ROWS`; per token group, the 64-row tiles of every weight
+    /// in one pool job. Results land straight in the outputs.
+    fn matmul_gemv<'o>(
         &self,
-        w: hetero_sme::QPackedRef<'_>,
+        jobs: impl IntoIterator<Item = (hetero_sme::QPackedRef<'o>, OutMut<'o>, usize)>,
         x: &[f32],
         m: usize,
-        mut out: OutMut<'_>,
-        ldo: usize,
     ) -> Result<(), BackendError> {
-        let (n, k) = (w.n(), w.k());
+        let mut jobs = up_to_group(jobs)?;
         let kernel = hetero_sme::Kernel::best_gemv();
         let g = hetero_sme::GEMV_MAX_ROWS;
-        let base = out.as_mut_ptr();
         let mut t0 = 0;
         while t0 < m {
             let mm = (m - t0).min(g);
-            // SAFETY: `out` claims rows `t < m` at `t * ldo`, columns `0..n` (checked span);
-            // this group's rows `t0..t0 + mm` are a part of that claim, used by one plan at a
-            // time (the loop runs the plans one after the other).
-            let part = unsafe { OutMut::from_raw_parts(base.add(t0 * ldo), (mm - 1) * ldo + n) };
-            let plan = hetero_sme::QPackedPlan::with_out(
-                kernel,
-                &x[t0 * k..(t0 + mm) * k],
-                mm,
-                k,
-                w,
-                part,
-                ldo,
-            )?;
-            self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))?;
+            let mut plans: [Option<hetero_sme::QPackedPlan<'_>>; MAX_GROUP] = Default::default();
+            let mut bytes = 0;
+            for (plan, job) in plans.iter_mut().zip(jobs.iter_mut()) {
+                let Some((w, out, ldo)) = job else { continue };
+                let (k, n, ldo) = (w.k(), w.n(), *ldo);
+                if x.len() != m * k || (ldo < n || out.len() < (m - 1) * ldo + n) {
+                    return Err(BackendError::Shape("x or out"));
+                }
+                // SAFETY: `out` claims rows `t < m` at `t * ldo`, columns `0..n` (checked
+                // span); this group's rows `t0..t0 + mm` are a part of that claim, used by one
+                // plan at a time (the token groups run one after the other).
+                let part = unsafe {
+                    OutMut::from_raw_parts(out.as_mut_ptr().add(t0 * ldo), (mm - 1) * ldo + n)
+                };
+                *plan = Some(hetero_sme::QPackedPlan::with_out(
+                    kernel,
+                    &x[t0 * k..(t0 + mm) * k],
+                    mm,
+                    k,
+                    *w,
+                    part,
+                    ldo,
+                )?);
+                bytes += hetero_sme::qpacked_len(w.ty(), k, n)?;
+            }
+            self.run_set(&plans, bytes, mm)?;
             t0 += mm;
         }
         Ok(())
     }
 
-    /// hetero-sme's int8 GEMM: activations quantized into the reserved scratch, then the
-    /// GEMM's tiles spread over the pool.
-    fn matmul_int8(
+    /// hetero-sme's int8 GEMM for each `(weight, out, ldo)` of `jobs` (all on the input `x`):
+    /// the activations quantized once into the reserved scratch (in every scheme the weights
+    /// need), then every weight's tiles in one pool job.
+    fn matmul_int8<'o>(
         &self,
-        w: &hetero_sme::Int8Weight,
+        jobs: impl IntoIterator<Item = (&'o hetero_sme::Int8Weight, OutMut<'o>, usize)>,
         x: &[f32],
         m: usize,
-        out: OutMut<'_>,
-        ldo: usize,
     ) -> Result<(), BackendError> {
+        let mut jobs = up_to_group(jobs)?;
+        let Some(k) = jobs.iter().flatten().map(|j| j.0.k()).next() else {
+            return Ok(());
+        };
+        if jobs.iter().flatten().any(|j| j.0.k() != k) {
+            return Err(BackendError::Shape("x"));
+        }
+        let blocks = jobs.iter().flatten().map(|j| j.0.act_blocks()).fold(
+            hetero_sme::ActBlocks::default(),
+            hetero_sme::ActBlocks::union,
+        );
         let kernel = hetero_sme::Int8Kernel::best();
         let mut acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
-        if acts.capacity() < m * w.k() {
+        if acts.capacity() < m * k {
             // Only when `reserve` was not told about this size (not on the engine's path).
-            *acts = hetero_sme::QActs::with_capacity(m, w.k());
+            *acts = hetero_sme::QActs::with_capacity(m, k);
         }
-        // The activation scheme(s) this weight's format needs (per 32, or per 256 for the
+        // The activation scheme(s) these weights' formats need (per 32, or per 256 for the
         // K-quants).
-        kernel.quantize_acts_for(x, m, w.k(), w.act_blocks(), &mut acts)?;
-        // Decode tiles sized to the pool (a 12-group k/v projection would otherwise use three
-        // threads).
-        let plan = hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?
-            .with_workers(self.pool.threads());
-        self.run_plan(plan.tiles(), &|st, th| plan.run_worker(st, th))
+        kernel.quantize_acts_for(x, m, k, blocks, &mut acts)?;
+        let threads = self.pool.threads();
+        let mut plans: [Option<hetero_sme::Int8Plan<'_>>; MAX_GROUP] = Default::default();
+        let mut bytes = 0;
+        for (plan, job) in plans.iter_mut().zip(jobs.iter_mut()) {
+            let Some((w, out, ldo)) = job.take() else {
+                continue;
+            };
+            bytes += w.quant_bytes().len() + 2 * w.scale_words().len();
+            // Decode tiles sized to the pool (a 12-group k/v projection would otherwise use
+            // three threads).
+            *plan = Some(
+                hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?.with_workers(threads),
+            );
+        }
+        self.run_set(&plans, bytes, m)
     }
 
-    /// Runs a hetero-sme plan's tiles on every pool thread through the pool's work stealing.
+    /// Runs the plans of a group as one job on the pool, on as many threads as
+    /// [`CpuBackend::threads_for`] gives `bytes` of weight on `m` rows.
+    fn run_set<P: hetero_sme::TiledPlan>(
+        &self,
+        plans: &[Option<P>],
+        bytes: usize,
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let mut refs: [Option<&dyn hetero_sme::TiledPlan>; MAX_GROUP] = [None; MAX_GROUP];
+        let mut n = 0;
+        for p in plans.iter().flatten() {
+            *refs.get_mut(n).ok_or(BackendError::Shape("group"))? = Some(p);
+            n += 1;
+        }
+        let Some(first) = refs[0] else { return Ok(()) };
+        let dense: [&dyn hetero_sme::TiledPlan; MAX_GROUP] =
+            std::array::from_fn(|i| refs[i].unwrap_or(first));
+        let set = hetero_sme::PlanSet::new(&dense[..n])?;
+        let threads = self.threads_for(bytes, m, set.tiles());
+        self.run_plan(set.tiles(), threads, &|st, th| set.run_worker(st, th))
+    }
+
+    /// Runs a hetero-sme plan's tiles on `threads` pool threads through the pool's work
+    /// stealing.
     fn run_plan(
         &self,
         tiles: usize,
+        threads: usize,
         worker: &(dyn Fn(&hetero_sme::StealState, usize) -> Result<(), hetero_sme::Error> + Sync),
     ) -> Result<(), BackendError> {
         let failed: Mutex<Option<hetero_sme::Error>> = Mutex::new(None);
         self.pool
-            .run_workers(tiles, &|st: &hetero_sme::StealState, th| {
+            .run_workers_on(tiles, threads, &|st: &hetero_sme::StealState, th| {
                 if let Err(e) = worker(st, th) {
                     *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                 }

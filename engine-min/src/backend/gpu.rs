@@ -1,6 +1,7 @@
 //! The GPU backend: the engine's matmuls on an OpenCL device through `hetero-opencl-kernels`
-//! (PoCL here; any OpenCL GPU). `prepare` uploads each weight once as its GGUF bytes (F16,
-//! Q4_0, Q4_1, Q8_0 kernels with fused dequantization) and returns its id; `reserve` sizes the
+//! (PoCL here; any OpenCL GPU). `prepare` uploads each weight once as its GGUF bytes (kernels
+//! with fused dequantization for every type of `hetero_opencl_kernels::COMPUTABLE`: F16, Q4_0,
+//! Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and returns its id; `reserve` sizes the
 //! staging buffers and prepares each weight's one-row GEMV launch. A one-row matmul (decode)
 //! writes the row, runs that launch and reads the result back; several rows (prefill) run one
 //! small-M GEMM launch over all of them.
@@ -65,7 +66,7 @@ pub struct GpuBackend {
     name: String,
 }
 
-/// `ty` when the OpenCL kernels compute it (F16, Q4_0, Q4_1, Q8_0), else `None`.
+/// `ty` when the OpenCL kernels compute it (`hetero_opencl_kernels::COMPUTABLE`), else `None`.
 pub(crate) fn format(ty: GgmlType) -> Option<GgmlType> {
     check_computable(ty).ok().map(|()| ty)
 }

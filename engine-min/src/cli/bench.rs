@@ -7,7 +7,10 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{load_model, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg};
+use crate::bench::Part;
 use crate::compose::PlanChoice;
+use crate::engine::Engine;
+use hetero_partition::ErrorStats;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -32,6 +35,12 @@ pub struct BenchArgs {
     /// per host op, and the thread pool's dispatch cost.
     #[arg(long)]
     breakdown: bool,
+    /// With `--plan auto`: in every timed repetition, each op class's (weight shape's and
+    /// phase's) predicted matmul time against the measured one (the whole resident step when
+    /// the plan runs on the resident GPU decoder); prints the median and worst relative error
+    /// per class, and their spread over the classes.
+    #[arg(long)]
+    predict: bool,
     #[command(flatten)]
     machine: MachineArgs,
     #[command(flatten)]
@@ -42,7 +51,17 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
     let ctx = a.pp.max(a.tg) + 1;
-    let opts = super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
+    let mut opts =
+        super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
+    if a.predict && a.plan != PlanChoice::Auto {
+        return Err(Fail::Usage(
+            "--predict needs --plan auto (forced plans carry no prediction)".into(),
+        ));
+    }
+    opts.workload = crate::auto::Workload {
+        prompt: a.pp,
+        generate: a.tg,
+    };
     let model = Arc::new(load_model(&a.model.model, &a.load)?);
     // Each test runs from an empty cache: its tokens must fit in the model's context.
     let context = model.config.context;
@@ -54,8 +73,21 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         }
     }
     let ctx = ctx.min(context);
-    let (mut engine, _) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
-    let r = crate::bench::pp_tg(&mut engine, a.pp, a.tg, a.reps, 0x5eed).map_err(Fail::run)?;
+    let (mut engine, _, decision) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
+    let mut errors = PredictionErrors::default();
+    let r = crate::bench::pp_tg_observed(
+        &mut engine,
+        a.pp,
+        a.tg,
+        a.reps,
+        0x5eed,
+        &mut |e, part, _| {
+            if let (true, Some(d)) = (a.predict, &decision) {
+                errors.observe(e, d, part, a.pp, a.tg, max_batch as u32);
+            }
+        },
+    )
+    .map_err(Fail::run)?;
     let show = |v: &[f64]| {
         v.iter()
             .map(|x| format!("{x:.1}"))
@@ -71,6 +103,9 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         a.reps,
         engine.executor().backend_names()
     )?;
+    if let Some(d) = &decision {
+        writeln!(out, "{}", d.summary)?;
+    }
     if a.pp > 0 {
         let med = crate::bench::median(&r.pp);
         writeln!(out, "pp{}: {med:.1} tok/s median ({})", a.pp, show(&r.pp))?;
@@ -79,13 +114,16 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
         let med = crate::bench::median(&r.tg);
         writeln!(out, "tg{}: {med:.1} tok/s median ({})", a.tg, show(&r.tg))?;
     }
+    if a.predict {
+        errors.print(out, a.reps)?;
+    }
     if a.breakdown {
         let (pp, tg) =
             crate::bench::breakdown(&mut engine, a.pp, a.tg, 0x5eed).map_err(Fail::run)?;
         let dispatch = dispatch_us(engine.executor().cpu().pool());
         for (name, b) in [("pp", &pp), ("tg", &tg)] {
             if b.tokens > 0 {
-                print_breakdown(out, name, b, dispatch, model.config.n_layer)?;
+                print_breakdown(out, name, b, dispatch)?;
             }
         }
     }
@@ -111,7 +149,6 @@ fn print_breakdown(
     name: &str,
     b: &crate::bench::PhaseBreakdown,
     dispatch_us: f64,
-    n_layer: usize,
 ) -> Result<(), Fail> {
     let wall = b.wall.as_secs_f64() * 1e6;
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / b.tokens as f64;
@@ -150,14 +187,120 @@ fn print_breakdown(
         per(rest),
         pct(rest)
     )?;
-    // Every matmul is one pool job (at most 16 rows: larger GEMV batches are several), and
-    // every layer's attention one more.
-    let jobs = calls as f64 + (b.steps * n_layer) as f64;
+    // Counted by the pool: jobs that woke workers (fused Q/K/V and gate/up are one each).
+    let jobs = b.dispatches as f64;
     writeln!(
         out,
-        "  pool dispatch: {dispatch_us:.2} us per empty job; ~{:.0} jobs/token => ~{:.1} us/token",
+        "  pool dispatch: {dispatch_us:.2} us per empty job; {:.0} jobs/token ({calls} matmuls in all) => ~{:.1} us/token",
         jobs / b.tokens as f64,
         dispatch_us * jobs / b.tokens as f64
     )?;
     Ok(())
+}
+
+/// Relative prediction errors per op class, one per timed repetition.
+#[derive(Default)]
+struct PredictionErrors {
+    /// `(part, class label, signed relative errors)`.
+    classes: Vec<(Part, String, Vec<f64>)>,
+}
+
+impl PredictionErrors {
+    fn push(&mut self, part: Part, label: String, err: f64) {
+        match self
+            .classes
+            .iter_mut()
+            .find(|c| c.0 == part && c.1 == label)
+        {
+            Some(c) => c.2.push(err),
+            None => self.classes.push((part, label, vec![err])),
+        }
+    }
+
+    /// Records one timed part of `engine` under the plan `d`.
+    fn observe(
+        &mut self,
+        engine: &Engine,
+        d: &crate::auto::Decision,
+        part: Part,
+        pp: usize,
+        tg: usize,
+        max_batch: u32,
+    ) {
+        let c = &engine.model().config;
+        match (&d.mode, &d.resident) {
+            (crate::auto::Mode::Resident, Some((r, _))) => {
+                let predicted: f64 = match part {
+                    Part::Pp => crate::auto::chunks(pp, max_batch)
+                        .map(|(m, last)| r.step_us(m, last).unwrap_or(f64::NAN))
+                        .sum(),
+                    Part::Tg => tg as f64 * r.step_us(1, true).unwrap_or(f64::NAN),
+                };
+                let measured = engine.timings().resident.as_secs_f64() * 1e6;
+                if measured > 0.0 && predicted.is_finite() {
+                    self.push(
+                        part,
+                        "gpu resident steps".into(),
+                        (predicted - measured) / measured,
+                    );
+                }
+            }
+            _ => {
+                for p in engine.executor().predictions() {
+                    if let Some(e) = p.relative_error() {
+                        let label = format!(
+                            "{} {}x{} ({})",
+                            crate::planning::shape_name(c, p.k, p.n),
+                            p.k,
+                            p.n,
+                            p.phase
+                        );
+                        self.push(part, label, e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn print(&self, out: &mut dyn Write, reps: usize) -> Result<(), Fail> {
+        writeln!(
+            out,
+            "prediction error per op class over {reps} timed repetitions (|predicted - measured| / measured):"
+        )?;
+        for part in [Part::Pp, Part::Tg] {
+            let mut medians = Vec::new();
+            for (_, label, v) in self.classes.iter().filter(|c| c.0 == part) {
+                let mut e = v.clone();
+                let Some(s) = ErrorStats::of(&mut e) else {
+                    continue;
+                };
+                medians.push(s.bias);
+                writeln!(
+                    out,
+                    "  {:<4} {label:<40} median {:>6.1}%, worst {:>6.1}% (signed median {:+.1}%)",
+                    match part {
+                        Part::Pp => "pp",
+                        Part::Tg => "tg",
+                    },
+                    s.median * 100.0,
+                    s.worst * 100.0,
+                    s.bias * 100.0
+                )?;
+            }
+            if let Some(s) = ErrorStats::of(&mut medians) {
+                writeln!(
+                    out,
+                    "  {:<4} over {} op classes: median {:.1}%, worst {:.1}%",
+                    match part {
+                        Part::Pp => "pp",
+                        Part::Tg => "tg",
+                    },
+                    s.count,
+                    s.median * 100.0,
+                    s.worst * 100.0
+                )?;
+            }
+        }
+        Ok(())
+    }
 }

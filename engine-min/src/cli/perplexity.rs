@@ -52,7 +52,7 @@ pub fn perplexity(a: PerplexityArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let t0 = Instant::now();
     let tokens = model.tokenizer.encode(&text, false);
     let tok_s = t0.elapsed().as_secs_f64();
-    let (mut engine, _) = super::run::build_engine(&model, &opts, a.ctx, &a.load)?;
+    let (mut engine, _, _) = super::run::build_engine(&model, &opts, a.ctx, &a.load)?;
     writeln!(
         out,
         "perplexity of {}: {} tokens (tokenized in {tok_s:.2} s); chunks of {} ({} scored each); \

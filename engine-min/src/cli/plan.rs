@@ -3,12 +3,15 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 
 use super::{load_model, load_profile, Fail, LoadArgs, MachineArgs};
+use crate::auto::Workload;
+use crate::phases::phase_of_rows;
 use crate::planning;
+use crate::profiler::ProfileOptions;
 
 #[derive(Args, Debug)]
 pub struct ProfileArgs {
@@ -18,79 +21,62 @@ pub struct ProfileArgs {
     /// Where to write the profile (JSON); checked before anything is measured.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
-    /// Repetitions per point (the best is kept).
+    /// Timed steps per point (the median over steps is kept), after one warm-up step.
     #[arg(long, default_value_t = 3, value_parser = super::at_least_one)]
     reps: usize,
+    /// Seconds each curve set may take (CPU decode, CPU prefill, GPU per-matmul, GPU resident,
+    /// NPU); larger row counts are left out once the next would overrun it.
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    budget: f64,
+    /// Do not measure the GPU (OpenCL).
+    #[arg(long)]
+    no_gpu: bool,
+    /// Do not measure the NPU (QNN HTP; measured when QNN_HTP_LIB is set).
+    #[arg(long)]
+    no_npu: bool,
     #[command(flatten)]
     machine: MachineArgs,
     #[command(flatten)]
     load: LoadArgs,
 }
 
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 3600.0 => Ok(v),
+        Ok(_) => Err(format!("{s} is not a number of seconds in (0, 3600]")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
     // The output path first: a bad one must not cost the whole measurement.
     let mut file = std::fs::File::create(&a.out)
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;
-    let model = load_model(&a.model, &a.load)?;
-    let threads = a.machine.threads();
-    let reps = a.reps;
+    let model = std::sync::Arc::new(load_model(&a.model, &a.load)?);
     let t0 = Instant::now();
-    let progress = |i: usize, n: usize, line: &str| eprintln!("[{i:>2}/{n}] {line}");
-    eprintln!("profiling the CPU backend ({threads} threads) on the model's matmul shapes");
-    let cpu = planning::measure_cpu(&model, threads, reps, progress)
-        .map_err(|e| Fail::Run(format!("profiling the CPU failed: {e}")))?;
-    let mut backends = vec![cpu];
-    match crate::backend::gpu::GpuBackend::open() {
-        Ok(mut gpu) => {
-            eprintln!(
-                "profiling the GPU backend ({})",
-                crate::backend::Backend::name(&gpu)
-            );
-            let g = planning::measure_gpu(&model, &mut gpu, reps, progress)
-                .map_err(|e| Fail::Run(format!("profiling the GPU failed: {e}")))?;
-            backends.push(g);
-        }
-        Err(e) => eprintln!("gpu: not measured (OpenCL is not usable: {e})"),
-    }
-    let mut notes = vec![
-        "measured by engine-min profile; CPU points: best of --reps at m = 1..128; GPU: \
-         one GEMV per row through staging buffers"
-            .to_string(),
-    ];
-    if std::env::var_os("QNN_HTP_LIB").is_some() {
+    let opts = ProfileOptions {
+        threads: a.machine.threads(),
+        kernel: a.machine.kernel(),
+        reps: a.reps,
+        max_batch: super::run::MAX_BATCH as u32,
+        budget: Duration::from_secs_f64(a.budget),
+        gpu: !a.no_gpu,
+        npu: !a.no_npu && std::env::var_os("QNN_HTP_LIB").is_some(),
+    };
+    eprintln!(
+        "profiling through the executor ({} threads, cpu kernel {}): every point is the mean \
+         matmul call of its shape inside engine steps of m tokens",
+        opts.threads,
+        opts.kernel.name()
+    );
+    if opts.npu {
         eprintln!(
-            "profiling the NPU backend (QNN HTP from $QNN_HTP_LIB; on x86 this is the HTP \
-             SIMULATOR: its times are simulator times, not an NPU's)"
+            "the NPU is QNN HTP from $QNN_HTP_LIB; on x86 this is the HTP SIMULATOR: its times \
+             are simulator times, not an NPU's"
         );
-        let t1 = Instant::now();
-        match planning::measure_npu(&model, reps, |i, n, line| {
-            eprintln!("[{i:>2}/{n}] {line} (simulated)")
-        }) {
-            Ok(n) => {
-                eprintln!(
-                    "npu: {} graphs prepared, {:.1} ms each on average (build + finalize); \
-                     measured in {:.1} s",
-                    planning::NPU_M.len() * 4,
-                    n.graph_prepare_us.unwrap_or(0.0) / 1e3,
-                    t1.elapsed().as_secs_f64()
-                );
-                notes.push(
-                    "npu: QNN HTP x86 simulator; its latencies are simulator times, not an \
-                     NPU's; standard lengths 32 and 128; the LM head is not measured (no graph)"
-                        .into(),
-                );
-                backends.push(n);
-            }
-            Err(e) => eprintln!("npu: not measured ({e})"),
-        }
-    } else {
-        eprintln!("npu: not measured (QNN_HTP_LIB is not set)");
     }
-    let mut profile = planning::profile("this machine (engine-min profile)", backends);
-    profile.notes = notes;
-    profile
-        .check()
-        .map_err(|e| Fail::Run(format!("measured profile is invalid: {e}")))?;
+    let profile = crate::profiler::measure(&model, &opts, &mut |line| eprintln!("  {line}"))
+        .map_err(|e| Fail::Run(format!("profiling failed: {e}")))?;
     let json = serde_json::to_string_pretty(&profile)
         .map_err(|e| Fail::Run(format!("cannot serialize the profile: {e}")))?;
     file.write_all((json + "\n").as_bytes())
@@ -101,6 +87,10 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
         a.out.display(),
         t0.elapsed().as_secs_f64()
     )?;
+    // What the planner makes of it for run's default workload.
+    let d = crate::auto::decide(&profile, &model, opts.max_batch, Workload::default())
+        .map_err(|e| Fail::Run(format!("planning on the new profile failed: {e}")))?;
+    writeln!(out, "{}", d.summary)?;
     Ok(())
 }
 
@@ -145,34 +135,72 @@ fn at_least_one_u32(s: &str) -> Result<u32, String> {
 
 pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let profile = load_profile(&a.profile)?;
-    let checked = profile
-        .check()
-        .map_err(|e| Fail::Run(format!("profile {} rejected: {e}", a.profile.display())))?;
+    let rejected = |e: hetero_partition::ProfileError| {
+        Fail::Run(format!("profile {} rejected: {e}", a.profile.display()))
+    };
+    profile.check().map_err(rejected)?;
+    let views = crate::auto::views(&profile);
     if let Some((k, n)) = a.weight {
         let m = a
             .seq
             .ok_or_else(|| Fail::Usage("plan --weight K,N needs --seq M".into()))?;
-        let plan = hetero_partition::plan_op(&checked, k, n, m)
+        let checked = views.per_op.check().map_err(rejected)?;
+        let phase = phase_of_rows(m);
+        let plan = hetero_partition::plan_op_in(&checked, phase, k, n, m)
             .map_err(|e| Fail::Run(format!("no plan for k={k} n={n} m={m}: {e}")))?;
-        writeln!(out, "{}", planning::describe(&plan))?;
+        writeln!(out, "{phase}: {}", planning::describe(&plan))?;
+        if let Some(w) = &plan.extrapolation {
+            writeln!(out, "warning: {w}")?;
+        }
         return Ok(());
     }
     let path = a.model.ok_or_else(|| {
         Fail::Usage("plan without --weight needs --model PATH or HETERO_MODEL".into())
     })?;
     let model = load_model(&path, &a.load)?;
+    let max_batch = super::run::MAX_BATCH as u32;
     let ms: Vec<u32> = match a.seq {
         Some(m) => vec![m],
-        None => vec![1, 128],
+        None => vec![1, max_batch],
     };
+    let max_m = ms.iter().copied().max().unwrap_or(1).max(max_batch);
+    let workload = Workload {
+        prompt: a.seq.map_or(Workload::default().prompt, |m| m as usize),
+        ..Workload::default()
+    };
+    let d = crate::auto::decide(&profile, &model, max_m, workload).map_err(Fail::run)?;
+    writeln!(out, "{}", d.summary)?;
+    let names = planning::model_shapes(&model.config);
     for m in ms {
-        writeln!(out, "m = {m}:")?;
-        for (name, plan) in planning::plan_model_ops(&checked, &model.config, m) {
-            match plan {
-                Ok(p) => writeln!(out, "  {name:<22} {}", planning::describe(&p))?,
-                Err(e) => writeln!(out, "  {name:<22} no plan: {e}")?,
+        let phase = d.plans.phase_of(m);
+        writeln!(out, "m = {m} ({phase}), per-op plans:")?;
+        for &(name, k, n) in &names {
+            match d.plans.get(k, n, m) {
+                Some(p) => writeln!(out, "  {name:<22} {}", planning::describe(p))?,
+                None => writeln!(out, "  {name:<22} not planned")?,
             }
         }
+        if let Some((r, _)) = &d.resident {
+            match r.step_us(m, true) {
+                Ok(us) => writeln!(
+                    out,
+                    "  gpu resident: a step of {m} rows (logits of the last) predicted {us:.1} us"
+                )?,
+                Err(e) => writeln!(out, "  gpu resident: no prediction at {m} rows ({e})")?,
+            }
+        }
+    }
+    let far: Vec<String> = d
+        .plans
+        .extrapolated()
+        .map(|p| p.extrapolation.map_or(String::new(), |w| w.to_string()))
+        .collect();
+    if let Some(first) = far.first() {
+        writeln!(
+            out,
+            "warning: {} plans lean on extrapolated latencies, e.g. {first}",
+            far.len()
+        )?;
     }
     Ok(())
 }

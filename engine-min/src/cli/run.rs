@@ -10,6 +10,7 @@ use clap::Args;
 use super::{
     cpu_time, load_model, load_profile, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg,
 };
+use crate::auto::{Decision, Mode, Workload};
 use crate::compose::{ComposeOptions, GpuPath, PlanChoice};
 use crate::engine::{Engine, EngineOptions};
 use crate::limits::{EngineSize, MemoryBudget, Processors};
@@ -183,13 +184,13 @@ pub fn check_memory(
 /// The engine of `ctx` positions for `model` under `opts`, within the memory `load` allows:
 /// the budget checked before anything is composed ([`check_memory`]), then the executor, then
 /// the engine. Also returns what composition noted (a processor the profile lists but this
-/// machine lacks, ...).
+/// machine lacks, ...) and what `auto` decided.
 pub fn build_engine(
     model: &Arc<Model>,
     opts: &ComposeOptions,
     ctx: usize,
     load: &LoadArgs,
-) -> Result<(Engine, Vec<String>), Fail> {
+) -> Result<(Engine, Vec<String>, Option<Decision>), Fail> {
     let budget = load.engine_budget(model);
     check_memory(model, opts, ctx, &budget)?;
     let composed = crate::compose::executor(model, opts).map_err(Fail::run)?;
@@ -200,7 +201,7 @@ pub fn build_engine(
         &budget,
     )
     .map_err(Fail::run)?;
-    Ok((engine, composed.notes))
+    Ok((engine, composed.notes, composed.decision))
 }
 
 pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
@@ -209,7 +210,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     } else {
         PlanChoice::Cpu
     });
-    let opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH, a.ctx)?;
+    let mut opts = compose_options(plan, a.profile.as_ref(), &a.machine, MAX_BATCH, a.ctx)?;
     // The output file first: a bad path must not cost the run.
     let mut logits_file = a
         .logits_out
@@ -247,7 +248,12 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             model.config.context
         )));
     }
-    let (mut engine, notes) = build_engine(&model, &opts, a.ctx, &a.load)?;
+    // `auto` weighs prefill and decode by what this run does.
+    opts.workload = Workload {
+        prompt: ids.len(),
+        generate: a.max_tokens,
+    };
+    let (mut engine, notes, decision) = build_engine(&model, &opts, a.ctx, &a.load)?;
     let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
     if plan == PlanChoice::Auto {
@@ -260,6 +266,17 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         )?;
         for note in &notes {
             writeln!(out, "  note: {note}")?;
+        }
+        if let Some(d) = &decision {
+            writeln!(out, "{}", d.summary)?;
+            let far = d.plans.extrapolated().count();
+            if let (Some(p), Mode::Table) = (d.plans.extrapolated().next(), d.mode) {
+                let w = p.extrapolation.map(|w| w.to_string()).unwrap_or_default();
+                writeln!(
+                    out,
+                    "  warning: {far} plans lean on extrapolated latencies, e.g. {w}"
+                )?;
+            }
         }
         describe_plan(&engine, &model, ids.len(), out)?;
     }
@@ -309,11 +326,13 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let prefill_cpu = cpu_time().saturating_sub(c0);
     let prefill_t = engine.timings().clone();
     let prefill_kinds = engine.executor().times().snapshot();
+    let prefill_pred = engine.executor().predictions();
     engine.reset_timings();
 
     let mut pending = Vec::new();
     let mut generated = 0usize;
     let mut stop = "max tokens";
+    let mut decode_steps = 0usize;
     let (t_dec, c_dec) = (Instant::now(), cpu_time());
     while generated < a.max_tokens {
         if tok.eos == Some(next) || tok.is_control(next) {
@@ -331,6 +350,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
             break;
         }
         engine.forward(&[next], &mut logits).map_err(Fail::run)?;
+        decode_steps += 1;
         next = sampler.try_sample(&logits).map_err(Fail::run)?;
     }
     flush_utf8(out, &mut pending, true)?;
@@ -338,6 +358,7 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let decode_cpu = cpu_time().saturating_sub(c_dec);
     let decode_t = engine.timings().clone();
     let decode_kinds = engine.executor().times().snapshot();
+    let decode_pred = engine.executor().predictions();
     writeln!(out)?;
     writeln!(out, "---")?;
     writeln!(
@@ -399,6 +420,45 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         }
         line += &format!(" cpu host ops {:.1}%", pct(t.host.total(), total));
         writeln!(out, "{line}")?;
+    }
+    if let Some(d) = &decision {
+        let steps = decode_steps;
+        match (&d.mode, &d.resident) {
+            (Mode::Resident, Some((r, _))) => {
+                let pre: f64 = crate::auto::chunks(ids.len(), MAX_BATCH as u32)
+                    .map(|(m, last)| r.step_us(m, last).unwrap_or(f64::NAN))
+                    .sum();
+                let dec = steps as f64 * r.step_us(1, true).unwrap_or(f64::NAN);
+                writeln!(out, "predicted vs measured (gpu resident steps):")?;
+                for (phase, p, t) in [
+                    ("prefill", pre, prefill_t.resident),
+                    ("decode", dec, decode_t.resident),
+                ] {
+                    let m = t.as_secs_f64() * 1e6;
+                    if m > 0.0 {
+                        writeln!(
+                            out,
+                            "  {phase}: predicted {p:.1} us, measured {m:.1} us ({:+.1}%)",
+                            (p - m) / m * 100.0
+                        )?;
+                    }
+                }
+            }
+            _ => {
+                for (phase, preds) in [("prefill", &prefill_pred), ("decode", &decode_pred)] {
+                    if preds.is_empty() {
+                        continue;
+                    }
+                    writeln!(
+                        out,
+                        "predicted vs measured matmul time, {phase} (per op class; the curve's phase):"
+                    )?;
+                    for line in crate::planning::prediction_lines(&model.config, preds) {
+                        writeln!(out, "  {line}")?;
+                    }
+                }
+            }
+        }
     }
     if let (Some(s), Some(npu)) = (&npu_stats, prefill_npu) {
         // Simulator time: the x86 HTP simulator, not the speed of an NPU.

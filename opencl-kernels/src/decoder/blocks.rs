@@ -4,7 +4,7 @@
 use super::ops::{self, BlockBufs, Op, Shared};
 use super::{DecoderConfig, LayerMats};
 use crate::device::{Buffer, Device, Program};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::sync::Arc;
 
 /// The decode blocks of every layer ([`DecodePath::Blocks`](super::DecodePath::Blocks)).
@@ -27,11 +27,17 @@ pub(super) fn blocks_unfit(
     if !c.head_dim.is_power_of_two() || !(16..=256).contains(&c.head_dim) {
         return Some("decode blocks need a power-of-two head_dim in 16..=256");
     }
-    let kind = layers.first().map(|l| l.qkv.kind);
+    // One fused Q/K/V and one interleaved gate/up matrix a layer, all of one kind.
+    let kind = layers
+        .first()
+        .and_then(|l| l.qkv.first())
+        .map(|p| p.mat.kind);
     if layers.iter().any(|l| {
-        Some(l.qkv.kind) != kind
+        l.qkv.len() != 1
+            || l.gate_up.len() != 1
+            || l.qkv.iter().any(|p| Some(p.mat.kind) != kind)
             || Some(l.o.kind) != kind
-            || Some(l.gate_up.kind) != kind
+            || l.gate_up.iter().any(|m| Some(m.kind) != kind)
             || Some(l.down.kind) != kind
     }) {
         return Some("decode blocks need one weight type for every layer matrix");
@@ -75,10 +81,15 @@ pub(super) fn build_blocks(
         // Layer 0 starts from the gathered embedding alone; later ones add the previous
         // layer's down partial rows.
         let nparts = if i == 0 { 0 } else { bb.chunks };
+        let (Some(qkv), Some(gate_up)) = (l.qkv.first(), l.gate_up.first()) else {
+            return Err(Error::NotApplicable(
+                "decode blocks need fused Q/K/V and gate/up",
+            ));
+        };
         a.push(ops::block_a(
             dev,
             prog,
-            (&l.qkv, &l.o),
+            (&qkv.mat, &l.o),
             (x, &bb.pd, nparts, &bb.x2),
             (&l.attn_norm, eps),
             (&l.kc, &l.vc),
@@ -89,7 +100,7 @@ pub(super) fn build_blocks(
         b.push(ops::block_b(
             dev,
             prog,
-            (&l.gate_up, &l.down),
+            (gate_up, &l.down),
             (&bb.x2, c.n_head, x),
             (&l.ffn_norm, eps),
             &bb,

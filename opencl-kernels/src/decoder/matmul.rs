@@ -50,16 +50,15 @@ impl Decoder {
                 "Q/K columns are stored in RoPE pair order in NeoX mode",
             ));
         }
-        // (logical columns, input width, first physical row, row stride)
-        let (width, k, base, stride) = match which {
-            Matrix::Q => (dq, d, 0, 1),
-            Matrix::K => (dkv, d, dq, 1),
-            Matrix::V => (dkv, d, dq + dkv, 1),
-            Matrix::O => (d, dq, 0, 1),
-            Matrix::Gate => (ff, d, 0, 2),
-            Matrix::Up => (ff, d, 1, 2),
-            Matrix::Down => (d, ff, 0, 1),
-            Matrix::Head => (c.vocab, d, 0, 1),
+        // (logical columns, input width); the first physical row and row stride in its device
+        // matrix (`mat_op` finds the matrix).
+        let (width, k) = match which {
+            Matrix::Q => (dq, d),
+            Matrix::K | Matrix::V => (dkv, d),
+            Matrix::O => (d, dq),
+            Matrix::Gate | Matrix::Up => (ff, d),
+            Matrix::Down => (d, ff),
+            Matrix::Head => (c.vocab, d),
         };
         let n = cols.len();
         if cols.start >= cols.end || cols.end > width {
@@ -115,7 +114,7 @@ impl Decoder {
             norm,
         };
         if !self.mat_ops.contains_key(&key) {
-            let op = self.mat_op(key, base, stride, n)?;
+            let op = self.mat_op(key, n)?;
             self.mat_ops.insert(key, op);
         }
         let r = self.run_mat(key, x, m, n);
@@ -126,33 +125,51 @@ impl Decoder {
         Ok(())
     }
 
-    /// The launch of a `matmul_rows` call: the columns `key` names of its matrix, which reads
-    /// physical rows `base + c * stride`.
-    fn mat_op(&self, key: MatKey, base: usize, stride: usize, n: usize) -> Result<Op> {
+    /// The launch of a `matmul_rows` call: the columns `key` names of its matrix.
+    fn mat_op(&self, key: MatKey, n: usize) -> Result<Op> {
         let layer = |i: usize| {
             self.layers
                 .get(i)
                 .ok_or_else(|| Error::BadShape(format!("layer {i} of {}", self.layers.len())))
         };
-        // (the matrix, the norm before it; O and Down have none, their entry is unused)
-        let (mat, g) = match key.which {
+        let (dq, dkv) = (self.cfg.q_dim(), self.cfg.kv_dim());
+        // (the matrix, its physical row of column 0 and row stride, the norm before it; O and
+        // Down have none, their entry is unused)
+        let (mat, base, stride, g) = match key.which {
             Matrix::Q | Matrix::K | Matrix::V => {
                 let l = layer(key.layer)?;
-                (&l.qkv, &l.attn_norm)
+                let col = match key.which {
+                    Matrix::Q => 0,
+                    Matrix::K => dq,
+                    _ => dq + dkv,
+                };
+                // The run of one type that holds these columns of [q; k; v].
+                let p = l
+                    .qkv
+                    .iter()
+                    .find(|p| (p.col0..p.col0 + p.mat.n).contains(&col))
+                    .ok_or(Error::NotApplicable("q/k/v run missing"))?;
+                (&p.mat, col - p.col0, 1, &l.attn_norm)
             }
             Matrix::O => {
                 let l = layer(key.layer)?;
-                (&l.o, &l.attn_norm)
+                (&l.o, 0, 1, &l.attn_norm)
             }
             Matrix::Gate | Matrix::Up => {
                 let l = layer(key.layer)?;
-                (&l.gate_up, &l.ffn_norm)
+                let up = usize::from(key.which == Matrix::Up);
+                match &l.gate_up[..] {
+                    // Interleaved: gate j at row 2j, up j at 2j + 1.
+                    [gu] => (gu, up, 2, &l.ffn_norm),
+                    [g, u] => (if up == 1 { u } else { g }, 0, 1, &l.ffn_norm),
+                    _ => return Err(Error::NotApplicable("gate/up has one or two matrices")),
+                }
             }
             Matrix::Down => {
                 let l = layer(key.layer)?;
-                (&l.down, &l.ffn_norm)
+                (&l.down, 0, 1, &l.ffn_norm)
             }
-            Matrix::Head => (&self.head, &self.output_norm),
+            Matrix::Head => (&self.head, 0, 1, &self.output_norm),
         };
         let (x, ldx) = match key.input {
             0 => (self.input.buffer(), mat.k),

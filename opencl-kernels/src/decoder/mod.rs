@@ -37,14 +37,13 @@ pub use types::{
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{copy_region, Event};
-use crate::format::GgmlType;
 use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
 use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
 use persistent::Persistent;
-use prepare::HostMat;
+use prepare::{HostMat, MatKind, QkvPart};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -70,9 +69,11 @@ pub const DECODER_SOURCE: &str = concat!(
 
 /// One layer's device matrices and norms.
 struct LayerMats {
-    qkv: Mat,
+    /// Q/K/V in runs of one type (one matrix when they share it).
+    qkv: Vec<QkvPart<Mat>>,
     o: Mat,
-    gate_up: Mat,
+    /// Gate and up interleaved, or `[gate, up]` when their types differ.
+    gate_up: Vec<Mat>,
     down: Mat,
     attn_norm: Buffer,
     ffn_norm: Buffer,
@@ -80,14 +81,15 @@ struct LayerMats {
     vc: Buffer,
 }
 
-/// One layer's prepared launches; `[0]` the GEMV (one row), `[1]` the GEMM (several).
+/// One layer's prepared launches; `[0]` the GEMV (one row), `[1]` the GEMM (several). Q/K/V
+/// and gate/up have one launch per device matrix (see [`LayerMats`]).
 struct LayerOps {
-    qkv: [Op; 2],
+    qkv: Vec<[Op; 2]>,
     attn: Op,
     /// The split one-row attention (`split_attention`).
     attn1: Option<Op>,
     o: [Op; 2],
-    gate_up: [Op; 2],
+    gate_up: Vec<[Op; 2]>,
     down: [Op; 2],
 }
 
@@ -179,26 +181,34 @@ fn fill_mat(m: HostMat, w0: &Buffer, w1: &Buffer) -> Result<Mat> {
     })
 }
 
-/// Bytes of the ten parts of a layer's weights, in the persistent step's order: the q/k/v,
-/// o, gate/up and down planes (an empty second plane takes 4 unused bytes) and the two norms.
-fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<[usize; 10]> {
+/// Bytes of the parts of a layer's weights, in the order [`prepare::layer`] makes its
+/// matrices (the persistent step's order): two planes (an empty second plane takes 4 unused
+/// bytes) for each run of Q/K/V of one type, for o, for gate/up (interleaved, or gate and up
+/// when their types differ) and for down, then the two norms. Ten parts when Q/K/V and
+/// gate/up each share a type.
+fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<Vec<usize>> {
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
-    let mut out = [4usize; 10];
-    for (i, (t, n, k)) in [
-        (&l.wq, dq + 2 * dkv, d),
-        (&l.wo, d, dq),
-        (&l.gate, 2 * ff, d),
-        (&l.down, d, ff),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let (p0, p1) = prepare::MatKind::of(t.ty)?.plane_bytes(n, k)?;
-        out[2 * i] = p0.max(4);
-        out[2 * i + 1] = p1.max(4);
+    let qkv = [(&l.wq, dq), (&l.wk, dkv), (&l.wv, dkv)];
+    let mut mats = Vec::with_capacity(6);
+    for run in prepare::runs(&[l.wq.ty, l.wk.ty, l.wv.ty]) {
+        let n = qkv[run.clone()].iter().map(|(_, n)| n).sum::<usize>();
+        mats.push((qkv[run.start].0.ty, n, d));
     }
-    out[8] = d * 4;
-    out[9] = d * 4;
+    mats.push((l.wo.ty, d, dq));
+    if l.gate.ty == l.up.ty {
+        mats.push((l.gate.ty, 2 * ff, d));
+    } else {
+        mats.push((l.gate.ty, ff, d));
+        mats.push((l.up.ty, ff, d));
+    }
+    mats.push((l.down.ty, d, ff));
+    let mut out = Vec::with_capacity(2 * mats.len() + 2);
+    for (ty, n, k) in mats {
+        let (p0, p1) = MatKind::of(ty)?.plane_bytes(n, k)?;
+        out.push(p0.max(4));
+        out.push(p1.max(4));
+    }
+    out.extend([d * 4, d * 4]);
     Ok(out)
 }
 
@@ -343,25 +353,46 @@ impl Decoder {
         // Every layer's weights in one arena and every cache in another where they fit (the
         // persistent step reaches them all from one launch); each part is a buffer of its own
         // to the other launches.
+        // part0[i]: layer i's first part (ten a layer when Q/K/V and gate/up each share a type).
         let mut sizes = Vec::with_capacity(10 * c.n_layer);
+        let mut part0 = vec![0];
         for l in &weights.layers {
             sizes.extend(layer_part_sizes(&c, l)?);
+            part0.push(sizes.len());
         }
         let warena = arena(device, &sizes)?;
         let kvarena = arena(device, &vec![c.max_context * dkv * 4; 2 * c.n_layer])?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for (i, l) in weights.layers.iter().enumerate() {
             let hl = prepare::layer(&c, l, i)?;
-            let p = &warena.parts[10 * i..10 * i + 10];
-            p[8].write(l.attn_norm)?;
-            p[9].write(l.ffn_norm)?;
+            let mut p = warena.parts[part0[i]..part0[i + 1]].iter();
+            let mut next = || {
+                p.next()
+                    .ok_or(Error::NotApplicable("a layer's arena parts"))
+            };
+            let mut qkv = Vec::with_capacity(hl.qkv.len());
+            for q in hl.qkv {
+                qkv.push(QkvPart {
+                    mat: fill_mat(q.mat, next()?, next()?)?,
+                    col0: q.col0,
+                });
+            }
+            let o = fill_mat(hl.o, next()?, next()?)?;
+            let mut gate_up = Vec::with_capacity(hl.gate_up.len());
+            for m in hl.gate_up {
+                gate_up.push(fill_mat(m, next()?, next()?)?);
+            }
+            let down = fill_mat(hl.down, next()?, next()?)?;
+            let (attn_norm, ffn_norm) = (next()?.try_clone()?, next()?.try_clone()?);
+            attn_norm.write(l.attn_norm)?;
+            ffn_norm.write(l.ffn_norm)?;
             layers.push(LayerMats {
-                qkv: fill_mat(hl.qkv, &p[0], &p[1])?,
-                o: fill_mat(hl.o, &p[2], &p[3])?,
-                gate_up: fill_mat(hl.gate_up, &p[4], &p[5])?,
-                down: fill_mat(hl.down, &p[6], &p[7])?,
-                attn_norm: p[8].try_clone()?,
-                ffn_norm: p[9].try_clone()?,
+                qkv,
+                o,
+                gate_up,
+                down,
+                attn_norm,
+                ffn_norm,
                 kc: kvarena.parts[2 * i].try_clone()?,
                 vc: kvarena.parts[2 * i + 1].try_clone()?,
             });
@@ -381,13 +412,7 @@ impl Decoder {
             ),
             Some(_) => {
                 let e = &weights.embed;
-                let code = match e.ty {
-                    GgmlType::F16 => 0,
-                    GgmlType::Q4_0 => 1,
-                    GgmlType::Q4_1 => 2,
-                    GgmlType::Q8_0 => 3,
-                    other => return Err(Error::UnsupportedFormat(other)),
-                };
+                let code = MatKind::embed_code_gguf(e.ty)?;
                 let need = crate::format::matrix_bytes(e.ty, c.vocab, d)?;
                 if e.data.len() != need {
                     return Err(Error::BadShape(format!(
@@ -432,14 +457,18 @@ impl Decoder {
         );
         let mut ops = Vec::with_capacity(c.n_layer);
         for lm in &layers {
-            let qkv = || Epi::Qkv {
-                q: &q,
-                ld: dq,
-                kc: &lm.kc,
-                vc: &lm.vc,
-            };
+            let mut qkv = Vec::with_capacity(lm.qkv.len());
+            for p in &lm.qkv {
+                let epi = || Epi::Qkv {
+                    q: &q,
+                    ld: dq,
+                    kc: &lm.kc,
+                    vc: &lm.vc,
+                    col0: p.col0,
+                };
+                qkv.push(build.pair(OpKind::QkvRope, &p.mat, &x, d, Some(&lm.attn_norm), epi)?);
+            }
             let add = || Epi::Add { y: &x, ld: d };
-            let swiglu = || Epi::Swiglu { y: &h, ld: c.d_ff };
             let attn1 = if options.split_attention {
                 Some(ops::attention_decode(
                     device,
@@ -453,8 +482,22 @@ impl Decoder {
             } else {
                 None
             };
+            let ffn = |epi: fn(&Buffer, usize) -> Epi<'_>, m: &Mat| {
+                let e = || epi(&h, c.d_ff);
+                build.pair(OpKind::GateUpSwiglu, m, &x, d, Some(&lm.ffn_norm), e)
+            };
+            // One interleaved matrix: SwiGLU in its epilogue. Gate and up apart: the gate's
+            // values stored, then up's epilogue applies silu(gate) * up in place.
+            let gate_up = match &lm.gate_up[..] {
+                [gu] => vec![ffn(|y, ld| Epi::Swiglu { y, ld }, gu)?],
+                [g, u] => vec![
+                    ffn(|y, ld| Epi::Store { y, ld }, g)?,
+                    ffn(|y, ld| Epi::Gated { y, ld }, u)?,
+                ],
+                _ => return Err(Error::NotApplicable("gate/up has one or two matrices")),
+            };
             ops.push(LayerOps {
-                qkv: build.pair(OpKind::QkvRope, &lm.qkv, &x, d, Some(&lm.attn_norm), qkv)?,
+                qkv,
                 attn1,
                 attn: ops::attention(
                     device,
@@ -469,14 +512,7 @@ impl Decoder {
                     rows,
                 )?,
                 o: build.pair(OpKind::OProj, &lm.o, &att, dq, None, add)?,
-                gate_up: build.pair(
-                    OpKind::GateUpSwiglu,
-                    &lm.gate_up,
-                    &x,
-                    d,
-                    Some(&lm.ffn_norm),
-                    swiglu,
-                )?,
+                gate_up,
                 down: build.pair(OpKind::Down, &lm.down, &h, c.d_ff, None, add)?,
             });
         }
@@ -555,7 +591,7 @@ impl Decoder {
             DecodePath::Auto => AUTO_PERSISTENT && info.is_nvidia() && !info.is_cpu,
             _ => false,
         };
-        let persistent = match (pk, persistent::unfit(&c, &layers, &arenas, info)) {
+        let persistent = match (pk, persistent::unfit(&c, &layers, head.kind, &arenas, info)) {
             (false, _) => None,
             (true, Some(why)) if options.decode == DecodePath::Persistent => {
                 return Err(Error::NotApplicable(why))
@@ -859,9 +895,10 @@ impl Decoder {
     }
 
     /// Kernel launches of one decode step (one token through every layer) that reads back
-    /// `readout`: one (persistent, logits or argmax), or the gather, 5 a layer (layered) or 2
-    /// a layer and the final sum (decode blocks), then the head for logits and one more for
-    /// the argmax.
+    /// `readout`: one (persistent, logits or argmax), or the gather, 5 a layer (layered; one
+    /// more for each extra type among a layer's Q/K/V runs, and for gate and up of different
+    /// types) or 2 a layer and the final sum (decode blocks), then the head for logits and one
+    /// more for the argmax.
     pub fn launches_per_token(&self, readout: Readout) -> usize {
         let n = self.cfg.n_layer;
         let head_readout = !matches!(readout, Readout::Nothing | Readout::Hidden);
@@ -871,7 +908,10 @@ impl Decoder {
         let layers = if self.blocks.is_some() {
             2 * n + 1
         } else {
-            5 * n
+            self.ops
+                .iter()
+                .map(|o| o.qkv.len() + o.gate_up.len() + 3)
+                .sum()
         };
         let head = match readout {
             Readout::Nothing | Readout::Hidden => 0,
@@ -914,31 +954,30 @@ impl Decoder {
         Ok(v)
     }
 
-    /// The five launches of layer `l` over `m` rows at positions `pos..pos + m`.
+    /// The launches of layer `l` (five, when Q/K/V and gate/up each share a type) over `m`
+    /// rows at positions `pos..pos + m`.
     fn layer(&mut self, l: usize, pos: usize, m: usize) -> Result<()> {
         let g = usize::from(m > 1);
         let ops = &mut self.ops[l];
-        for op in [
-            &mut ops.qkv[g],
-            &mut ops.o[g],
-            &mut ops.gate_up[g],
-            &mut ops.down[g],
-        ] {
+        let (rec, dev) = (&mut self.rec, &self.dev);
+        let mut run = |op: &mut Op| -> Result<()> {
             op.set_pos0(pos)?;
             op.set_rows(m)?;
+            rec.enqueue(dev, op)
+        };
+        for op in &mut ops.qkv {
+            run(&mut op[g])?;
         }
         let attn = match (&mut ops.attn1, m) {
             (Some(a), 1) => a,
             _ => &mut ops.attn,
         };
-        attn.set_pos0(pos)?;
-        attn.set_rows(m)?;
-        let (rec, dev) = (&mut self.rec, &self.dev);
-        rec.enqueue(dev, &ops.qkv[g])?;
-        rec.enqueue(dev, attn)?;
-        rec.enqueue(dev, &ops.o[g])?;
-        rec.enqueue(dev, &ops.gate_up[g])?;
-        rec.enqueue(dev, &ops.down[g])
+        run(attn)?;
+        run(&mut ops.o[g])?;
+        for op in &mut ops.gate_up {
+            run(&mut op[g])?;
+        }
+        run(&mut ops.down[g])
     }
 
     /// The readout launches after the last chunk (`m` rows in it).

@@ -47,12 +47,16 @@ pub(crate) enum Epi<'a> {
     Add { y: &'a Buffer, ld: usize },
     /// `y[m][j] = silu(v[2j]) * v[2j+1]`.
     Swiglu { y: &'a Buffer, ld: usize },
-    /// RoPE, q to `q`, k and v to the caches.
+    /// `y[m][c] = silu(y[m][c]) * v` (up, after a `Store` of the gate into `y`).
+    Gated { y: &'a Buffer, ld: usize },
+    /// RoPE, q to `q`, k and v to the caches; output column `c` is column `col0 + c` of
+    /// `[q; k; v]`.
     Qkv {
         q: &'a Buffer,
         ld: usize,
         kc: &'a Buffer,
         vc: &'a Buffer,
+        col0: usize,
     },
 }
 
@@ -191,7 +195,7 @@ impl Recorder {
 
 /// GEMV work-group shape `(tpr, rows)` for `n` outputs of rows of `k`: `tpr` work-items per
 /// column pair (the T layout's H200 default `nb / 2` clamped to 8..=64; a quarter of the
-/// 8-element parts for Q8_0/F16), `rows` pairs per group: `tpr * rows` is the largest power of
+/// 8-element parts for the other kinds), `rows` pairs per group: `tpr * rows` is the largest power of
 /// two <= 256 the device allows, halved while that leaves fewer than `min_groups` groups (a
 /// decoder's small matrices, 576 x 576 say, would otherwise run on a few multiprocessors).
 fn gemv_shape(
@@ -204,7 +208,7 @@ fn gemv_shape(
     let units = kind.row_units(k);
     let div = match kind {
         MatKind::Q40T | MatKind::Q41T => 2,
-        MatKind::Q80 | MatKind::F16 => 4,
+        _ => 4,
     };
     let wg = pow2_floor(max_wg.min(MAX_WG));
     let tpr = pow2_floor(units / div).clamp(8, 64).min(wg);
@@ -216,13 +220,20 @@ fn gemv_shape(
     (tpr, rows)
 }
 
-/// Sets the epilogue's eleven trailing arguments; returns the index of `pos0`.
+/// Sets the epilogue's twelve trailing arguments; returns the index of `pos0`.
 fn epi_args(l: &mut Launch, epi: &Epi<'_>, sh: &Shared) -> Result<u32> {
-    let (mode, y, ld, kc, vc) = match *epi {
-        Epi::Store { y, ld } => (0u32, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Add { y, ld } => (1, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Swiglu { y, ld } => (2, y, ld, &sh.dummy, &sh.dummy),
-        Epi::Qkv { q, ld, kc, vc } => (3, q, ld, kc, vc),
+    let (mode, y, ld, kc, vc, coff) = match *epi {
+        Epi::Store { y, ld } => (0u32, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Add { y, ld } => (1, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Swiglu { y, ld } => (2, y, ld, &sh.dummy, &sh.dummy, 0),
+        Epi::Qkv {
+            q,
+            ld,
+            kc,
+            vc,
+            col0,
+        } => (3, q, ld, kc, vc, col0),
+        Epi::Gated { y, ld } => (4, y, ld, &sh.dummy, &sh.dummy, 0),
     };
     l.scalar(mode)?;
     l.mem(y)?;
@@ -233,7 +244,8 @@ fn epi_args(l: &mut Launch, epi: &Epi<'_>, sh: &Shared) -> Result<u32> {
     l.scalar(u32_of(sh.dq, "dq")?)?
         .scalar(u32_of(sh.dkv, "dkv")?)?
         .scalar(u32_of(sh.hd, "head_dim")?)?
-        .scalar(u32_of(sh.npairs, "rope pairs")?)?;
+        .scalar(u32_of(sh.npairs, "rope pairs")?)?
+        .scalar(u32_of(coff, "column offset")?)?;
     Ok(pos)
 }
 
@@ -268,7 +280,7 @@ pub(crate) fn matmul(
         let l = Launch::create(
             dev,
             prog,
-            mat.kind.gemm(norm.is_some()),
+            &mat.kind.gemm(norm.is_some()),
             2,
             [16 * tiles_n, 16 * max_m.div_ceil(64)],
             [16, 16],
@@ -291,7 +303,7 @@ pub(crate) fn matmul(
         let l = Launch::create(
             dev,
             prog,
-            mat.kind.gemv(norm.is_some()),
+            &mat.kind.gemv(norm.is_some()),
             2,
             [tpr, pairs.div_ceil(rows) * rows],
             [tpr, rows],

@@ -82,18 +82,13 @@ pub(super) fn groups(info: &DeviceInfo, asked: usize, per_cu: usize) -> usize {
 
 /// Weight units per work-item and row in flight: enough for the widest row (persistent.cl's
 /// PK_U), at least 4, a power of two.
-fn units_in_flight(c: &DecoderConfig, layers: &[LayerMats], head: MatKind) -> usize {
-    let units = |k: MatKind, cols: usize| match k {
-        MatKind::Q40T | MatKind::Q41T => cols / 32,
-        MatKind::Q80 | MatKind::F16 => cols / 8,
-    };
-    let l = &layers[0];
+fn units_in_flight(c: &DecoderConfig, l: &SingleTyped<'_>, head: MatKind) -> usize {
     let most = [
-        units(l.qkv.kind, c.d_model),
-        units(l.o.kind, c.q_dim()),
-        units(l.gate_up.kind, c.d_model),
-        units(l.down.kind, c.d_ff),
-        units(head, c.d_model),
+        l.qkv.kind.row_units(c.d_model),
+        l.o.kind.row_units(c.q_dim()),
+        l.gate_up.kind.row_units(c.d_model),
+        l.down.kind.row_units(c.d_ff),
+        head.row_units(c.d_model),
     ]
     .into_iter()
     .max()
@@ -106,23 +101,66 @@ fn local_bytes(c: &DecoderConfig) -> usize {
     c.d_model.max(c.q_dim()).max(c.d_ff) * 4 + STATIC_LOCAL
 }
 
+/// A layer's four matrices when it has one fused Q/K/V and one interleaved gate/up (their
+/// parts each of one type), the only layers the persistent step runs.
+struct SingleTyped<'a> {
+    qkv: &'a Mat,
+    o: &'a Mat,
+    gate_up: &'a Mat,
+    down: &'a Mat,
+}
+
+fn single_typed(l: &LayerMats) -> Option<SingleTyped<'_>> {
+    match (&l.qkv[..], &l.gate_up[..]) {
+        ([qkv], [gate_up]) => Some(SingleTyped {
+            qkv: &qkv.mat,
+            o: &l.o,
+            gate_up,
+            down: &l.down,
+        }),
+        _ => None,
+    }
+}
+
+/// The storage kinds persistent.cl has GEMVs for.
+fn has_kernels(k: MatKind) -> bool {
+    matches!(
+        k,
+        MatKind::Q40T | MatKind::Q41T | MatKind::Q80 | MatKind::F16
+    )
+}
+
 /// Why the persistent step cannot run this model here, if it cannot.
 pub(super) fn unfit(
     c: &DecoderConfig,
     layers: &[LayerMats],
+    head: MatKind,
     arenas: &Arenas<'_>,
     info: &DeviceInfo,
 ) -> Option<&'static str> {
-    let Some(first) = layers.first() else {
+    if layers.is_empty() {
         return Some("the persistent step needs at least one layer");
+    }
+    let Some(single) = layers.iter().map(single_typed).collect::<Option<Vec<_>>>() else {
+        return Some(
+            "the persistent step needs Q/K/V of one type and gate/up of one type in every layer",
+        );
     };
-    if layers.iter().any(|l| {
+    let first = &single[0];
+    if single.iter().any(|l| {
         l.qkv.kind != first.qkv.kind
             || l.o.kind != first.o.kind
             || l.gate_up.kind != first.gate_up.kind
             || l.down.kind != first.down.kind
     }) {
         return Some("the persistent step needs every layer to store each matrix alike");
+    }
+    if ![first.qkv, first.o, first.gate_up, first.down]
+        .iter()
+        .all(|m| has_kernels(m.kind))
+        || !has_kernels(head)
+    {
+        return Some("the persistent step runs F16, Q8_0, Q4_0 and Q4_1 matrices only");
     }
     if arenas.weights.is_none() || arenas.caches.is_none() {
         return Some(
@@ -169,7 +207,12 @@ pub(super) fn build(
     let (Some((warena, woffs)), Some((kvarena, kvoffs))) = (arenas.weights, arenas.caches) else {
         return Err(Error::NotApplicable("the persistent step needs its arenas"));
     };
-    let l0 = &layers[0];
+    let Some(l0) = layers.first().and_then(single_typed) else {
+        return Err(Error::NotApplicable(
+            "the persistent step needs single-typed Q/K/V and gate/up",
+        ));
+    };
+    let l0 = &l0;
     let opts = format!(
         "{OPTIONS} -DPK_QKV={} -DPK_O={} -DPK_GU={} -DPK_DN={} -DPK_HEAD={} -DPK_U={}u",
         l0.qkv.kind.suffix(),
@@ -177,7 +220,7 @@ pub(super) fn build(
         l0.gate_up.kind.suffix(),
         l0.down.kind.suffix(),
         io.head.kind.suffix(),
-        units_in_flight(c, layers, io.head.kind)
+        units_in_flight(c, l0, io.head.kind)
     );
     let prog = dev.build(PERSISTENT_SOURCE, &opts)?;
     let lofs = dev.upload(woffs)?;

@@ -1,12 +1,15 @@
 //! Weights as the decoder keeps them on the device, prepared once on the host: Q, K and V
 //! concatenated into one matrix (rows of Q and K permuted for NeoX RoPE), gate and up rows
 //! interleaved (gate j, up j) so the SwiGLU epilogue sees both, Q4_0/Q4_1 re-laid out to the T
-//! layout; and the memory plan that is checked before anything is uploaded.
+//! layout, every other type as GGUF stores it; matrices of different types are not fused (Q/K/V
+//! fall into runs of one type, gate and up stay two matrices); and the memory plan that is
+//! checked before anything is uploaded.
 
 use super::{DecoderConfig, LayerWeights, ModelWeights, Tensor};
 use crate::error::{Error, Result};
 use crate::format::{matrix_bytes, relayout_q4_t, relayout_q4_t_len, GgmlType};
 use crate::kernels::RopeMode;
+use std::ops::Range;
 
 /// How a matrix is stored on the device and which kernels read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +22,16 @@ pub(crate) enum MatKind {
     Q80,
     /// IEEE half.
     F16,
+    /// GGUF Q5_0 blocks.
+    Q50,
+    /// GGUF Q5_1 blocks.
+    Q51,
+    /// GGUF Q4_K super-blocks.
+    Q4K,
+    /// GGUF Q5_K super-blocks.
+    Q5K,
+    /// GGUF Q6_K super-blocks.
+    Q6K,
 }
 
 impl MatKind {
@@ -28,63 +41,68 @@ impl MatKind {
             GgmlType::Q4_1 => MatKind::Q41T,
             GgmlType::Q8_0 => MatKind::Q80,
             GgmlType::F16 => MatKind::F16,
+            GgmlType::Q5_0 => MatKind::Q50,
+            GgmlType::Q5_1 => MatKind::Q51,
+            GgmlType::Q4K => MatKind::Q4K,
+            GgmlType::Q5K => MatKind::Q5K,
+            GgmlType::Q6K => MatKind::Q6K,
             other => return Err(Error::UnsupportedFormat(other)),
         })
     }
 
-    pub(crate) fn gemv(self, norm: bool) -> &'static str {
-        match (self, norm) {
-            (MatKind::Q40T, false) => "gemv2_q4_0t",
-            (MatKind::Q40T, true) => "gemv2_q4_0t_norm",
-            (MatKind::Q41T, false) => "gemv2_q4_1t",
-            (MatKind::Q41T, true) => "gemv2_q4_1t_norm",
-            (MatKind::Q80, false) => "gemv2_q8_0",
-            (MatKind::Q80, true) => "gemv2_q8_0_norm",
-            (MatKind::F16, false) => "gemv2_f16",
-            (MatKind::F16, true) => "gemv2_f16_norm",
-        }
-    }
-
-    pub(crate) fn gemm(self, norm: bool) -> &'static str {
-        match (self, norm) {
-            (MatKind::Q40T, false) => "gemm_q4_0t",
-            (MatKind::Q40T, true) => "gemm_q4_0t_norm",
-            (MatKind::Q41T, false) => "gemm_q4_1t",
-            (MatKind::Q41T, true) => "gemm_q4_1t_norm",
-            (MatKind::Q80, false) => "gemm_q8_0",
-            (MatKind::Q80, true) => "gemm_q8_0_norm",
-            (MatKind::F16, false) => "gemm_f16",
-            (MatKind::F16, true) => "gemm_f16_norm",
-        }
-    }
-
-    /// Units of independent work in a row of `k` (T units, Q8_0 parts, F16 8-halves).
-    pub(crate) fn row_units(self, k: usize) -> usize {
-        match self {
-            MatKind::Q40T | MatKind::Q41T => k / 32,
-            MatKind::Q80 | MatKind::F16 => k / 8,
-        }
-    }
-
-    /// Bytes of the two planes of an `n x k` matrix stored this way (the second is empty for
-    /// Q8_0 and F16).
-    pub(crate) fn plane_bytes(self, n: usize, k: usize) -> Result<(usize, usize)> {
-        match self {
-            MatKind::Q40T => relayout_q4_t_len(GgmlType::Q4_0, n, k),
-            MatKind::Q41T => relayout_q4_t_len(GgmlType::Q4_1, n, k),
-            MatKind::Q80 => Ok((matrix_bytes(GgmlType::Q8_0, n, k)?, 0)),
-            MatKind::F16 => Ok((matrix_bytes(GgmlType::F16, n, k)?, 0)),
-        }
-    }
-
-    /// The kernels' name for this storage (decoder.cl's block kernels, persistent.cl's
-    /// build options).
+    /// The kernels' name suffix for this kind (decoder.cl: `gemv2_*`, `gemm_*`, the blocks;
+    /// persistent.cl's build options).
     pub(crate) fn suffix(self) -> &'static str {
         match self {
             MatKind::Q40T => "q4_0t",
             MatKind::Q41T => "q4_1t",
             MatKind::Q80 => "q8_0",
             MatKind::F16 => "f16",
+            MatKind::Q50 => "q5_0",
+            MatKind::Q51 => "q5_1",
+            MatKind::Q4K => "q4_k",
+            MatKind::Q5K => "q5_k",
+            MatKind::Q6K => "q6_k",
+        }
+    }
+
+    pub(crate) fn gemv(self, norm: bool) -> String {
+        format!("gemv2_{}{}", self.suffix(), if norm { "_norm" } else { "" })
+    }
+
+    pub(crate) fn gemm(self, norm: bool) -> String {
+        format!("gemm_{}{}", self.suffix(), if norm { "_norm" } else { "" })
+    }
+
+    /// Units of independent work in a row of `k` (T units; 8-value parts otherwise).
+    pub(crate) fn row_units(self, k: usize) -> usize {
+        match self {
+            MatKind::Q40T | MatKind::Q41T => k / 32,
+            _ => k / 8,
+        }
+    }
+
+    /// The GGUF type a matrix stored this way comes from.
+    pub(crate) fn gguf_type(self) -> GgmlType {
+        match self {
+            MatKind::Q40T => GgmlType::Q4_0,
+            MatKind::Q41T => GgmlType::Q4_1,
+            MatKind::Q80 => GgmlType::Q8_0,
+            MatKind::F16 => GgmlType::F16,
+            MatKind::Q50 => GgmlType::Q5_0,
+            MatKind::Q51 => GgmlType::Q5_1,
+            MatKind::Q4K => GgmlType::Q4K,
+            MatKind::Q5K => GgmlType::Q5K,
+            MatKind::Q6K => GgmlType::Q6K,
+        }
+    }
+
+    /// Bytes of the two planes of an `n x k` matrix stored this way (the second is empty for
+    /// every kind but the T layout's, whose first plane is the GGUF bytes as stored).
+    pub(crate) fn plane_bytes(self, n: usize, k: usize) -> Result<(usize, usize)> {
+        match self {
+            MatKind::Q40T | MatKind::Q41T => relayout_q4_t_len(self.gguf_type(), n, k),
+            _ => Ok((matrix_bytes(self.gguf_type(), n, k)?, 0)),
         }
     }
 
@@ -95,7 +113,24 @@ impl MatKind {
             MatKind::Q80 => 3,
             MatKind::Q40T => 4,
             MatKind::Q41T => 5,
+            MatKind::Q50 => 6,
+            MatKind::Q51 => 7,
+            MatKind::Q4K => 8,
+            MatKind::Q5K => 9,
+            MatKind::Q6K => 10,
         }
+    }
+
+    /// The embedding kernel's format code for an embedding of type `ty` gathered from its GGUF
+    /// bytes (not re-laid out).
+    pub(crate) fn embed_code_gguf(ty: GgmlType) -> Result<u32> {
+        Ok(match ty {
+            GgmlType::F16 => 0,
+            GgmlType::Q4_0 => 1,
+            GgmlType::Q4_1 => 2,
+            GgmlType::Q8_0 => 3,
+            other => MatKind::of(other)?.embed_code(),
+        })
     }
 }
 
@@ -193,7 +228,7 @@ fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<
                 plane1: d,
             })
         }
-        MatKind::Q80 | MatKind::F16 => Ok(HostMat {
+        _ => Ok(HostMat {
             kind,
             n,
             k,
@@ -209,18 +244,39 @@ pub(crate) fn single(t: &Tensor<'_>, n: usize, k: usize, what: &str) -> Result<H
     assemble(&[(t, n)], &order, k, what)
 }
 
-/// The four matrices of one layer, prepared.
+/// Runs of equal types in `types`: the index ranges fused into one matrix.
+pub(crate) fn runs(types: &[GgmlType]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, t) in types.iter().enumerate() {
+        match out.last_mut() {
+            Some(r) if types[r.start] == *t => r.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+/// A run of Q/K/V as one device matrix: its rows are columns `col0 ..` of the concatenated
+/// output `[q; k; v]`.
+pub(crate) struct QkvPart<M> {
+    pub(crate) mat: M,
+    pub(crate) col0: usize,
+}
+
+/// The four (or more, when types differ) matrices of one layer, prepared.
 pub(crate) struct HostLayer {
-    pub(crate) qkv: HostMat,
+    /// Q/K/V in runs of one type (one matrix when all three share it).
+    pub(crate) qkv: Vec<QkvPart<HostMat>>,
     pub(crate) o: HostMat,
-    pub(crate) gate_up: HostMat,
+    /// Gate and up interleaved (one matrix), or `[gate, up]` when their types differ.
+    pub(crate) gate_up: Vec<HostMat>,
     pub(crate) down: HostMat,
 }
 
 pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result<HostLayer> {
     let (dq, dkv, d) = (c.q_dim(), c.kv_dim(), c.d_model);
     let what = |s: &str| format!("layer {i} {s}");
-    // Rows of the concatenation [q; k; v] in the order the kernels want.
+    // Rows of q, k and v in the order the kernels want.
     let (qo, ko): (Vec<usize>, Vec<usize>) = match c.rope_mode {
         RopeMode::Normal => ((0..dq).collect(), (0..dkv).collect()),
         RopeMode::Neox => (
@@ -228,24 +284,39 @@ pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result
             neox_order(c.n_kv_head, c.head_dim, c.rope_dims),
         ),
     };
-    let order: Vec<usize> = qo
-        .into_iter()
-        .chain(ko.into_iter().map(|r| dq + r))
-        .chain((0..dkv).map(|r| dq + dkv + r))
-        .collect();
-    let qkv = assemble(
-        &[(&l.wq, dq), (&l.wk, dkv), (&l.wv, dkv)],
-        &order,
-        d,
-        &what("q/k/v"),
-    )?;
-    let gu: Vec<usize> = (0..c.d_ff).flat_map(|j| [j, c.d_ff + j]).collect();
-    let gate_up = assemble(
-        &[(&l.gate, c.d_ff), (&l.up, c.d_ff)],
-        &gu,
-        d,
-        &what("gate/up"),
-    )?;
+    let vo: Vec<usize> = (0..dkv).collect();
+    let parts = [(&l.wq, dq, qo), (&l.wk, dkv, ko), (&l.wv, dkv, vo)];
+    let mut qkv = Vec::new();
+    let mut col0 = 0;
+    for run in runs(&[l.wq.ty, l.wk.ty, l.wv.ty]) {
+        let mut order = Vec::new();
+        let mut base = 0;
+        for (_, n, o) in &parts[run.clone()] {
+            order.extend(o.iter().map(|r| base + r));
+            base += n;
+        }
+        let tensors: Vec<(&Tensor<'_>, usize)> =
+            parts[run].iter().map(|(t, n, _)| (*t, *n)).collect();
+        qkv.push(QkvPart {
+            mat: assemble(&tensors, &order, d, &what("q/k/v"))?,
+            col0,
+        });
+        col0 += base;
+    }
+    let gate_up = if l.gate.ty == l.up.ty {
+        let gu: Vec<usize> = (0..c.d_ff).flat_map(|j| [j, c.d_ff + j]).collect();
+        vec![assemble(
+            &[(&l.gate, c.d_ff), (&l.up, c.d_ff)],
+            &gu,
+            d,
+            &what("gate/up"),
+        )?]
+    } else {
+        vec![
+            single(&l.gate, c.d_ff, d, &what("gate"))?,
+            single(&l.up, c.d_ff, d, &what("up"))?,
+        ]
+    };
     Ok(HostLayer {
         qkv,
         o: single(&l.wo, d, dq, &what("o"))?,
@@ -254,7 +325,8 @@ pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result
     })
 }
 
-/// Device bytes a matrix of type `ty` takes (the T layout has exactly the GGUF size).
+/// Device bytes a matrix of type `ty` takes (the T layout has exactly the GGUF size, every
+/// other kind is the GGUF bytes).
 fn mat_bytes(ty: GgmlType, n: usize, k: usize) -> Result<u64> {
     MatKind::of(ty)?;
     Ok(matrix_bytes(ty, n, k)? as u64)
@@ -301,20 +373,6 @@ fn check_weights(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<()> {
             MatKind::of(t.ty)?;
             rows_of(t, n, k, &what(name))?;
         }
-        for (a, b, name) in [
-            (&l.wq, &l.wk, "q/k/v"),
-            (&l.wq, &l.wv, "q/k/v"),
-            (&l.gate, &l.up, "gate/up"),
-        ] {
-            if a.ty != b.ty {
-                return Err(Error::BadShape(format!(
-                    "{}: the fused matrices must share one type (got {} and {})",
-                    what(name),
-                    a.ty,
-                    b.ty
-                )));
-            }
-        }
     }
     MatKind::of(w.embed.ty)?;
     rows_of(&w.embed, c.vocab, d, "embedding")?;
@@ -337,17 +395,31 @@ pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan
         }
     };
     for l in w.layers.iter() {
-        see(
-            mat_bytes(l.wq.ty, dq + 2 * dkv, d)?,
-            "a q/k/v matrix",
-            &mut weights,
-        );
+        // As `layer` builds them: Q/K/V in runs of one type, gate/up fused when they share it.
+        let qkv = [(l.wq.ty, dq), (l.wk.ty, dkv), (l.wv.ty, dkv)];
+        for run in runs(&qkv.map(|(t, _)| t)) {
+            let rows = qkv[run.clone()].iter().map(|(_, n)| n).sum();
+            see(
+                mat_bytes(qkv[run.start].0, rows, d)?,
+                "a q/k/v matrix",
+                &mut weights,
+            );
+        }
         see(mat_bytes(l.wo.ty, d, dq)?, "an o matrix", &mut weights);
-        see(
-            mat_bytes(l.gate.ty, 2 * c.d_ff, d)?,
-            "a gate/up matrix",
-            &mut weights,
-        );
+        if l.gate.ty == l.up.ty {
+            see(
+                mat_bytes(l.gate.ty, 2 * c.d_ff, d)?,
+                "a gate/up matrix",
+                &mut weights,
+            );
+        } else {
+            see(
+                mat_bytes(l.gate.ty, c.d_ff, d)?,
+                "a gate matrix",
+                &mut weights,
+            );
+            see(mat_bytes(l.up.ty, c.d_ff, d)?, "an up matrix", &mut weights);
+        }
         see(
             mat_bytes(l.down.ty, d, c.d_ff)?,
             "a down matrix",
@@ -400,6 +472,15 @@ pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_group_equal_neighbours() {
+        use GgmlType::*;
+        assert_eq!(runs(&[Q4K, Q4K, Q4K]), vec![0..3]);
+        assert_eq!(runs(&[Q4K, Q4K, Q6K]), vec![0..2, 2..3]);
+        assert_eq!(runs(&[Q5_0, Q8_0, Q5_0]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(runs(&[Q6K, Q4K, Q4K]), vec![0..1, 1..3]);
+    }
 
     #[test]
     fn neox_order_pairs_i_with_i_plus_half() {

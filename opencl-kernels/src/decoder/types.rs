@@ -100,7 +100,8 @@ impl DecoderConfig {
 /// configuration implies).
 #[derive(Debug, Clone, Copy)]
 pub struct Tensor<'a> {
-    /// Element type (F16, Q4_0, Q4_1 or Q8_0).
+    /// Element type (one of [`crate::COMPUTABLE`]: F16, Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K,
+    /// Q5_K, Q6_K; the K-quants need rows that are whole 256-value super-blocks).
     pub ty: GgmlType,
     /// The GGUF bytes, row-major, one row per output.
     pub data: &'a [u8],
@@ -113,9 +114,9 @@ pub struct LayerWeights<'a> {
     pub attn_norm: &'a [f32],
     /// Query projection (`q_dim` x `d_model`).
     pub wq: Tensor<'a>,
-    /// Key projection (`kv_dim` x `d_model`; same type as `wq`).
+    /// Key projection (`kv_dim` x `d_model`).
     pub wk: Tensor<'a>,
-    /// Value projection (`kv_dim` x `d_model`; same type as `wq`).
+    /// Value projection (`kv_dim` x `d_model`).
     pub wv: Tensor<'a>,
     /// Output projection (`d_model` x `q_dim`).
     pub wo: Tensor<'a>,
@@ -123,7 +124,7 @@ pub struct LayerWeights<'a> {
     pub ffn_norm: &'a [f32],
     /// SwiGLU gate (`d_ff` x `d_model`).
     pub gate: Tensor<'a>,
-    /// SwiGLU up (`d_ff` x `d_model`; same type as `gate`).
+    /// SwiGLU up (`d_ff` x `d_model`).
     pub up: Tensor<'a>,
     /// Down projection (`d_model` x `d_ff`).
     pub down: Tensor<'a>,
