@@ -285,8 +285,9 @@ pub enum DecodePath {
     Blocks,
     /// One launch a token: work-groups that are all resident at once run every layer's ops
     /// in turn, separated by grid barriers (an atomic counter), then the head and the argmax
-    /// (`kernels/persistent.cl`). Needs every layer to store each matrix the same way, the
-    /// weights and caches in one allocation each (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`), and a
+    /// (`kernels/persistent.cl`). Needs every layer to store each matrix the same way, with
+    /// Q/K/V of one type and gate/up of one type, in F16, Q8_0, Q4_0 or Q4_1 (the head too),
+    /// the weights and caches in one allocation each (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`), and a
     /// device that runs all its work-groups concurrently: NVIDIA's GPUs do, for at most one
     /// group per compute unit; the OpenCL standard does not promise it, so elsewhere only on
     /// request (a group that never runs makes the step fail after a bounded wait, not hang).
