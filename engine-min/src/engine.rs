@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::act::{Buf, StepSlots};
+use crate::backend::resident::Greedy;
 use crate::backend::BackendError;
 use crate::exec::Executor;
 use crate::guard::{first_non_finite, NonFinite, Probe, Site};
@@ -331,9 +332,11 @@ impl Engine {
     }
 
     /// Appends `tokens` and returns the greedy next token (the last row's argmax). On the
-    /// resident GPU only the argmax is read back — so nothing there checks the logits for NaN
-    /// or infinity; otherwise the logits go through `scratch` (`vocab` floats) and
-    /// [`Engine::forward`]'s guard.
+    /// resident GPU only the argmax is read back, with the device's flag for NaN or infinite
+    /// logits: a flagged step is [`EngineError::NonFinite`] (the first such logit, no site: the
+    /// device keeps the activations) and leaves the sequence as it was, as
+    /// [`Engine::forward`]'s guard does; otherwise the logits go through `scratch` (`vocab`
+    /// floats) and that guard.
     pub fn forward_argmax(
         &mut self,
         tokens: &[u32],
@@ -351,9 +354,20 @@ impl Engine {
         let dec = self.exec.resident_decoder().ok_or(BackendError::Resident)?;
         let r = crate::backend::resident::step_argmax(dec, tokens, pos);
         self.timings.resident += t0.elapsed();
-        let id = r.map_err(BackendError::from)?;
-        self.pos += n;
-        Ok(id)
+        match r.map_err(BackendError::from)? {
+            Greedy::Token(id) => {
+                self.pos += n;
+                Ok(id)
+            }
+            Greedy::NonFinite { index, value } => Err(EngineError::NonFinite(NonFinite {
+                site: None,
+                searched: false,
+                seq: 0,
+                pos: pos + n - 1,
+                index,
+                value,
+            })),
+        }
     }
 
     /// The checks every forward makes before it changes anything.

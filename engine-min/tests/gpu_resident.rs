@@ -2,12 +2,14 @@
 //! OpenCL; backend names `model`, `opencl`; PoCL in CI's model stage): logits against the
 //! engine's f32 reference forward for prefill lengths 1, 17, 128 and 200 (two chunks of 128)
 //! and 64 decode steps after the 200 (decode blocks; the layered decode path for 16 steps
-//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan; and
+//! after a prefill of 17), and greedy text of four prompts against the engine's CPU plan;
 //! every fixture of `HETERO_FIXTURES` (the Q4_K_M-like, Q5_K, Q6_K, Q5_0 and Q5_1 mixes:
 //! Q5_0/Q5_1/Q8_0 matrices beside Q4_K/Q5_K/Q6_K `ffn_down`, Q/K/V of two types in the Q4_K_M
-//! file) against the reference forward, both decode paths where the file allows decode blocks.
-//! It lives here, not in opencl-kernels, because the model loader and the reference forward
-//! are the engine's; the decoder itself knows nothing of engine-min.
+//! file) against the reference forward, both decode paths where the file allows decode blocks
+//! (the persistent step refused on every fixture: it has no Q5/K-quant GEMVs); and, on the tiny
+//! synthetic model (OpenCL only), the resident path's non-finite guard in
+//! `Engine::forward_argmax`. It lives here, not in opencl-kernels, because the model loader and
+//! the reference forward are the engine's; the decoder itself knows nothing of engine-min.
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use hetero_opencl_kernels::Device;
 use hetero_sme::ThreadPool as Pool;
 
 mod common;
+mod synth;
 
 use common::{max_diff, tv};
 
@@ -57,7 +60,9 @@ fn try_decoder(
 /// from several threads at once (two tests opening devices together crashed it).
 fn device() -> Option<Arc<Device>> {
     static DEV: std::sync::OnceLock<Result<Arc<Device>, String>> = std::sync::OnceLock::new();
-    let r = DEV.get_or_init(|| Device::from_env().map_err(|e| e.to_string()));
+    // Through the engine's opening (one at a time in a process), as compose opens its own.
+    let r =
+        DEV.get_or_init(|| engine_min::backend::gpu::open_device(false).map_err(|e| e.to_string()));
     hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
 }
 
@@ -201,6 +206,64 @@ fn greedy_text_matches_cpu_plan() {
     );
 }
 
+/// Issue 17's guard on the resident path: `Engine::forward_argmax` reads back only the argmax,
+/// and the device argmax flags NaN or infinite logits beside it. On the tiny synthetic Llama
+/// with an untied head and a NaN scale in token 200's embedding row (met only when 200 is fed),
+/// composed with `--plan gpu` (the resident decoder), feeding 200 is EngineError::NonFinite at
+/// its position (no site: the device keeps the activations), the position does not move, and
+/// the next clean token gives the greedy token a clean engine gives.
+#[test]
+fn resident_greedy_step_flags_non_finite_logits() {
+    use engine_min::engine::EngineError;
+    let Some(_) = device() else { return };
+    let untied = synth::tiny_llama_untied();
+    let d = Model::from_bytes(&untied).expect("loads").config.d_model;
+    let mut b = untied.clone();
+    // Rows of d_model / 32 blocks: block 0 of token 200's row.
+    synth::poke_scale(&mut b, "token_embd.weight", 200 * d / 32, synth::F16_NAN);
+    let bad = Arc::new(Model::from_bytes(&b).expect("loads"));
+    let clean = Arc::new(Model::from_bytes(&untied).expect("loads"));
+    let opts = ComposeOptions {
+        plan: PlanChoice::Gpu,
+        threads: 2,
+        max_batch: 8,
+        context: 32,
+        ..ComposeOptions::default()
+    };
+    let engine = |m: &Arc<Model>| {
+        let c = engine_min::compose::executor(m, &opts).expect("resident executor");
+        assert!(c.exec.is_resident());
+        Engine::new(Arc::clone(m), c.exec, EngineOptions { context: 32 }).expect("engine")
+    };
+    let (mut e, mut want) = (engine(&bad), engine(&clean));
+    let mut scratch = vec![0f32; bad.config.vocab];
+    let a = e
+        .forward_argmax(&[1, 2, 3], &mut scratch)
+        .expect("clean prompt");
+    assert_eq!(
+        a,
+        want.forward_argmax(&[1, 2, 3], &mut scratch)
+            .expect("clean")
+    );
+    assert_eq!(e.pos(), 3);
+    match e.forward_argmax(&[200], &mut scratch) {
+        Err(EngineError::NonFinite(nf)) => {
+            assert_eq!((nf.site, nf.searched, nf.pos), (None, false, 3), "{nf}");
+            assert!(!nf.value.is_finite(), "{nf}");
+        }
+        other => panic!("a NaN embedding row must be NonFinite, got {other:?}"),
+    }
+    assert_eq!(e.pos(), 3, "the failed step left the position alone");
+    let next = e
+        .forward_argmax(&[4], &mut scratch)
+        .expect("a clean token after it");
+    assert_eq!(
+        next,
+        want.forward_argmax(&[4], &mut scratch).expect("clean")
+    );
+    assert_eq!(e.pos(), 4);
+}
+
 /// The fixture files (`scripts/setup.sh fixtures`) and whether every layer matrix of each has
 /// one type (so decode blocks apply): the Q5_0 and Q5_1 files do; the others mix Q5_x/Q8_0
 /// matrices with K-quant `ffn_down`.
@@ -271,6 +334,11 @@ fn resident_decoder_matches_reference_on_every_fixture() {
             (true, Ok(_)) => paths.push(DecodePath::Blocks),
             (false, Err(hetero_opencl_kernels::Error::NotApplicable(_))) => {}
             (u, r) => panic!("{name}: one type a layer {u}, decode blocks {:?}", r.err()),
+        }
+        // The persistent step runs F16/Q8_0/Q4_0/Q4_1 single-typed layers only.
+        match try_decoder(&model, &dev, 32, DecodePath::Persistent) {
+            Err(hetero_opencl_kernels::Error::NotApplicable(_)) => {}
+            r => panic!("{name}: persistent step not refused: {:?}", r.err()),
         }
         for decode in paths {
             let t0 = std::time::Instant::now();

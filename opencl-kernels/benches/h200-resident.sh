@@ -2,19 +2,22 @@
 # The device-resident decoder on the NVIDIA H200 machine, in one call of the device tool
 # (binaries from opencl-kernels/benches/h200-resident-build.sh, carried in .device/ocl-resident):
 #
-#  1. correctness on NVIDIA's OpenCL: the decoder tests (both decode paths, every format,
+#  1. correctness on NVIDIA's OpenCL: the decoder tests (every decode path, every format,
 #     against the f64 reference) and the kernel tests; where the model travelled, the real-model
 #     test and (FIXTURES=1, the default) the fixture test on the five requantized files that
 #     gguf-requantize writes there from it (~1 minute);
 #  2. speed, ROUNDS rounds (default 3) alternating with llama.cpp's CUDA llama-bench when one is
-#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (both decode paths;
-#     the model file does not travel in one call) for each layer format of FORMATS (default
+#     given: our pp128 / tg64 on SmolLM2-135M's shapes with random weights (the model file does
+#     not travel in one call) for each layer format of FORMATS (default
 #     "q4_1 q5_0 q5_1 q4_k_m q5_k q6_k", the example's RD_TYPE: the K-quant names are the
-#     fixtures' mixes, K-quant ffn_down beside Q5_0/Q5_1/Q8_0 matrices, which run layered
-#     only), llama-bench -ngl 99 -p 128 -n 64 on the real (Q4_1) model; medians, ratios to
-#     llama.cpp for q4_1 and to our q4_1 for the others; flush every 4 is timed for q4_1 only;
-#  3. one profiled run per format of PROFILE_FORMATS (default "q4_1 q4_k_m"): launches per
-#     token and device time per op kind.
+#     fixtures' mixes, K-quant ffn_down beside Q5_0/Q5_1/Q8_0 matrices), on every decode path
+#     the format runs (paths_for: persistent, layered and blocks for F16/Q8_0/Q4_0/Q4_1;
+#     layered and blocks for Q5_0/Q5_1; layered alone for the mixes), llama-bench -ngl 99
+#     -p 128 -n 64 on the real (Q4_1) model; medians, ratios to llama.cpp for q4_1 and to our
+#     q4_1 for the others; flush every 4 is timed for q4_1 only;
+#  3. one profiled run per format of PROFILE_FORMATS (default "q4_1 q4_k_m") on its paths (and
+#     the persistent step's grid barriers alone where it runs): launches per token and device
+#     time per op kind.
 #
 # llama.cpp is not part of this project: build llama-bench there yourself from the vendored
 # source (CUDA, sm_90) and pass LLAMA_BENCH=/path/to/llama-bench and LLAMA_MODEL=/path/to.gguf
@@ -36,6 +39,15 @@ PROFILE_FORMATS=${PROFILE_FORMATS:-q4_1 q4_k_m}
 SUM=$OUT/summary.txt
 : > "$SUM"
 say() { echo "$*" | tee -a "$SUM"; }
+# The decode paths (the example's RD_PATHS) a layer format runs: the persistent step has
+# kernels for F16, Q8_0, Q4_0 and Q4_1; mixed layers (the K-quant mixes) run layered only.
+paths_for() {
+  case $1 in
+    q4_0 | q4_1 | q8_0 | f16) echo persistent,layered,blocks ;;
+    q5_0 | q5_1) echo layered,blocks ;;
+    *) echo layered ;;
+  esac
+}
 
 say "== $(date -u +%FT%TZ) commit $(cat $D/commit 2>/dev/null || echo '?')"
 if command -v nvidia-smi >/dev/null; then
@@ -92,8 +104,8 @@ for r in $(seq "$ROUNDS"); do
   echo "== round $r" >> "$OUT/bench.txt"
   for ty in $FORMATS; do
     fl=0; [ "$ty" = q4_1 ] && fl=0,4
-    RD_TYPE=$ty RD_REPS=3 RD_PROFILE=0 RD_FLUSH=$fl timeout 200 $D/resident_decode \
-      >> "$OUT/bench.txt" 2>&1
+    RD_TYPE=$ty RD_PATHS=$(paths_for "$ty") RD_REPS=3 RD_PROFILE=0 RD_FLUSH=$fl timeout 200 \
+      $D/resident_decode >> "$OUT/bench.txt" 2>&1
   done
   if [ -n "$LB" ]; then
     echo "== round $r" >> "$OUT/llama.txt"
@@ -118,7 +130,7 @@ else
   lpp=; ltg=
   say "llama.cpp: not run (set LLAMA_BENCH and LLAMA_MODEL); the last side-by-side figures were pp128 ~13,900, tg64 905 tok/s"
 fi
-for ty in $FORMATS; do for p in blocks layered; do for f in 0 4; do
+for ty in $FORMATS; do for p in persistent layered blocks; do for f in 0 4; do
   pp=$(field "$ty" $p $f pp128 | med); tg=$(field "$ty" $p $f tg64 | med)
   tl=$(field "$ty" $p $f tg64_logits | med)
   [ -z "$pp" ] && continue
@@ -137,6 +149,8 @@ done; done; done
 # -- 3. profile: device time per op kind --------------------------------------------------------
 : > "$OUT/profile.txt"
 for ty in $PROFILE_FORMATS; do
-  RD_TYPE=$ty RD_REPS=1 RD_PROFILE=1 timeout 200 $D/resident_decode >> "$OUT/profile.txt" 2>&1
+  paths=$(paths_for "$ty"); case $paths in persistent*) paths=$paths,persistent-barriers ;; esac
+  RD_TYPE=$ty RD_PATHS=$paths RD_REPS=1 RD_PROFILE=1 timeout 200 $D/resident_decode \
+    >> "$OUT/profile.txt" 2>&1
 done
 grep -E "^(model:|==|profiled|  \|)" "$OUT/profile.txt" | tee -a "$SUM"

@@ -6,14 +6,19 @@
 //! on a profiling queue, device time per op kind, so the gap between device time and wall
 //! time (launch and host overhead) is visible.
 //!
-//! Environment (defaults in brackets): `RD_PATHS` decode paths to time, comma-separated
-//! (`blocks,layered`), `RD_TYPE` layer weights (`q4_1`; also `q4_0`, `q8_0`, `f16`, `q5_0`,
+//! Environment (defaults in brackets): `RD_PATHS` decode variants to time, comma-separated
+//! (`blocks,layered`): `auto`, `layered`, `blocks`, `persistent`, and the measurement variants
+//! `layered-nosplit` (one-row attention one work-group a head, not split over positions),
+//! `layered-wide` (`gemv_min_groups` 1: the widest GEMV work-groups), `persistent-gN` (N
+//! work-groups), `persistent-xN` (N work-groups a compute unit) and `persistent-barriers` (its
+//! grid barriers alone); `RD_TYPE` layer weights (`q4_1`; also `q4_0`, `q8_0`, `f16`, `q5_0`,
 //! `q5_1`: every layer matrix of that type; and `q4_k_m`, `q5_k`, `q6_k`: the mixes of the
 //! fixtures `gguf-requantize` writes, since SmolLM2's 576-wide rows cannot hold 256-value
 //! super-blocks: `ffn_down` in the K-quant, the other matrices in llama.cpp's fallback (Q5_0,
 //! Q5_1, Q8_0), and for `q4_k_m` Q6_K/Q8_0 on `ffn_down`/`attn_v` of the layers llama.cpp's
-//! `use_more_bits` picks; mixed layers cannot run decode blocks, so only `layered` times
-//! there; the embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
+//! `use_more_bits` picks; mixed layers run neither decode blocks nor the persistent step, so
+//! only `layered` times there, and the persistent step runs F16, Q8_0, Q4_0 and Q4_1 only;
+//! the embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
 //! crate's `HETERO_OPENCL_*`.
@@ -183,6 +188,48 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// A decode variant to time: its name (as in `RD_PATHS`) and decoder options.
+struct Variant {
+    name: String,
+    opts: DecoderOptions,
+}
+
+/// Parses one `RD_PATHS` entry (see the header); `None` for an unknown one.
+fn variant(s: &str) -> Option<Variant> {
+    let name = s.trim();
+    let mut opts = DecoderOptions::default();
+    match name {
+        "auto" => {}
+        "layered" => opts.decode = DecodePath::Layered,
+        "blocks" => opts.decode = DecodePath::Blocks,
+        "persistent" => opts.decode = DecodePath::Persistent,
+        "layered-nosplit" => {
+            opts.decode = DecodePath::Layered;
+            opts.split_attention = false;
+        }
+        "layered-wide" => {
+            opts.decode = DecodePath::Layered;
+            opts.gemv_min_groups = 1;
+        }
+        "persistent-barriers" => {
+            opts.decode = DecodePath::Persistent;
+            opts.persistent_barriers_only = true;
+        }
+        _ => {
+            opts.decode = DecodePath::Persistent;
+            if let Some(per_cu) = name.strip_prefix("persistent-x") {
+                opts.persistent_groups_per_cu = per_cu.parse().ok()?;
+            } else {
+                opts.persistent_groups = name.strip_prefix("persistent-g")?.parse().ok()?;
+            }
+        }
+    }
+    Some(Variant {
+        name: name.to_string(),
+        opts,
+    })
+}
+
 fn open(profiling: bool) -> Res<Arc<Device>> {
     Ok(Device::from_env_with(profiling)?)
 }
@@ -242,6 +289,7 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
             OpKind::BlockAttn => "block A (attn)",
             OpKind::BlockFfn => "block B (ffn)",
             OpKind::BlockFinish => "block finish",
+            OpKind::Persistent => "persistent step",
         };
         println!(
             "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% |",
@@ -266,14 +314,10 @@ fn main() -> Res<()> {
         )
         .into());
     }
-    let paths: Vec<DecodePath> = std::env::var("RD_PATHS")
+    let paths: Vec<Variant> = std::env::var("RD_PATHS")
         .unwrap_or_else(|_| "blocks,layered".into())
         .split(',')
-        .filter_map(|p| match p.trim() {
-            "blocks" => Some(DecodePath::Blocks),
-            "layered" => Some(DecodePath::Layered),
-            _ => None,
-        })
+        .filter_map(variant)
         .collect();
     let flushes: Vec<usize> = std::env::var("RD_FLUSH")
         .unwrap_or_else(|_| "0".into())
@@ -331,7 +375,7 @@ fn main() -> Res<()> {
         plan.scratch as f64 / 1048576.0
     );
     println!("pp{pp} = one {pp}-token prefill at position 0, last row's logits read back; tg{tg} = {tg} one-token steps from position 0, each waited for; medians of {reps}");
-    for (&path, &flush) in paths
+    for (path, &flush) in paths
         .iter()
         .flat_map(|p| flushes.iter().map(move |f| (p, f)))
     {
@@ -345,7 +389,10 @@ fn main() -> Res<()> {
             (&ty, path, flush, first),
             (pp, tg, reps, profile),
         ) {
-            println!("\n== decode path {path:?}, flush every {flush}: error: {e}");
+            println!(
+                "\n== decode path {}, flush every {flush}: error: {e}",
+                path.name
+            );
         }
     }
     Ok(())
@@ -357,13 +404,12 @@ fn run_path(
     cfg: &DecoderConfig,
     w: &ModelWeights<'_>,
     tokens: &[u32],
-    (ty, path, flush, first): (&str, DecodePath, usize, bool),
+    (ty, path, flush, first): (&str, &Variant, usize, bool),
     (pp, tg, reps, profile): (usize, usize, usize, bool),
 ) -> Res<()> {
     let opts = DecoderOptions {
-        decode: path,
         flush_every: flush,
-        ..DecoderOptions::default()
+        ..path.opts.clone()
     };
     let t = Instant::now();
     let mut dec = Decoder::new(dev, cfg.clone(), w, opts.clone())?;
@@ -372,15 +418,13 @@ fn run_path(
     // layers, more where Q/K/V or gate/up differ in type.
     dec.forward(&tokens[..pp], 0)?;
     let prefill_launches = dec.last_launches();
-    let name = if dec.decode_blocks_on() {
-        "blocks"
-    } else {
-        "layered"
-    };
+    let name = &path.name;
     println!(
-            "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
+            "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, runs {:?} ({} groups), launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
             built,
             dec.zero_copy(),
+            dec.decode_path(),
+            dec.persistent_groups().map_or("no".into(), |g| g.to_string()),
             dec.launches_per_token(Readout::Logits),
             dec.launches_per_token(Readout::Argmax),
             prefill_launches

@@ -1,4 +1,5 @@
-// The device-resident decoder's kernels (built after common.cl). One launch per fused op:
+// The device-resident decoder's kernels (built after common.cl and decoder_ops.cl). One launch
+// per fused op:
 //
 //   embed            token ids -> hidden rows (dequantized embedding rows)
 //   gemv2_* / gemm_* every matmul, with the RMSNorm of the activation fused into its load
@@ -11,6 +12,7 @@
 //                      QKV     RoPE on the q and k columns, q -> y, k and v -> the KV cache
 //                              (columns coff + c of [q; k; v]: a run of Q/K/V of one type)
 //   attn_causal      attention of M query rows over the cache (row m sees positions <= pos0+m)
+//   attn_decode      attention of one query row, split over heads x ranges of positions
 //   argmax_rows      index of each row's largest logit
 //
 // Matmuls see the weight through (wrow0, wstride): logical output column c reads physical
@@ -19,106 +21,6 @@
 // Norm: y = inv * sum_k W[k] (x[k] g[k]), inv = rsqrt(mean(x^2) + eps), the same value as
 // W (x * inv * g) with inv factored out of the sum.
 // Kernels never return early (some have barriers after their bounds checks).
-
-#define EPI_STORE 0u
-#define EPI_ADD 1u
-#define EPI_SWIGLU 2u
-#define EPI_QKV 3u
-#define EPI_GATED 4u
-
-// The trailing arguments of every matmul kernel: the epilogue, its output and the RoPE/cache
-// parameters (dq, dkv: q and k/v widths; hd: head width; npairs: rotated pairs per head;
-// rope[pos * npairs + i] = (cos, sin) of position pos, pair i; coff: the QKV column offset).
-#define EPI_PARAMS                                                                               \
-    uint mode, __global float *y, uint ldy, __global float *kc, __global float *vc,             \
-        __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs,        \
-        uint coff
-#define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs, coff
-
-// Stores the values v0, v1 of columns c, c+1 (c even) of output row m, as `mode` says.
-inline void epi_pair(uint m, uint c, uint N, float v0, float v1, EPI_PARAMS) {
-    if (mode == EPI_STORE) {
-        __global float *p = y + (size_t)m * ldy + c;
-        p[0] = v0;
-        if (c + 1u < N) p[1] = v1;
-    } else if (mode == EPI_ADD) {
-        __global float *p = y + (size_t)m * ldy + c;
-        p[0] += v0;
-        if (c + 1u < N) p[1] += v1;
-    } else if (mode == EPI_SWIGLU) {
-        y[(size_t)m * ldy + (c >> 1)] = v0 / (1.0f + exp(-v0)) * v1;
-    } else if (mode == EPI_GATED) {
-        __global float *p = y + (size_t)m * ldy + c;
-        float g0 = p[0];
-        p[0] = g0 / (1.0f + exp(-g0)) * v0;
-        if (c + 1u < N) {
-            float g1 = p[1];
-            p[1] = g1 / (1.0f + exp(-g1)) * v1;
-        }
-    } else {
-        uint pos = pos0 + m;
-        c += coff;
-        if (c < dq + dkv) {
-            uint cc = c < dq ? c : c - dq;
-            uint i = (cc % hd) >> 1;
-            if (i < npairs) {
-                float2 cs = rope[(size_t)pos * npairs + i];
-                float a = v0 * cs.x - v1 * cs.y;
-                v1 = v0 * cs.y + v1 * cs.x;
-                v0 = a;
-            }
-            __global float *p = c < dq ? y + (size_t)m * ldy + c : kc + (size_t)pos * dkv + cc;
-            p[0] = v0;
-            p[1] = v1;
-        } else {
-            __global float *p = vc + (size_t)pos * dkv + (c - dq - dkv);
-            p[0] = v0;
-            p[1] = v1;
-        }
-    }
-}
-
-// inv = rsqrt(mean(x[0..K)^2) + eps), reduced over the whole work-group (size a power of two,
-// <= 2 * MAX_WG floats of `red`). Every work-item gets the same value.
-inline float norm_inv(__global const float4 *x, uint K, float eps, __local float *red) {
-    uint n = get_local_size(0) * get_local_size(1);
-    uint lid = get_local_id(1) * get_local_size(0) + get_local_id(0);
-    float s = 0.0f;
-    for (uint i = lid; i < (K >> 2); i += n) {
-        float4 v = x[i];
-        s += dot(v, v);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint st = n >> 1; st > 0u; st >>= 1) {
-        if (lid < st) red[lid] += red[lid + st];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float tot = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return rsqrt(tot / (float)K + eps);
-}
-
-// Sums a0 and a1 over the `tpr` work-items of row slot r (tpr a power of two); the sums land
-// in work-item t == 0.
-inline void pair_sum(float *a0, float *a1, __local float *red, uint t, uint r, uint tpr, uint nr) {
-    __local float *r0 = red + r * tpr;
-    __local float *r1 = red + (nr + r) * tpr;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    r0[t] = *a0;
-    r1[t] = *a1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = tpr >> 1; s > 0u; s >>= 1) {
-        if (t < s) {
-            r0[t] += r0[t + s];
-            r1[t] += r1[t + s];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    *a0 = r0[0];
-    *a1 = r1[0];
-}
 
 // ---- decode GEMV: one token row, two output columns (c, c+1) per team of tpr work-items -----
 // Work-group (tpr, rows); global (tpr, ceil(ceil(N/2)/rows)*rows). The activation row is
@@ -477,68 +379,55 @@ attn_causal(__global const float *q, __global const float *kc, __global const fl
     }
 }
 
+// ---- decode attention, split: one query row at position pos -----------------------------------
+// Global H * S work-groups of AP_WG: group (h = i % H, s = i / H) attends head h over positions
+// [s L / S, (s + 1) L / S) of 0..pos (L = pos + 1; S <= L, so no range is empty) into
+// parts[h][s] (D + 2 floats); the last group of each head combines its S parts into out.
+// cnt: H counters, zero between launches (the last group resets its head's).
+__kernel __attribute__((reqd_work_group_size(AP_WG, 1, 1))) void
+attn_decode(__global const float *q, __global const float *kc, __global const float *vc,
+            __global float *out, uint H, uint Hkv, uint D, uint pos, float scale, uint S,
+            __global float *parts, __global uint *cnt) {
+    __local float qs[256];
+    __local float sc[AP_KEYS];
+    __local float rm[AP_KEYS];
+    __local float rl[AP_KEYS];
+    __local float red[AP_WG];
+    __local int flag;
+    uint i = get_group_id(0), h = i % H, s = i / H;
+    uint L = pos + 1u, kvh = h / (H / Hkv), kvd = Hkv * D;
+    __global float *hp = parts + (size_t)h * S * (D + 2u);
+    attn_part(q + h * D, kc + kvh * D, vc + kvh * D, kvd, D, s * L / S, (s + 1u) * L / S, scale,
+              hp + s * (D + 2u), qs, sc, rm, rl, red);
+    if (last_of(cnt + h, S, &flag)) attn_combine(hp, S, D, out + h * D);
+}
+
 // ---- embedding gather: x[m][i] = E[tok[tokoff + m]][i] ----------------------------------------
-// fmt: 0 F16, 1 Q4_0, 2 Q4_1, 3 Q8_0 (GGUF blocks in w0), 4 Q4_0 T, 5 Q4_1 T (quant plane w0,
-// scale plane w1: the tied output head's own copy), 6 Q5_0, 7 Q5_1, 8 Q4_K, 9 Q5_K, 10 Q6_K
-// (GGUF bytes in w0: the value's 8-value part is decoded and the one value kept).
-// Global (ceil(D/64)*64, M).
+// fmt: see embed_value. Global (ceil(D/64)*64, M).
 __kernel void embed(__global const uchar *w0, __global const half *w1, __global const uint *tok,
                     uint tokoff, __global float *x, uint M, uint D, uint fmt) {
     uint i = get_global_id(0), m = get_global_id(1);
-    if (i < D && m < M) {
-        uint r = tok[tokoff + m];
-        uint nb = D >> 5, b = i >> 5, e = i & 31u;
-        float v;
-        if (fmt == 0u) {
-            v = vload_half((size_t)r * D + i, (__global const half *)w0);
-        } else if (fmt == 1u || fmt == 2u) {
-            uint bb = fmt == 1u ? 18u : 20u;
-            __global const uchar *bp = w0 + ((size_t)r * nb + b) * bb;
-            uchar byte = bp[bb - 16u + (e & 15u)];
-            float q = (float)(e < 16u ? byte & 15u : byte >> 4);
-            float dd = vload_half(0, (__global const half *)bp);
-            v = fmt == 1u ? (q - 8.0f) * dd : q * dd + vload_half(1, (__global const half *)bp);
-        } else if (fmt == 3u) {
-            __global const uchar *bp = w0 + ((size_t)r * nb + b) * 34u;
-            v = (float)((__global const char *)bp)[2u + e] * vload_half(0, (__global const half *)bp);
-        } else if (fmt >= 6u) {
-            uint kt = i >> 5, p = (i >> 3) & 3u;
-            float8 v8;
-            if (fmt == 6u) v8 = deq8_q5_0(w0 + (size_t)r * ROWB_q5_0(D), kt, p);
-            else if (fmt == 7u) v8 = deq8_q5_1(w0 + (size_t)r * ROWB_q5_1(D), kt, p);
-            else if (fmt == 8u) v8 = deq8_q4_k(w0 + (size_t)r * ROWB_q4_k(D), kt, p);
-            else if (fmt == 9u) v8 = deq8_q5_k(w0 + (size_t)r * ROWB_q5_k(D), kt, p);
-            else v8 = deq8_q6_k(w0 + (size_t)r * ROWB_q6_k(D), kt, p);
-            float a[8];
-            vstore8(v8, 0, a);
-            v = a[i & 7u];
-        } else {
-            uint wd = i >> 3, u = wd % nb, s = wd / nb;
-            uint word = ((__global const uint *)w0)[((size_t)r * nb + u) * 4u + s];
-            float q = (float)((word >> (4u * (i & 7u))) & 15u);
-            if (fmt == 4u) {
-                v = (q - 8.0f) * vload_half((size_t)r * nb + b, w1);
-            } else {
-                float2 dm = vload_half2((size_t)r * nb + b, w1);
-                v = q * dm.x + dm.y;
-            }
-        }
-        x[(size_t)m * D + i] = v;
-    }
+    if (i < D && m < M) x[(size_t)m * D + i] = embed_value(w0, w1, tok[tokoff + m], i, D, fmt);
 }
 
 // ---- argmax of each of `rows` rows of N values (row stride ld): the lowest index of the
-// largest value (NaN never wins; a row without a number gives 0). One work-group of 256 a row.
+// largest value (NaN never wins; a row without a number gives 0), with ARGMAX_NONFINITE set
+// when any value of the row is NaN or infinite (the host's non-finite guard reads it instead of
+// the logits). One work-group of 256 a row.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
 argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
     __local float bv[256];
     __local uint bi[256];
+    __local uint bad;
     uint t = get_local_id(0), row = get_group_id(1);
     __global const float *vr = v + (size_t)row * ld;
     float best = -INFINITY;
     uint idx = 0xffffffffu;
+    uint nf = 0u;
+    if (t == 0u) bad = 0u;
     for (uint i = t; i < N; i += 256u) {
         float a = vr[i];
+        nf |= (uint)!isfinite(a);
         if (a > best || (idx == 0xffffffffu && a == best)) {
             best = a;
             idx = i;
@@ -547,6 +436,7 @@ argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
     bv[t] = best;
     bi[t] = idx;
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (nf) atomic_or(&bad, 1u);
     for (uint s = 128u; s > 0u; s >>= 1) {
         if (t < s) {
             float ob = bv[t + s];
@@ -558,7 +448,7 @@ argmax_rows(__global const float *v, uint N, uint ld, __global uint *out) {
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (t == 0u) out[row] = bi[0] == 0xffffffffu ? 0u : bi[0];
+    if (t == 0u) out[row] = (bi[0] == 0xffffffffu ? 0u : bi[0]) | (bad ? ARGMAX_NONFINITE : 0u);
 }
 
 // ---- decode blocks: a whole layer of one token in two launches -----------------------------

@@ -80,12 +80,20 @@ pub struct DeviceInfo {
     pub host_unified_memory: bool,
     /// Whether `CL_DEVICE_TYPE` says CPU (e.g. PoCL's pthread device).
     pub is_cpu: bool,
+    /// `CL_DEVICE_MAX_COMPUTE_UNITS` (multiprocessors of a GPU, cores of a CPU device).
+    pub compute_units: usize,
 }
 
 impl DeviceInfo {
     /// Whether the device reports this extension.
     pub fn has_extension(&self, ext: &str) -> bool {
         self.extensions.iter().any(|e| e == ext)
+    }
+
+    /// Whether the platform is NVIDIA's (the vendor-specific variants: inline PTX, the
+    /// persistent decode step).
+    pub fn is_nvidia(&self) -> bool {
+        self.platform_name.to_ascii_lowercase().contains("nvidia")
     }
 }
 
@@ -323,6 +331,9 @@ impl Device {
             is_cpu: device_scalar::<cl_device_type>(&api, d, CL_DEVICE_TYPE).unwrap_or(0)
                 & CL_DEVICE_TYPE_CPU
                 != 0,
+            compute_units: device_scalar::<cl_uint>(&api, d, CL_DEVICE_MAX_COMPUTE_UNITS)
+                .unwrap_or(1)
+                .max(1) as usize,
         };
         let mut err: cl_int = 0;
         // SAFETY: one valid device id, no properties, no callback.
@@ -817,6 +828,48 @@ impl Buffer {
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// A sub-buffer (`clCreateSubBuffer`): `len` bytes of this buffer from `offset`, which
+    /// must be a multiple of the device's base address alignment ([`Error::Misaligned`]).
+    /// Kernels see it as a buffer of its own; it keeps this buffer's memory alive.
+    pub fn sub(&self, offset: usize, len: usize) -> Result<Buffer> {
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::BadShape(format!(
+                "sub-buffer {offset}+{len} of a {}-byte buffer",
+                self.len
+            )));
+        }
+        let align = self.device.info().base_addr_align;
+        if !offset.is_multiple_of(align) {
+            return Err(Error::Misaligned {
+                addr: offset,
+                required: align,
+            });
+        }
+        let region = cl_buffer_region {
+            origin: offset,
+            size: len,
+        };
+        let mut err = 0;
+        // SAFETY: a live buffer, a region inside it (checked above) at an aligned origin;
+        // `region` outlives the call.
+        let mem = unsafe {
+            clf!(self.device.api, clCreateSubBuffer)(
+                self.mem,
+                CL_MEM_READ_WRITE,
+                CL_BUFFER_CREATE_TYPE_REGION,
+                (&region as *const cl_buffer_region).cast(),
+                &mut err,
+            )
+        };
+        check("clCreateSubBuffer", err)?;
+        Ok(Buffer {
+            device: self.device.clone(),
+            mem,
+            len,
+            host: self.host.map(|a| a + offset),
+        })
     }
 
     /// Always false (zero-length buffers are refused at creation).

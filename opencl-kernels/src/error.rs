@@ -74,6 +74,20 @@ pub enum Error {
         /// The bound, in milliseconds.
         after_ms: u64,
     },
+    /// A persistent decode step's work-groups did not all run at once: one waited at a grid
+    /// barrier past its bound (more `groups` than the device holds, or a device that does not
+    /// run its work-groups concurrently). The decoder refuses further work.
+    GridBarrier {
+        /// Work-groups the step launched.
+        groups: usize,
+    },
+    /// A step's argmax readout found NaN or infinite logits (the device argmax flags them):
+    /// `row` is the first such row of the readout. The logits stay readable
+    /// ([`Decoder::logits`](crate::decoder::Decoder::logits)), and the decoder stays usable.
+    NonFiniteLogits {
+        /// The readout row (0 for [`Readout::Argmax`](crate::decoder::Readout::Argmax)).
+        row: usize,
+    },
     /// The device has too little memory for what was asked; checked before anything is
     /// uploaded. Sizes in bytes.
     OutOfDeviceMemory {
@@ -149,6 +163,16 @@ impl fmt::Display for Error {
             Error::WaitTimeout { what, after_ms } => write!(
                 f,
                 "{what} did not complete within {after_ms} ms; the device is treated as hung or lost"
+            ),
+            Error::GridBarrier { groups } => write!(
+                f,
+                "a persistent decode step's {groups} work-groups did not all run at once (a \
+                 grid barrier waited past its bound); use fewer groups or another decode path"
+            ),
+            Error::NonFiniteLogits { row } => write!(
+                f,
+                "the logits of readout row {row} hold NaN or infinite values (flagged by the \
+                 device argmax); no greedy token"
             ),
             Error::OutOfDeviceMemory {
                 weights,

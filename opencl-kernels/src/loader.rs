@@ -115,6 +115,9 @@ macro_rules! paste_t {
     (clReleaseMemObject) => {
         ft::clReleaseMemObject_t
     };
+    (clCreateSubBuffer) => {
+        ft::clCreateSubBuffer_t
+    };
     (clCreateProgramWithSource) => {
         ft::clCreateProgramWithSource_t
     };
@@ -203,6 +206,7 @@ api_table!(
     clReleaseCommandQueue,
     clCreateBuffer,
     clReleaseMemObject,
+    clCreateSubBuffer,
     clCreateProgramWithSource,
     clCreateProgramWithBinary,
     clBuildProgram,

@@ -121,13 +121,40 @@ pub fn fill(
     dec.enqueue(Input::Tokens(tokens), pos0, 0..n, Readout::Nothing)
 }
 
-/// One step whose only readback is the last row's argmax (greedy sampling).
+/// What a greedy step read back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Greedy {
+    /// The last row's argmax.
+    Token(u32),
+    /// The device argmax flagged NaN or infinite logits in the last row: the first one (its
+    /// index and value, from the logits read back only then).
+    NonFinite {
+        /// Index of the first non-finite logit.
+        index: usize,
+        /// Its value.
+        value: f32,
+    },
+}
+
+/// One step whose only readback is the last row's argmax (greedy sampling), unless the device
+/// argmax flags a non-finite logit: then the logits too, to name the first one.
 pub fn step_argmax(
     dec: &mut Decoder,
     tokens: &[u32],
     pos0: usize,
-) -> Result<u32, hetero_opencl_kernels::Error> {
+) -> Result<Greedy, hetero_opencl_kernels::Error> {
     let n = dec.config().n_layer;
     dec.enqueue(Input::Tokens(tokens), pos0, 0..n, Readout::Argmax)?;
-    Ok(dec.argmax()?[0])
+    match dec.argmax() {
+        Ok(ids) => Ok(Greedy::Token(ids[0])),
+        Err(hetero_opencl_kernels::Error::NonFiniteLogits { .. }) => {
+            let (index, value) = crate::guard::first_non_finite(dec.logits()?).ok_or(
+                hetero_opencl_kernels::Error::NotApplicable(
+                    "the device argmax flagged a non-finite logit the logits do not hold",
+                ),
+            )?;
+            Ok(Greedy::NonFinite { index, value })
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -15,15 +15,19 @@
 //! 5. down projection with the residual add in its epilogue.
 //!
 //! Per step also the embedding gather, the output head (final RMSNorm fused) and, when asked,
-//! the argmax: 5 · n_layer + 2 (+ 1) launches.
+//! the argmax: 5 · n_layer + 2 (+ 1) launches. A one-token step can instead run in decode
+//! blocks (two launches a layer, `blocks`) or as one persistent launch (`persistent`).
 
+mod arena;
 mod blocks;
 mod hostio;
 mod matmul;
 mod ops;
+mod persistent;
 mod prepare;
 mod types;
 
+pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
     DecodePath, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix, ModelWeights,
@@ -33,20 +37,33 @@ pub use types::{
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{copy_region, Event};
+use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
 use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
+use persistent::Persistent;
 use prepare::{HostMat, MatKind, QkvPart};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, then the
-/// kernels.
+/// The flag the device argmax sets in a row's index word when the row held a NaN or an
+/// infinity (decoder_ops.cl's ARGMAX_NONFINITE).
+const ARGMAX_NONFINITE: u32 = 0x8000_0000;
+
+/// Whether [`DecodePath::Auto`] picks the persistent step on NVIDIA GPUs: only where it was
+/// measured faster there than the layered path. Measured on the H200 (2026-12-01, two
+/// processes, tg64 medians of 3, SmolLM2-135M shapes): persistent 761 and 750 tok/s, layered
+/// 750 and 623 (benches/results/opencl-kernels.md).
+const AUTO_PERSISTENT: bool = true;
+
+/// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, the decoder's
+/// helpers, then the kernels.
 pub const DECODER_SOURCE: &str = concat!(
     include_str!("../../kernels/common.cl"),
+    include_str!("../../kernels/decoder_ops.cl"),
     include_str!("../../kernels/decoder.cl")
 );
 
@@ -69,6 +86,8 @@ struct LayerMats {
 struct LayerOps {
     qkv: Vec<[Op; 2]>,
     attn: Op,
+    /// The split one-row attention (`split_attention`).
+    attn1: Option<Op>,
     o: [Op; 2],
     gate_up: Vec<[Op; 2]>,
     down: [Op; 2],
@@ -79,6 +98,8 @@ struct LayerOps {
 struct Done {
     readout: Readout,
     rows: usize,
+    /// A persistent step: a status word follows the logits and the argmax.
+    status: bool,
 }
 
 /// The device-resident decoder. See the module documentation.
@@ -105,6 +126,7 @@ pub struct Decoder {
     argmax_op: Op,
     mat_ops: HashMap<MatKey, Op>,
     blocks: Option<Blocks>,
+    persistent: Option<Persistent>,
     rec: Recorder,
     last_launches: u64,
     done: Option<Done>,
@@ -141,6 +163,53 @@ fn upload_mat(dev: &Arc<Device>, m: HostMat, dummy: &Buffer) -> Result<Mat> {
         w0,
         w1,
     })
+}
+
+/// A prepared matrix written into its two (sub-)buffers, `w0` and `w1` (an unused 4-byte
+/// part when its second plane is empty).
+fn fill_mat(m: HostMat, w0: &Buffer, w1: &Buffer) -> Result<Mat> {
+    w0.write(&m.plane0)?;
+    if !m.plane1.is_empty() {
+        w1.write(&m.plane1)?;
+    }
+    Ok(Mat {
+        kind: m.kind,
+        n: m.n,
+        k: m.k,
+        w0: w0.try_clone()?,
+        w1: w1.try_clone()?,
+    })
+}
+
+/// Bytes of the parts of a layer's weights, in the order [`prepare::layer`] makes its
+/// matrices (the persistent step's order): two planes (an empty second plane takes 4 unused
+/// bytes) for each run of Q/K/V of one type, for o, for gate/up (interleaved, or gate and up
+/// when their types differ) and for down, then the two norms. Ten parts when Q/K/V and
+/// gate/up each share a type.
+fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<Vec<usize>> {
+    let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
+    let qkv = [(&l.wq, dq), (&l.wk, dkv), (&l.wv, dkv)];
+    let mut mats = Vec::with_capacity(6);
+    for run in prepare::runs(&[l.wq.ty, l.wk.ty, l.wv.ty]) {
+        let n = qkv[run.clone()].iter().map(|(_, n)| n).sum::<usize>();
+        mats.push((qkv[run.start].0.ty, n, d));
+    }
+    mats.push((l.wo.ty, d, dq));
+    if l.gate.ty == l.up.ty {
+        mats.push((l.gate.ty, 2 * ff, d));
+    } else {
+        mats.push((l.gate.ty, ff, d));
+        mats.push((l.up.ty, ff, d));
+    }
+    mats.push((l.down.ty, d, ff));
+    let mut out = Vec::with_capacity(2 * mats.len() + 2);
+    for (ty, n, k) in mats {
+        let (p0, p1) = MatKind::of(ty)?.plane_bytes(n, k)?;
+        out.push(p0.max(4));
+        out.push(p1.max(4));
+    }
+    out.extend([d * 4, d * 4]);
+    Ok(out)
 }
 
 fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
@@ -276,30 +345,56 @@ impl Decoder {
             hd: c.head_dim,
             npairs,
             max_wg: info.max_work_group_size,
+            min_groups: match options.gemv_min_groups {
+                0 => info.compute_units,
+                n => n,
+            },
         };
+        // Every layer's weights in one arena and every cache in another where they fit (the
+        // persistent step reaches them all from one launch); each part is a buffer of its own
+        // to the other launches.
+        // part0[i]: layer i's first part (ten a layer when Q/K/V and gate/up each share a type).
+        let mut sizes = Vec::with_capacity(10 * c.n_layer);
+        let mut part0 = vec![0];
+        for l in &weights.layers {
+            sizes.extend(layer_part_sizes(&c, l)?);
+            part0.push(sizes.len());
+        }
+        let warena = arena(device, &sizes)?;
+        let kvarena = arena(device, &vec![c.max_context * dkv * 4; 2 * c.n_layer])?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for (i, l) in weights.layers.iter().enumerate() {
             let hl = prepare::layer(&c, l, i)?;
+            let mut p = warena.parts[part0[i]..part0[i + 1]].iter();
+            let mut next = || {
+                p.next()
+                    .ok_or(Error::NotApplicable("a layer's arena parts"))
+            };
             let mut qkv = Vec::with_capacity(hl.qkv.len());
-            for p in hl.qkv {
+            for q in hl.qkv {
                 qkv.push(QkvPart {
-                    mat: upload_mat(device, p.mat, &shared.dummy)?,
-                    col0: p.col0,
+                    mat: fill_mat(q.mat, next()?, next()?)?,
+                    col0: q.col0,
                 });
             }
+            let o = fill_mat(hl.o, next()?, next()?)?;
             let mut gate_up = Vec::with_capacity(hl.gate_up.len());
             for m in hl.gate_up {
-                gate_up.push(upload_mat(device, m, &shared.dummy)?);
+                gate_up.push(fill_mat(m, next()?, next()?)?);
             }
+            let down = fill_mat(hl.down, next()?, next()?)?;
+            let (attn_norm, ffn_norm) = (next()?.try_clone()?, next()?.try_clone()?);
+            attn_norm.write(l.attn_norm)?;
+            ffn_norm.write(l.ffn_norm)?;
             layers.push(LayerMats {
                 qkv,
-                o: upload_mat(device, hl.o, &shared.dummy)?,
+                o,
                 gate_up,
-                down: upload_mat(device, hl.down, &shared.dummy)?,
-                attn_norm: device.upload(l.attn_norm)?,
-                ffn_norm: device.upload(l.ffn_norm)?,
-                kc: device.alloc(c.max_context * dkv * 4)?,
-                vc: device.alloc(c.max_context * dkv * 4)?,
+                down,
+                attn_norm,
+                ffn_norm,
+                kc: kvarena.parts[2 * i].try_clone()?,
+                vc: kvarena.parts[2 * i + 1].try_clone()?,
             });
         }
         let head_t = weights.output.as_ref().unwrap_or(&weights.embed);
@@ -338,9 +433,15 @@ impl Decoder {
         let in_bytes = (c.max_context * 4).max(rows * dq.max(d).max(c.d_ff) * 4);
         let input = HostBuf::new(device, in_bytes, zero_copy, "input")?;
         let logit_rows = if c.all_logits { rows } else { 1 };
+        // One more float and one more index: the persistent step's status word.
         let out_floats = (logit_rows * c.vocab).max(rows * (dq + 2 * dkv).max(2 * c.d_ff).max(d));
-        let out = HostBuf::new(device, out_floats * 4, zero_copy, "readback")?;
-        let ids = HostBuf::new(device, rows * 4, zero_copy, "argmax")?;
+        let out = HostBuf::new(
+            device,
+            (out_floats.max(c.vocab + 1)) * 4,
+            zero_copy,
+            "readback",
+        )?;
+        let ids = HostBuf::new(device, rows.max(2) * 4, zero_copy, "argmax")?;
         let eps = c.eps;
         let build = Builder {
             dev: device,
@@ -349,6 +450,11 @@ impl Decoder {
             rows,
             eps,
         };
+        // The split attention's parts and per-head counters, shared by the layers' launches.
+        let split = (
+            device.alloc(c.n_head * ops::SPLIT_MAX * (c.head_dim + 2) * 4)?,
+            device.upload(&vec![0u32; c.n_head])?,
+        );
         let mut ops = Vec::with_capacity(c.n_layer);
         for lm in &layers {
             let mut qkv = Vec::with_capacity(lm.qkv.len());
@@ -363,6 +469,19 @@ impl Decoder {
                 qkv.push(build.pair(OpKind::QkvRope, &p.mat, &x, d, Some(&lm.attn_norm), epi)?);
             }
             let add = || Epi::Add { y: &x, ld: d };
+            let attn1 = if options.split_attention {
+                Some(ops::attention_decode(
+                    device,
+                    &prog,
+                    &q,
+                    (&lm.kc, &lm.vc),
+                    &att,
+                    (c.n_head, c.n_kv_head, c.head_dim),
+                    (&split.0, &split.1),
+                )?)
+            } else {
+                None
+            };
             let ffn = |epi: fn(&Buffer, usize) -> Epi<'_>, m: &Mat| {
                 let e = || epi(&h, c.d_ff);
                 build.pair(OpKind::GateUpSwiglu, m, &x, d, Some(&lm.ffn_norm), e)
@@ -379,6 +498,7 @@ impl Decoder {
             };
             ops.push(LayerOps {
                 qkv,
+                attn1,
                 attn: ops::attention(
                     device,
                     &prog,
@@ -454,15 +574,57 @@ impl Decoder {
             logit_rows,
         )?;
         let blocks = match options.decode {
-            DecodePath::Layered => None,
-            DecodePath::Auto if info.is_cpu => None,
-            path => {
-                let why = blocks_unfit(&c, &layers, info.local_mem_size);
-                match (why, path) {
-                    (Some(why), DecodePath::Blocks) => return Err(Error::NotApplicable(why)),
-                    (Some(_), _) => None,
-                    (None, _) => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
-                }
+            DecodePath::Blocks => match blocks_unfit(&c, &layers, info.local_mem_size) {
+                Some(why) => return Err(Error::NotApplicable(why)),
+                None => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
+            },
+            _ => None,
+        };
+        let arenas = persistent::Arenas {
+            weights: warena.whole.as_ref(),
+            caches: kvarena.whole.as_ref(),
+        };
+        let pk = match options.decode {
+            DecodePath::Persistent => true,
+            // Auto takes the persistent step only where it was measured to win (NVIDIA's
+            // OpenCL on the H200: see AUTO_PERSISTENT); elsewhere the layered path.
+            DecodePath::Auto => AUTO_PERSISTENT && info.is_nvidia() && !info.is_cpu,
+            _ => false,
+        };
+        let persistent = match (pk, persistent::unfit(&c, &layers, head.kind, &arenas, info)) {
+            (false, _) => None,
+            (true, Some(why)) if options.decode == DecodePath::Persistent => {
+                return Err(Error::NotApplicable(why))
+            }
+            (true, Some(_)) => None,
+            (true, None) => {
+                let io = persistent::Io {
+                    head: &head,
+                    output_norm: &output_norm,
+                    embed: (&embed_src.0, &embed_src.1, embed_src.2),
+                    tokens: input.buffer(),
+                    x: &x,
+                    q: &q,
+                    att: &att,
+                    h: &h,
+                    logits: out.buffer(),
+                    ids: ids.buffer(),
+                };
+                let g = persistent::groups(
+                    info,
+                    options.persistent_groups,
+                    options.persistent_groups_per_cu,
+                );
+                Some(persistent::build(
+                    device,
+                    &c,
+                    &layers,
+                    &arenas,
+                    &io,
+                    &shared,
+                    g,
+                    options.persistent_barriers_only,
+                )?)
             }
         };
         let flush_every = options.flush_every as u64;
@@ -489,6 +651,7 @@ impl Decoder {
             argmax_op,
             mat_ops: HashMap::new(),
             blocks,
+            persistent,
             rec: Recorder {
                 launches: 0,
                 events: None,
@@ -546,6 +709,9 @@ impl Decoder {
     /// Marks the device lost on errors that mean it (the staging memory a transfer may still
     /// touch is leaked, never freed), and passes the error on.
     fn fail(&mut self, e: Error) -> Error {
+        if matches!(e, Error::GridBarrier { .. }) {
+            self.lost = Some(e.clone());
+        }
         if matches!(e, Error::DeviceLost { .. } | Error::WaitTimeout { .. }) {
             self.lost = Some(e.clone());
             self.input.abandon();
@@ -646,8 +812,12 @@ impl Decoder {
         let r = self.enqueue_checked(input, m, pos0, layers, readout);
         self.last_launches = self.rec.launches - before;
         match r {
-            Ok(()) => {
-                self.done = Some(Done { readout, rows: m });
+            Ok(status) => {
+                self.done = Some(Done {
+                    readout,
+                    rows: m,
+                    status,
+                });
                 self.dev
                     .flush()
                     .map_err(|e| self.fail(crate::event::lost_or(e)))
@@ -656,6 +826,7 @@ impl Decoder {
         }
     }
 
+    /// Enqueues the step; whether it ends with a status word to check (a persistent step).
     fn enqueue_checked(
         &mut self,
         input: Input<'_>,
@@ -663,7 +834,7 @@ impl Decoder {
         pos0: usize,
         layers: Range<usize>,
         readout: Readout,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (d, rows, t) = (self.cfg.d_model, self.cfg.max_rows, self.opts.timeout);
         self.out.release()?;
         self.ids.release()?;
@@ -672,8 +843,16 @@ impl Decoder {
             Input::Hidden(h) => self.input.write(bytes_of(h), t)?,
         }
         let full = layers.start == 0 && layers.end == self.cfg.n_layer;
-        if m == 1 && full && matches!(input, Input::Tokens(_)) && self.blocks.is_some() {
-            return self.decode_blocks(pos0, readout);
+        let decode = m == 1 && full && matches!(input, Input::Tokens(_));
+        let head = !matches!(readout, Readout::Nothing | Readout::Hidden);
+        if let (true, true, Some(pk)) = (decode, head, self.persistent.as_mut()) {
+            let argmax = matches!(readout, Readout::Argmax | Readout::AllArgmax);
+            pk.set_step(pos0, argmax)?;
+            self.rec.enqueue(&self.dev, &pk.op)?;
+            return Ok(true);
+        }
+        if decode && self.blocks.is_some() {
+            return self.decode_blocks(pos0, readout).map(|()| false);
         }
         let mut c0 = 0;
         while c0 < m {
@@ -694,7 +873,7 @@ impl Decoder {
                 self.readout(readout, cm)?;
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// One token through every layer in decode blocks: the gather, blocks A and B of each
@@ -716,11 +895,16 @@ impl Decoder {
     }
 
     /// Kernel launches of one decode step (one token through every layer) that reads back
-    /// `readout`: the gather, 5 a layer (layered; one more for each extra type among a layer's
-    /// Q/K/V runs, and for gate and up of different types) or 2 a layer and the final sum
-    /// (decode blocks), then the head for logits and one more for the argmax.
+    /// `readout`: one (persistent, logits or argmax), or the gather, 5 a layer (layered; one
+    /// more for each extra type among a layer's Q/K/V runs, and for gate and up of different
+    /// types) or 2 a layer and the final sum (decode blocks), then the head for logits and one
+    /// more for the argmax.
     pub fn launches_per_token(&self, readout: Readout) -> usize {
         let n = self.cfg.n_layer;
+        let head_readout = !matches!(readout, Readout::Nothing | Readout::Hidden);
+        if self.persistent.is_some() && head_readout {
+            return 1;
+        }
         let layers = if self.blocks.is_some() {
             2 * n + 1
         } else {
@@ -742,6 +926,34 @@ impl Decoder {
         self.blocks.is_some()
     }
 
+    /// How one-token decode steps that read back logits or the argmax run here:
+    /// [`DecodePath::Persistent`], [`DecodePath::Blocks`] or [`DecodePath::Layered`] (what
+    /// [`DecodePath::Auto`] chose).
+    pub fn decode_path(&self) -> DecodePath {
+        if self.persistent.is_some() {
+            DecodePath::Persistent
+        } else if self.blocks.is_some() {
+            DecodePath::Blocks
+        } else {
+            DecodePath::Layered
+        }
+    }
+
+    /// Work-groups of the persistent step, when decode steps run persistent.
+    pub fn persistent_groups(&self) -> Option<usize> {
+        self.persistent.as_ref().map(|p| p.groups)
+    }
+
+    /// The built programs (PTX on NVIDIA): the decoder's kernels, then the persistent step's
+    /// when it is built; for inspection.
+    pub fn program_binaries(&self) -> Result<Vec<Vec<u8>>> {
+        let mut v = vec![self.prog.binary()?];
+        if let Some(p) = &self.persistent {
+            v.push(p.prog.binary()?);
+        }
+        Ok(v)
+    }
+
     /// The launches of layer `l` (five, when Q/K/V and gate/up each share a type) over `m`
     /// rows at positions `pos..pos + m`.
     fn layer(&mut self, l: usize, pos: usize, m: usize) -> Result<()> {
@@ -756,7 +968,11 @@ impl Decoder {
         for op in &mut ops.qkv {
             run(&mut op[g])?;
         }
-        run(&mut ops.attn)?;
+        let attn = match (&mut ops.attn1, m) {
+            (Some(a), 1) => a,
+            _ => &mut ops.attn,
+        };
+        run(attn)?;
         run(&mut ops.o[g])?;
         for op in &mut ops.gate_up {
             run(&mut op[g])?;
@@ -799,22 +1015,40 @@ impl Decoder {
         }
     }
 
-    /// Rows the last step's readout has, if it is one of `kinds`.
-    fn done_rows(&self, kinds: &[Readout], what: &'static str) -> Result<usize> {
+    /// Rows the last step's readout has, if it is one of `kinds`, and whether a status word
+    /// follows them (a persistent step).
+    fn done_rows(&self, kinds: &[Readout], what: &'static str) -> Result<(usize, bool)> {
         self.alive()?;
         match self.done {
-            Some(Done { readout, rows }) if kinds.contains(&readout) => Ok(match readout {
-                Readout::Logits | Readout::Argmax => 1,
-                _ => rows,
-            }),
+            Some(Done {
+                readout,
+                rows,
+                status,
+            }) if kinds.contains(&readout) => Ok((
+                match readout {
+                    Readout::Logits | Readout::Argmax => 1,
+                    _ => rows,
+                },
+                status,
+            )),
             _ => Err(Error::NotApplicable(what)),
         }
+    }
+
+    /// A persistent step's status word (`word`, read back after its results): nonzero when a
+    /// work-group gave up waiting at a grid barrier, which marks the decoder lost.
+    fn check_status(&mut self, word: u32) -> Result<()> {
+        if word == 0 {
+            return Ok(());
+        }
+        let groups = self.persistent.as_ref().map_or(0, |p| p.groups);
+        Err(self.fail(Error::GridBarrier { groups }))
     }
 
     /// The last step's logits (`vocab` floats, or `m * vocab` for the all-rows readouts), once
     /// the device has produced them (bounded wait).
     pub fn logits(&mut self) -> Result<&[f32]> {
-        let r = self.done_rows(
+        let (r, status) = self.done_rows(
             &[
                 Readout::Logits,
                 Readout::Argmax,
@@ -824,27 +1058,44 @@ impl Decoder {
             "the last step read out no logits",
         )?;
         let len = r * self.cfg.vocab * 4;
-        if let Err(e) = self.out.read(len, self.opts.timeout) {
+        let extra = if status { 4 } else { 0 };
+        if let Err(e) = self.out.read(len + extra, self.opts.timeout) {
             return Err(self.fail(e));
+        }
+        if status {
+            let word = as_u32(&self.out.view(len + 4)?[len..])?[0];
+            self.check_status(word)?;
         }
         as_f32(self.out.view(len)?)
     }
 
-    /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]).
+    /// The last step's argmax (one index, or one per row for [`Readout::AllArgmax`]). When a
+    /// row's logits held NaN or an infinity (the device argmax flags it beside the index):
+    /// [`Error::NonFiniteLogits`] naming the first such row; the logits stay readable.
     pub fn argmax(&mut self) -> Result<&[u32]> {
-        let r = self.done_rows(
+        let (r, status) = self.done_rows(
             &[Readout::Argmax, Readout::AllArgmax],
             "the last step read out no argmax",
         )?;
-        if let Err(e) = self.ids.read(r * 4, self.opts.timeout) {
+        // A persistent step leaves its status word after the index.
+        let len = if status { 8 } else { r * 4 };
+        if let Err(e) = self.ids.read(len, self.opts.timeout) {
             return Err(self.fail(e));
         }
-        as_u32(self.ids.view(r * 4)?)
+        if status {
+            let word = as_u32(self.ids.view(8)?)?[1];
+            self.check_status(word)?;
+        }
+        let words = as_u32(self.ids.view(r * 4)?)?;
+        if let Some(row) = words.iter().position(|&w| w & ARGMAX_NONFINITE != 0) {
+            return Err(Error::NonFiniteLogits { row });
+        }
+        Ok(words)
     }
 
     /// The last step's hidden rows (`m * d_model` floats) after its layer range.
     pub fn hidden(&mut self) -> Result<&[f32]> {
-        let r = self.done_rows(&[Readout::Hidden], "the last step read out no hidden rows")?;
+        let (r, _) = self.done_rows(&[Readout::Hidden], "the last step read out no hidden rows")?;
         let len = r * self.cfg.d_model * 4;
         if let Err(e) = self.out.read(len, self.opts.timeout) {
             return Err(self.fail(e));

@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     pub(crate) hd: usize,
     pub(crate) npairs: usize,
     pub(crate) max_wg: usize,
+    /// The fewest work-groups a one-row GEMV should have where its rows allow.
+    pub(crate) min_groups: usize,
 }
 
 /// How a launch's second grid dimension follows the row count `m`: `ceil(m / per_group)`
@@ -89,6 +91,8 @@ pub(crate) struct Op {
     rows: Option<RowGrid>,
     xoff: Option<(u32, usize)>,
     tokoff: Option<u32>,
+    /// Split decode attention: the index of its split-count argument and the head count.
+    split: Option<(u32, usize)>,
 }
 
 fn u32_of(v: usize, what: &str) -> Result<u32> {
@@ -104,7 +108,7 @@ fn pow2_floor(v: usize) -> usize {
 }
 
 impl Op {
-    fn new(launch: Launch, kind: OpKind) -> Op {
+    pub(crate) fn new(launch: Launch, kind: OpKind) -> Op {
         Op {
             launch,
             kind,
@@ -112,13 +116,22 @@ impl Op {
             rows: None,
             xoff: None,
             tokoff: None,
+            split: None,
         }
     }
 
-    /// Sets the first position of the call's rows (RoPE, cache rows, causal bound).
+    /// Sets the first position of the call's rows (RoPE, cache rows, causal bound); for the
+    /// split decode attention also how many ranges the positions `0..=pos0` are split into.
     pub(crate) fn set_pos0(&mut self, pos0: usize) -> Result<()> {
         if let Some(i) = self.pos0 {
             self.launch.set_scalar(i, u32_of(pos0, "position")?)?;
+        }
+        if let Some((i, heads)) = self.split {
+            let s = splits(pos0 + 1);
+            self.launch.set_scalar(i, u32_of(s, "splits")?)?;
+            let mut global = self.launch.global();
+            global[0] = heads * s * SPLIT_WG;
+            self.launch.set_global(global);
         }
         Ok(())
     }
@@ -180,11 +193,18 @@ impl Recorder {
     }
 }
 
-/// GEMV work-group shape `(tpr, rows)` for rows of `k`: `tpr` work-items per column pair
-/// (the T layout's H200 default `nb / 2` clamped to 8..=64; a quarter of the 8-element parts
-/// for the other kinds), `rows` pairs per group, `tpr * rows` = the largest power of two <= 256 the
-/// device allows.
-fn gemv_shape(kind: MatKind, k: usize, max_wg: usize) -> (usize, usize) {
+/// GEMV work-group shape `(tpr, rows)` for `n` outputs of rows of `k`: `tpr` work-items per
+/// column pair (the T layout's H200 default `nb / 2` clamped to 8..=64; a quarter of the
+/// 8-element parts for the other kinds), `rows` pairs per group: `tpr * rows` is the largest power of
+/// two <= 256 the device allows, halved while that leaves fewer than `min_groups` groups (a
+/// decoder's small matrices, 576 x 576 say, would otherwise run on a few multiprocessors).
+fn gemv_shape(
+    kind: MatKind,
+    k: usize,
+    n: usize,
+    max_wg: usize,
+    min_groups: usize,
+) -> (usize, usize) {
     let units = kind.row_units(k);
     let div = match kind {
         MatKind::Q40T | MatKind::Q41T => 2,
@@ -192,7 +212,12 @@ fn gemv_shape(kind: MatKind, k: usize, max_wg: usize) -> (usize, usize) {
     };
     let wg = pow2_floor(max_wg.min(MAX_WG));
     let tpr = pow2_floor(units / div).clamp(8, 64).min(wg);
-    (tpr, (wg / tpr).max(1))
+    let pairs = n.div_ceil(2);
+    let mut rows = (wg / tpr).max(1);
+    while rows > 1 && pairs.div_ceil(rows) < min_groups {
+        rows /= 2;
+    }
+    (tpr, rows)
 }
 
 /// Sets the epilogue's twelve trailing arguments; returns the index of `pos0`.
@@ -273,7 +298,7 @@ pub(crate) fn matmul(
         l.scalar(u32_of(max_m, "M")?)?;
         op
     } else {
-        let (tpr, rows) = gemv_shape(mat.kind, k, sh.max_wg);
+        let (tpr, rows) = gemv_shape(mat.kind, k, n, sh.max_wg, sh.min_groups);
         let pairs = n.div_ceil(2);
         let l = Launch::create(
             dev,
@@ -329,6 +354,55 @@ pub(crate) fn attention(
         per_group: 1,
         local: 1,
     });
+    Ok(op)
+}
+
+/// Work-group size of the split decode attention (decoder_ops.cl's AP_WG).
+const SPLIT_WG: usize = 256;
+/// Positions per range of the split decode attention (fewer ranges for short contexts).
+const SPLIT_KEYS: usize = 16;
+/// Ranges a head's positions are split into at most.
+pub(crate) const SPLIT_MAX: usize = 32;
+
+/// Ranges the split decode attention cuts `len` positions into: one per SPLIT_KEYS, at least
+/// one, at most SPLIT_MAX and never more than there are positions.
+fn splits(len: usize) -> usize {
+    len.div_ceil(SPLIT_KEYS).clamp(1, SPLIT_MAX).min(len.max(1))
+}
+
+/// Attention of one query row (a decode step) split over heads x ranges of positions
+/// (`attn_decode`): `parts` holds `heads * SPLIT_MAX * (head_dim + 2)` floats, `cnt` one zeroed
+/// counter a head. The grid follows the position (`set_pos0`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_decode(
+    dev: &Arc<Device>,
+    prog: &Program,
+    q: &Buffer,
+    (kc, vc): (&Buffer, &Buffer),
+    out: &Buffer,
+    (heads, kv_heads, head_dim): (usize, usize, usize),
+    (parts, cnt): (&Buffer, &Buffer),
+) -> Result<Op> {
+    let l = Launch::create(
+        dev,
+        prog,
+        "attn_decode",
+        1,
+        [SPLIT_WG * heads, 1],
+        [SPLIT_WG, 1],
+    )?;
+    let mut op = Op::new(l, OpKind::Attention);
+    let l = &mut op.launch;
+    l.mem(q)?.mem(kc)?.mem(vc)?.mem(out)?;
+    l.scalar(u32_of(heads, "heads")?)?
+        .scalar(u32_of(kv_heads, "kv heads")?)?
+        .scalar(u32_of(head_dim, "head_dim")?)?;
+    op.pos0 = Some(l.next_arg());
+    l.scalar(0u32)?;
+    l.scalar(1.0f32 / (head_dim as f32).sqrt())?;
+    op.split = Some((l.next_arg(), heads));
+    l.scalar(1u32)?;
+    l.mem(parts)?.mem(cnt)?;
     Ok(op)
 }
 

@@ -50,7 +50,8 @@ impl MatKind {
         })
     }
 
-    /// The kernels' name suffix for this kind (decoder.cl: `gemv2_*`, `gemm_*`, the blocks).
+    /// The kernels' name suffix for this kind (decoder.cl: `gemv2_*`, `gemm_*`, the blocks;
+    /// persistent.cl's build options).
     pub(crate) fn suffix(self) -> &'static str {
         match self {
             MatKind::Q40T => "q4_0t",
@@ -78,6 +79,30 @@ impl MatKind {
         match self {
             MatKind::Q40T | MatKind::Q41T => k / 32,
             _ => k / 8,
+        }
+    }
+
+    /// The GGUF type a matrix stored this way comes from.
+    pub(crate) fn gguf_type(self) -> GgmlType {
+        match self {
+            MatKind::Q40T => GgmlType::Q4_0,
+            MatKind::Q41T => GgmlType::Q4_1,
+            MatKind::Q80 => GgmlType::Q8_0,
+            MatKind::F16 => GgmlType::F16,
+            MatKind::Q50 => GgmlType::Q5_0,
+            MatKind::Q51 => GgmlType::Q5_1,
+            MatKind::Q4K => GgmlType::Q4K,
+            MatKind::Q5K => GgmlType::Q5K,
+            MatKind::Q6K => GgmlType::Q6K,
+        }
+    }
+
+    /// Bytes of the two planes of an `n x k` matrix stored this way (the second is empty for
+    /// every kind but the T layout's, whose first plane is the GGUF bytes as stored).
+    pub(crate) fn plane_bytes(self, n: usize, k: usize) -> Result<(usize, usize)> {
+        match self {
+            MatKind::Q40T | MatKind::Q41T => relayout_q4_t_len(self.gguf_type(), n, k),
+            _ => Ok((matrix_bytes(self.gguf_type(), n, k)?, 0)),
         }
     }
 

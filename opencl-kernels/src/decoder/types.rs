@@ -159,6 +159,28 @@ pub struct DecoderOptions {
     /// Submit the queue (`clFlush`) after every this many launches, so a driver that batches
     /// commands until a flush starts the device early; 0 (default): once, at the end of a step.
     pub flush_every: usize,
+    /// Work-groups of the persistent decode step ([`DecodePath::Persistent`]); 0 (default):
+    /// one per compute unit on a GPU, one on a CPU device. Every group must be resident at
+    /// once, so on a GPU a larger count is capped at [`DecoderOptions::persistent_groups_per_cu`]
+    /// per compute unit; on a CPU device it
+    /// is taken as asked, and groups the device does not run together make each step fail
+    /// with [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
+    pub persistent_groups: usize,
+    /// Work-groups of the persistent step a GPU compute unit is trusted to hold at once (the
+    /// bound on [`DecoderOptions::persistent_groups`] and its default); 0 (default): 1, which
+    /// holds wherever the kernel launches at all. More can be faster but depends on the
+    /// kernel's register use, which OpenCL does not report: a count the device cannot hold
+    /// ends each step in [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
+    pub persistent_groups_per_cu: usize,
+    /// One-row decode attention split over heads x ranges of positions, the last group of a
+    /// head combining the parts (default); `false`: the prefill kernel, one work-group a head.
+    pub split_attention: bool,
+    /// The fewest work-groups a one-row GEMV should have, where its rows allow: 0 (default):
+    /// the device's compute units; 1: the widest work-groups (fewest groups).
+    pub gemv_min_groups: usize,
+    /// Measurement only: the persistent step runs its grid barriers and none of its work (its
+    /// outputs are garbage), to time what the barriers cost.
+    pub persistent_barriers_only: bool,
 }
 
 impl Default for DecoderOptions {
@@ -169,6 +191,11 @@ impl Default for DecoderOptions {
             timeout: Duration::from_secs(60),
             decode: DecodePath::Auto,
             flush_every: 0,
+            persistent_groups: 0,
+            persistent_groups_per_cu: 0,
+            split_attention: true,
+            gemv_min_groups: 0,
+            persistent_barriers_only: false,
         }
     }
 }
@@ -232,16 +259,22 @@ pub enum OpKind {
     BlockFfn,
     /// The last block B's partial rows added to the residual, before the head.
     BlockFinish,
+    /// A whole persistent decode step ([`DecodePath::Persistent`]): gather, every layer,
+    /// head and argmax in one launch.
+    Persistent,
 }
 
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
-    /// [`DecodePath::Blocks`] on a GPU (or any non-CPU device) where it applies, else
-    /// [`DecodePath::Layered`]. On a CPU device (PoCL) launches are cheap and the blocks'
-    /// few work-groups are slower (measured on the dev VM), so layered.
+    /// Chosen by device class, from measurements: [`DecodePath::Persistent`] on NVIDIA GPUs
+    /// where it applies (on the H200 it beat the layered path, 761 vs 750 and 750 vs 623
+    /// tok/s in two runs, and the layered path beat decode blocks, 750 vs 563), else
+    /// [`DecodePath::Layered`] (on CPU devices the blocks' few work-groups are slower, and
+    /// work-groups need not run concurrently, which the persistent step needs).
     Auto,
-    /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form).
+    /// Five launches a layer, one per fused op (the same kernels as prefill, GEMV form; the
+    /// attention split over positions, see [`DecoderOptions::split_attention`]).
     Layered,
     /// Two launches a layer: block A (one work-group per query head: norm, its q/k/v, RoPE,
     /// KV append, attention and its share of the O projection) and block B (one work-group per
@@ -250,6 +283,16 @@ pub enum DecodePath {
     /// one weight type for all of a layer's matrices, a power-of-two head_dim in 16..=256 and
     /// the local memory for it.
     Blocks,
+    /// One launch a token: work-groups that are all resident at once run every layer's ops
+    /// in turn, separated by grid barriers (an atomic counter), then the head and the argmax
+    /// (`kernels/persistent.cl`). Needs every layer to store each matrix the same way, with
+    /// Q/K/V of one type and gate/up of one type, in F16, Q8_0, Q4_0 or Q4_1 (the head too),
+    /// the weights and caches in one allocation each (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`), and a
+    /// device that runs all its work-groups concurrently: NVIDIA's GPUs do, for at most one
+    /// group per compute unit; the OpenCL standard does not promise it, so elsewhere only on
+    /// request (a group that never runs makes the step fail after a bounded wait, not hang).
+    /// Other readouts than the logits or the argmax run layered.
+    Persistent,
 }
 
 /// Device time of one kind of op over the profiled steps.
