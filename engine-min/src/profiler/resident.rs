@@ -6,7 +6,8 @@
 //! (median of several unprofiled steps: enqueue, every kernel, the logits readback) and, in one
 //! more step with per-op device timing on, the device time `D_j` of every op kind `j`
 //! ([`Decoder::take_op_times`]). The matmuls an op kind contains are known ([`kind_matmuls`]:
-//! QKV+norm+RoPE holds q, k, v; the decode block A holds q, k, v and o; ...); each kind's time
+//! QKV+norm+RoPE holds q, k, v; the decode block A holds q, k, v and o; the persistent decode
+//! step, one launch a token, holds every matmul of every layer and the head); each kind's time
 //! is shared among its matmuls in proportion to `k · n` (all read the same rows, so this is
 //! their share of the weight bytes and of the multiply-adds). Kinds without a matmul
 //! (embedding, attention, argmax, the blocks' final sum) and everything the device timer does
@@ -86,6 +87,10 @@ pub fn kind_matmuls(kind: OpKind) -> &'static [Role] {
         OpKind::Head => &[Role::Head],
         OpKind::BlockAttn => &[Role::Q, Role::K, Role::V, Role::O],
         OpKind::BlockFfn => &[Role::Gate, Role::Up, Role::Down],
+        // The persistent decode step is one launch holding every matmul of the token (its
+        // device time is then shared by k · n, i.e. by weight bytes: decode reads each weight
+        // once, so bytes are what its phases cost).
+        OpKind::Persistent => &Role::ALL,
         // Embedding, attention, argmax, the blocks' final sum, column-hook matmuls (not part
         // of a step): spread over the matmuls.
         _ => &[],
@@ -123,16 +128,26 @@ pub fn attribute(
     }
     for op in ops {
         let roles = kind_matmuls(op.kind);
+        // A persistent step runs every layer: its roles repeat per layer (the head once).
+        let per_layer = op.kind == OpKind::Persistent;
         let size = |r: &Role| {
             let (k, n) = r.shape(c);
             f64::from(k) * f64::from(n)
         };
-        let total: f64 = roles.iter().map(size).sum();
+        let weight = |r: &Role| match (per_layer, *r == Role::Head) {
+            (true, false) => size(r) * c.n_layer as f64,
+            _ => size(r),
+        };
+        let total: f64 = roles
+            .iter()
+            .filter(|r| head || **r != Role::Head)
+            .map(weight)
+            .sum();
         for r in roles {
             if *r == Role::Head && !head {
                 continue;
             }
-            add(r.shape(c), op.seconds * size(r) / total, 0.0);
+            add(r.shape(c), op.seconds * weight(r) / total, 0.0);
         }
     }
     let a: f64 = shares.iter().map(|e| e.1).sum();
@@ -371,6 +386,28 @@ mod tests {
         assert!((get((64, 32)) - 4.0 / 4.0).abs() < 1e-12);
         assert!((get((64, 128)) - 10.0 * 2.0 / 3.0 / 4.0).abs() < 1e-12);
         assert!((get((128, 64)) - 10.0 / 3.0 / 2.0).abs() < 1e-12);
+    }
+
+    /// The persistent decode step (one launch a token): its time is shared by weight bytes
+    /// over every matmul of every layer and the head, and the latencies sum to the step.
+    #[test]
+    fn attribution_of_the_persistent_step() {
+        let c = config();
+        let got = attribute(&c, 50.0, &[op(OpKind::Persistent, 5.0)], true).expect("attributed");
+        // Bytes per step (k·n × calls): q+o 2·4096·2, k+v 2·2048·2, gate+up 2·8192·2, down
+        // 8192·2, head 16384: 16384 + 8192 + 32768 + 16384 + 16384 = 90112.
+        let get = |s| got.iter().find(|e| e.0 == s).expect("shape").1;
+        let us = |bytes_per_call: f64| 50.0 * bytes_per_call / 90112.0;
+        assert!((get((64, 64)) - us(4096.0)).abs() < 1e-9, "{got:?}");
+        assert!((get((64, 32)) - us(2048.0)).abs() < 1e-9);
+        assert!((get((64, 256)) - us(16384.0)).abs() < 1e-9);
+        let calls = |s: (u32, u32)| match s {
+            (64, 64) | (64, 32) | (64, 128) => 4.0,
+            (128, 64) => 2.0,
+            _ => 1.0,
+        };
+        let sum: f64 = got.iter().map(|&(s, us)| calls(s) * us).sum();
+        assert!((sum - 50.0).abs() < 1e-9, "{sum}");
     }
 
     #[test]
