@@ -1,6 +1,7 @@
 //! Single executor calls timed around [`Executor::matmul`] (the pair measurements: a split,
 //! its sides alone, streaming), with their scratch.
 
+use super::ProfilerError;
 use std::time::{Duration, Instant};
 
 use hetero_uma::{Handle, Pool as UmaPool, PoolConfig};
@@ -21,19 +22,18 @@ impl Bench {
         weights: &[WeightView<'_>],
         max_m: usize,
         threads: usize,
-    ) -> Result<Bench, String> {
+    ) -> Result<Bench, ProfilerError> {
         let max_k = weights.iter().map(|w| w.k).max().unwrap_or(1);
         let max_n = weights.iter().map(|w| w.n).max().unwrap_or(1);
         let bytes = max_m
             .checked_mul(max_n)
             .and_then(|v| v.checked_mul(4))
-            .ok_or("output slot too large")?;
-        let slot_size = hetero_uma::round_slot_size(bytes).ok_or("output slot too large")?;
+            .ok_or(ProfilerError::SlotTooLarge)?;
+        let slot_size = hetero_uma::round_slot_size(bytes).ok_or(ProfilerError::SlotTooLarge)?;
         let uma = UmaPool::new(PoolConfig {
             slots: threads.max(1),
             slot_size,
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let x = (0..max_m * max_k)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();
@@ -41,8 +41,8 @@ impl Bench {
     }
 
     /// An output slot (give it back with [`Bench::give`]).
-    pub(super) fn slot(&self) -> Result<Handle, String> {
-        self.uma.acquire().map_err(|e| e.to_string())
+    pub(super) fn slot(&self) -> Result<Handle, ProfilerError> {
+        Ok(self.uma.acquire()?)
     }
 
     pub(super) fn give(&self, h: Handle) {
@@ -57,10 +57,9 @@ impl Bench {
         k: usize,
         m: usize,
         out: &mut Handle,
-    ) -> Result<Duration, String> {
+    ) -> Result<Duration, ProfilerError> {
         let t0 = Instant::now();
-        exec.matmul(w, &self.x[..m * k], m, &self.uma, out)
-            .map_err(|e| e.to_string())?;
+        exec.matmul(w, &self.x[..m * k], m, &self.uma, out)?;
         Ok(t0.elapsed())
     }
 }

@@ -24,9 +24,12 @@
 //! warns when far).
 
 mod calls;
+mod error;
 mod pairs;
 pub mod resident;
 mod steps;
+
+pub use error::ProfilerError;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,14 +124,14 @@ fn plans(
     policy: Policy,
     ws: &[WeightView<'_>],
     max_m: u32,
-) -> Result<PhasePlans, String> {
+) -> Result<PhasePlans, ProfilerError> {
     let checked = Profile::nominal(backends, &[])
         .check()
-        .map_err(|e| e.to_string())?;
+        .map_err(ProfilerError::Nominal)?;
     let mut shapes: Vec<(u32, u32)> = ws.iter().map(|w| (w.k as u32, w.n as u32)).collect();
     shapes.sort_unstable();
     shapes.dedup();
-    PhasePlans::build(&checked, policy, &shapes, max_m).map_err(|e| e.to_string())
+    Ok(PhasePlans::build(&checked, policy, &shapes, max_m)?)
 }
 
 /// Bytes per weight element of `ws` as stored (and streamed).
@@ -157,10 +160,10 @@ pub fn measure(
     model: &Arc<Model>,
     o: &ProfileOptions,
     progress: &mut dyn FnMut(&str),
-) -> Result<Profile, String> {
+) -> Result<Profile, ProfilerError> {
     let t_all = Instant::now();
     let c = &model.config;
-    let pool = Arc::new(Pool::new(o.threads.max(1)).map_err(|e| e.to_string())?);
+    let pool = Arc::new(Pool::new(o.threads.max(1))?);
     let ws = crate::engine::matmul_weights(model);
     let layer_ws = &ws[..crate::layer::output_weight(c.n_layer).min(ws.len())];
     let wbytes = weight_bytes(layer_ws);
@@ -189,8 +192,7 @@ pub fn measure(
             npu: None,
         },
         &ws,
-    )
-    .map_err(|e| format!("cpu executor: {e}"))?;
+    )?;
     let mut engine = engine_on(model, cpu_exec, max_m)?;
     let dec = steps::curves(
         &mut engine,
@@ -280,12 +282,11 @@ pub fn measure(
                 plans(&[Pb::Cpu, Pb::Gpu], Policy::Single(Pb::Gpu), &ws, max_m)?,
                 Backends {
                     cpu: CpuBackend::new(Arc::clone(&pool), o.kernel),
-                    gpu: Some(GpuBackend::with_device(Arc::clone(dev)).map_err(|e| e.to_string())?),
+                    gpu: Some(GpuBackend::with_device(Arc::clone(dev))?),
                     npu: None,
                 },
                 &ws,
-            )
-            .map_err(|e| format!("gpu executor: {e}"))?;
+            )?;
             let all_m: Vec<u32> = decode_m.iter().chain(&prefill_m).copied().collect();
             let mut engine = engine_on(model, gpu_exec, max_m)?;
             let per = steps::curves(
@@ -415,21 +416,19 @@ pub fn measure(
         pairs: pair_list,
         ..Profile::default()
     };
-    p.check()
-        .map_err(|e| format!("measured profile is invalid: {e}"))?;
+    p.check().map_err(ProfilerError::Invalid)?;
     Ok(p)
 }
 
 /// An engine of `max_m`-row steps (and that many positions) on `exec`.
-fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, String> {
-    Engine::new(
+fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, ProfilerError> {
+    Ok(Engine::new(
         Arc::clone(model),
         exec,
         EngineOptions {
             context: max_m as usize,
         },
-    )
-    .map_err(|e| e.to_string())
+    )?)
 }
 
 /// The cpu+gpu pair's `split_us` and `overlap`, through executors on the backends of a
@@ -443,17 +442,20 @@ fn split_and_overlap(
     kernel: CpuKernel,
     b: Backends,
     shared: bool,
-) -> Result<(f64, f64), String> {
-    let l0 = model.layers.first().ok_or("the model has no layers")?;
-    let e = |e: crate::backend::BackendError| e.to_string();
-    let tiny = model.view(&l0.wk).rows(0..128.min(l0.wk.n)).map_err(e)?;
+) -> Result<(f64, f64), ProfilerError> {
+    let l0 = model.layers.first().ok_or(ProfilerError::NoLayers)?;
+    let tiny = model.view(&l0.wk).rows(0..128.min(l0.wk.n))?;
     let gate = model.view(&l0.gate);
     let (tc, gc) = (tiny.n / 2 / 64 * 64, gate.n / 2 / 64 * 64);
     let bench = Bench::new(&[tiny, gate], 16, 1)?;
     let exec = |policy: Policy, ws: &[WeightView<'_>], b: Backends| {
-        Executor::new(plans(&[Pb::Cpu, Pb::Gpu], policy, ws, 16)?, b, ws).map_err(|e| e.to_string())
+        Ok::<_, ProfilerError>(Executor::new(
+            plans(&[Pb::Cpu, Pb::Gpu], policy, ws, 16)?,
+            b,
+            ws,
+        )?)
     };
-    let times = |x: &Executor, bench: &Bench| -> Result<(f64, f64), String> {
+    let times = |x: &Executor, bench: &Bench| -> Result<(f64, f64), ProfilerError> {
         let tiny_us = pairs::median_call_us(x, bench, 0, tiny.k, 1, 101)?;
         let gate_us = if shared {
             pairs::cpu_per_call_us(x, bench, 1, gate.k, 16, 21)?
@@ -473,16 +475,14 @@ fn split_and_overlap(
     )?;
     for (w, c) in [(&tiny, tc), (&gate, gc)] {
         let n = w.n;
-        let parts = &split.exec(w.k, n, 1).map_err(e)?.parts;
+        let parts = &split.exec(w.k, n, 1)?.parts;
         if parts.len() != 2 || parts[0].cols != (0..c) {
-            return Err(format!(
-                "the split executor did not split {n} columns at {c}: {parts:?}"
-            ));
+            return Err(ProfilerError::SplitMismatch { n, at: c });
         }
     }
     let (s_tiny, s_gate) = times(&split, &bench)?;
     let halves = |r: std::ops::Range<usize>, r2: std::ops::Range<usize>| {
-        Ok::<_, String>([tiny.rows(r).map_err(e)?, gate.rows(r2).map_err(e)?])
+        Ok::<_, ProfilerError>([tiny.rows(r)?, gate.rows(r2)?])
     };
     let lo = halves(0..tc, 0..gc)?;
     let hi = halves(tc..tiny.n, gc..gate.n)?;
@@ -504,16 +504,15 @@ fn measure_resident(
     o: &ProfileOptions,
     prefill_m: &[u32],
     progress: &mut dyn FnMut(&str),
-) -> Result<ResidentPoints, String> {
+) -> Result<ResidentPoints, ProfilerError> {
     let t0 = Instant::now();
-    let dev = crate::backend::gpu::open_device(true).map_err(|e| e.to_string())?;
+    let dev = crate::backend::gpu::open_device(true)?;
     let c = &model.config;
     let max_m = o.max_batch.max(1) as usize;
     // A decode token at position max_m (after one full chunk), prefill chunks from 0.
     let ctx = (max_m + 16).min(c.context.max(1));
     let pos = max_m.min(ctx - 1);
-    let mut dec =
-        crate::backend::resident::build(&dev, model, ctx, max_m).map_err(|e| e.to_string())?;
+    let mut dec = crate::backend::resident::build(&dev, model, ctx, max_m)?;
     progress(&format!(
         "gpu resident decoder built in {:.1} s ({} launches a decode token)",
         t0.elapsed().as_secs_f64(),
@@ -528,16 +527,16 @@ fn measure_npu(
     pool: &Arc<Pool>,
     o: &ProfileOptions,
     progress: &mut dyn FnMut(&str),
-) -> Result<BackendProfile, String> {
+) -> Result<BackendProfile, ProfilerError> {
     let t0 = Instant::now();
     let opts = NpuOptions {
         seq: NPU_M[0] as usize,
         extra_seqs: [NPU_M[1] as usize, 0, 0],
         ..Default::default()
     };
-    let npu = NpuBackend::open(opts).map_err(|e| e.to_string())?;
+    let npu = NpuBackend::open(opts)?;
     let stats = npu.stats();
-    let l0 = model.layers.first().ok_or("the model has no layers")?;
+    let l0 = model.layers.first().ok_or(ProfilerError::NoLayers)?;
     let ws: Vec<WeightView<'_>> = [&l0.wq, &l0.wk, &l0.gate, &l0.down]
         .iter()
         .map(|w| model.view(w))
@@ -545,10 +544,9 @@ fn measure_npu(
     let max_m = NPU_M[1];
     let checked = Profile::nominal(&[Pb::Cpu, Pb::Npu], &NPU_M)
         .check()
-        .map_err(|e| e.to_string())?;
+        .map_err(ProfilerError::Nominal)?;
     let shapes: Vec<(u32, u32)> = ws.iter().map(|w| (w.k as u32, w.n as u32)).collect();
-    let table = PhasePlans::build(&checked, Policy::NpuActivation(Pb::Cpu), &shapes, max_m)
-        .map_err(|e| e.to_string())?;
+    let table = PhasePlans::build(&checked, Policy::NpuActivation(Pb::Cpu), &shapes, max_m)?;
     let exec = Executor::new(
         table,
         Backends {
@@ -557,8 +555,7 @@ fn measure_npu(
             npu: Some(npu),
         },
         &ws,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let bench = Bench::new(&ws, max_m as usize, 1)?;
     let mut points = Vec::new();
     for (w, v) in ws.iter().enumerate() {

@@ -2,6 +2,7 @@
 //! of the shorter side overlaps the longer, and the bandwidth each reaches streaming its
 //! decode GEMVs alone and both at once; and the machine's memory bandwidth.
 
+use super::ProfilerError;
 use std::time::{Duration, Instant};
 
 use hetero_sme::ThreadPool as Pool;
@@ -18,7 +19,7 @@ pub(super) fn median_call_us(
     k: usize,
     m: usize,
     n: usize,
-) -> Result<f64, String> {
+) -> Result<f64, ProfilerError> {
     let mut out = bench.slot()?;
     let r = (|| {
         for _ in 0..2 {
@@ -46,7 +47,7 @@ pub(super) fn cpu_per_call_us(
     k: usize,
     m: usize,
     n: usize,
-) -> Result<f64, String> {
+) -> Result<f64, ProfilerError> {
     let mut out = bench.slot()?;
     let r = (|| {
         for _ in 0..2 {
@@ -86,7 +87,7 @@ fn stream(
     bench: &Bench,
     weights: &[(usize, WeightView<'_>)],
     window: Duration,
-) -> Result<(u64, Duration), String> {
+) -> Result<(u64, Duration), ProfilerError> {
     let mut out = bench.slot()?;
     let t0 = Instant::now();
     let mut bytes = 0u64;
@@ -109,7 +110,7 @@ pub(super) fn solo_gbps(
     weights: &[(usize, WeightView<'_>)],
     bench: &Bench,
     window: Duration,
-) -> Result<f64, String> {
+) -> Result<f64, ProfilerError> {
     stream(exec, bench, weights, Duration::ZERO)?;
     let (bytes, t) = stream(exec, bench, weights, window)?;
     Ok(bytes as f64 / t.as_secs_f64().max(1e-9) / 1e9)
@@ -131,7 +132,7 @@ pub(super) fn bandwidth(
     wb: &[(usize, WeightView<'_>)],
     bench: &Bench,
     window: Duration,
-) -> Result<Bandwidth, String> {
+) -> Result<Bandwidth, ProfilerError> {
     let gbps = |(bytes, t): (u64, Duration)| bytes as f64 / t.as_secs_f64().max(1e-9) / 1e9;
     // One warm-up round each (first-use compilation, page faults).
     stream(a, bench, wa, Duration::ZERO)?;
@@ -141,9 +142,7 @@ pub(super) fn bandwidth(
     let (ra, rb) = std::thread::scope(|s| {
         let hb = s.spawn(|| stream(b, bench, wb, window));
         let ra = stream(a, bench, wa, window);
-        let rb = hb
-            .join()
-            .unwrap_or_else(|_| Err("streaming thread panicked".into()));
+        let rb = hb.join().unwrap_or(Err(ProfilerError::StreamingPanicked));
         (ra, rb)
     });
     let ((ba, ta), (bb, tb)) = (ra?, rb?);

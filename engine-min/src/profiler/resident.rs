@@ -17,6 +17,7 @@
 //! `Σ_s calls_s · L_s = T` exactly: the planner's per-matmul latencies of a resident step add
 //! up to what the step really costs, host work included.
 
+use super::ProfilerError;
 use std::time::{Duration, Instant};
 
 use hetero_opencl_kernels::decoder::{Decoder, OpKind, OpTime};
@@ -184,7 +185,7 @@ pub(super) fn measure(
     reps: usize,
     budget: Duration,
     progress: &mut dyn FnMut(&str),
-) -> Result<ResidentCurves, String> {
+) -> Result<ResidentCurves, ProfilerError> {
     let t_start = Instant::now();
     let mut st = Steps {
         tokens: (0..prefill_m.iter().copied().max().unwrap_or(1) as usize)
@@ -256,10 +257,9 @@ struct Steps {
 
 impl Steps {
     /// One step of `m` tokens at `pos` reading the last row's logits, as `run` calls it.
-    fn step(&mut self, dec: &mut Decoder, m: usize, pos: usize) -> Result<Duration, String> {
+    fn step(&mut self, dec: &mut Decoder, m: usize, pos: usize) -> Result<Duration, ProfilerError> {
         let t0 = Instant::now();
-        crate::backend::resident::step(dec, &self.tokens[..m], pos, &mut self.logits)
-            .map_err(|e| e.to_string())?;
+        crate::backend::resident::step(dec, &self.tokens[..m], pos, &mut self.logits)?;
         Ok(t0.elapsed())
     }
 
@@ -276,7 +276,7 @@ impl Steps {
         m: u32,
         pos: usize,
         left: Duration,
-    ) -> Result<(Vec<((u32, u32), f64)>, f64, usize), String> {
+    ) -> Result<(Vec<((u32, u32), f64)>, f64, usize), ProfilerError> {
         let m_us = m as usize;
         let warm = self.step(dec, m_us, pos)?;
         let fit =
@@ -285,14 +285,13 @@ impl Steps {
         let v: Vec<f64> = (0..r)
             .map(|_| self.step(dec, m_us, pos).map(|d| d.as_secs_f64() * 1e6))
             .collect::<Result<_, _>>()?;
-        dec.set_profiling(true).map_err(|e| e.to_string())?;
+        dec.set_profiling(true)?;
         let profiled = self.step(dec, m_us, pos);
-        let ops = dec.take_op_times().map_err(|e| e.to_string());
-        dec.set_profiling(false).map_err(|e| e.to_string())?;
+        let ops = dec.take_op_times();
+        dec.set_profiling(false)?;
         profiled?;
         let t = crate::bench::median(&v);
-        let lat = attribute(c, t, &ops?, true)
-            .ok_or_else(|| format!("the profiled {m}-row step recorded no matmul time"))?;
+        let lat = attribute(c, t, &ops?, true).ok_or(ProfilerError::NoMatmulTime { rows: m })?;
         Ok((lat, t, r))
     }
 }

@@ -12,6 +12,7 @@
 //! [`Executor::predictions`]: crate::exec::Executor::predictions
 //! [`Executor::matmul`]: crate::exec::Executor::matmul
 
+use super::ProfilerError;
 use std::time::{Duration, Instant};
 
 use hetero_partition::{LatencyPoint, Order};
@@ -36,7 +37,7 @@ pub(super) fn curves(
     budget: Duration,
     label: &str,
     progress: &mut dyn FnMut(&str),
-) -> Result<Curves, String> {
+) -> Result<Curves, ProfilerError> {
     let t_start = Instant::now();
     let vocab = engine.model().config.vocab;
     let max = ms.iter().copied().max().unwrap_or(1) as usize;
@@ -45,7 +46,7 @@ pub(super) fn curves(
     let mut points = Vec::new();
     let mut skipped = Vec::new();
     let mut last: Option<(u32, Duration)> = None;
-    let mut step = |engine: &mut Engine, m: usize| -> Result<Duration, String> {
+    let mut step = |engine: &mut Engine, m: usize| -> Result<Duration, ProfilerError> {
         engine.reset();
         engine.reset_timings();
         let out = if m == 1 {
@@ -54,9 +55,7 @@ pub(super) fn curves(
             &mut logits[..m * vocab]
         };
         let t0 = Instant::now();
-        engine
-            .forward(&tokens[..m], out)
-            .map_err(|e| e.to_string())?;
+        engine.forward(&tokens[..m], out)?;
         Ok(t0.elapsed())
     };
     for &m in ms {
