@@ -313,23 +313,33 @@ impl QuantBlock for BlockQ3K {
     }
 }
 
+/// Q4_K's and Q5_K's dequantization (they differ only in how a quant `q(e)` is read): per
+/// 32-value sub-block, ggml's d1 = d·sc, m1 = dmin·m, y = d1·q − m1.
+fn dequantize_scale_min_k4(
+    d: u16,
+    dmin: u16,
+    scales: &[u8; 12],
+    q: impl Fn(usize) -> u8,
+) -> [f32; QK_K] {
+    let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+    let mut out = [0f32; QK_K];
+    for (j, o) in out.chunks_exact_mut(32).enumerate() {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (d1, m1) = (d * sc as f32, dmin * m as f32);
+        for (l, v) in o.iter_mut().enumerate() {
+            *v = d1 * q(32 * j + l) as f32 - m1;
+        }
+    }
+    out
+}
+
 impl QuantBlock for BlockQ4K {
     const BYTES: usize = 144;
     const ELEMS: usize = QK_K;
     const TYPE: GgmlType = GgmlType::Q4K;
     type Values = [f32; QK_K];
     fn dequantize(&self) -> [f32; QK_K] {
-        let (d, dmin) = (f16_to_f32(self.d), f16_to_f32(self.dmin));
-        let mut out = [0f32; QK_K];
-        for (j, o) in out.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            // ggml: d1 = d·sc, m1 = dmin·m, y = d1·q − m1.
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            for (l, v) in o.iter_mut().enumerate() {
-                *v = d1 * self.q(32 * j + l) as f32 - m1;
-            }
-        }
-        out
+        dequantize_scale_min_k4(self.d, self.dmin, &self.scales, |e| self.q(e))
     }
 }
 
@@ -339,16 +349,7 @@ impl QuantBlock for BlockQ5K {
     const TYPE: GgmlType = GgmlType::Q5K;
     type Values = [f32; QK_K];
     fn dequantize(&self) -> [f32; QK_K] {
-        let (d, dmin) = (f16_to_f32(self.d), f16_to_f32(self.dmin));
-        let mut out = [0f32; QK_K];
-        for (j, o) in out.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = scale_min_k4(j, &self.scales);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            for (l, v) in o.iter_mut().enumerate() {
-                *v = d1 * self.q(32 * j + l) as f32 - m1;
-            }
-        }
-        out
+        dequantize_scale_min_k4(self.d, self.dmin, &self.scales, |e| self.q(e))
     }
 }
 
