@@ -40,13 +40,15 @@ impl Bench {
         Ok(Bench { uma, x })
     }
 
-    /// An output slot (give it back with [`Bench::give`]).
-    pub(super) fn slot(&self) -> Result<Handle, ProfilerError> {
-        Ok(self.uma.acquire()?)
-    }
-
-    pub(super) fn give(&self, h: Handle) {
-        let _ = self.uma.release(h);
+    /// Runs `f` with an output slot, given back afterwards whatever `f` returns.
+    pub(super) fn with_slot<T>(
+        &self,
+        f: impl FnOnce(&mut Handle) -> Result<T, ProfilerError>,
+    ) -> Result<T, ProfilerError> {
+        let mut out = self.uma.acquire()?;
+        let r = f(&mut out);
+        let _ = self.uma.release(out);
+        r
     }
 
     /// One timed call of weight `w` (`k` wide) at `m` rows.

@@ -20,22 +20,19 @@ pub(super) fn median_call_us(
     m: usize,
     n: usize,
 ) -> Result<f64, ProfilerError> {
-    let mut out = bench.slot()?;
-    let r = (|| {
+    bench.with_slot(|out| {
         for _ in 0..2 {
-            bench.call(exec, w, k, m, &mut out)?;
+            bench.call(exec, w, k, m, out)?;
         }
         let v: Vec<f64> = (0..n.max(1))
             .map(|_| {
                 bench
-                    .call(exec, w, k, m, &mut out)
+                    .call(exec, w, k, m, out)
                     .map(|d| d.as_secs_f64() * 1e6)
             })
             .collect::<Result<_, _>>()?;
         Ok(crate::bench::median(&v))
-    })();
-    bench.give(out);
-    r
+    })
 }
 
 /// Process CPU time (all threads) of `n` calls of weight `w` at `m` rows, per call, µs (after
@@ -48,19 +45,16 @@ pub(super) fn cpu_per_call_us(
     m: usize,
     n: usize,
 ) -> Result<f64, ProfilerError> {
-    let mut out = bench.slot()?;
-    let r = (|| {
+    bench.with_slot(|out| {
         for _ in 0..2 {
-            bench.call(exec, w, k, m, &mut out)?;
+            bench.call(exec, w, k, m, out)?;
         }
         let c0 = crate::cli::cpu_time();
         for _ in 0..n.max(1) {
-            bench.call(exec, w, k, m, &mut out)?;
+            bench.call(exec, w, k, m, out)?;
         }
         Ok(crate::cli::cpu_time().saturating_sub(c0).as_secs_f64() * 1e6 / n.max(1) as f64)
-    })();
-    bench.give(out);
-    r
+    })
 }
 
 /// `split_us`: the split's time beyond its slower side, `t_split − max(t_a, t_b)`, at least 0.
@@ -88,20 +82,17 @@ fn stream(
     weights: &[(usize, WeightView<'_>)],
     window: Duration,
 ) -> Result<(u64, Duration), ProfilerError> {
-    let mut out = bench.slot()?;
-    let t0 = Instant::now();
-    let mut bytes = 0u64;
-    let r = (|| {
+    bench.with_slot(|out| {
+        let t0 = Instant::now();
+        let mut bytes = 0u64;
         while t0.elapsed() < window {
             for (w, v) in weights {
-                bench.call(exec, *w, v.k, 1, &mut out)?;
+                bench.call(exec, *w, v.k, 1, out)?;
                 bytes += v.data.len() as u64;
             }
         }
         Ok((bytes, t0.elapsed()))
-    })();
-    bench.give(out);
-    r
+    })
 }
 
 /// Streaming bandwidth of `exec` over `weights` as decode GEMVs for `window`, GB/s.
