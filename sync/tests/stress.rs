@@ -167,29 +167,52 @@ fn predictor_learns_a_steady_producer() {
         })
     };
     let mut site = SiteState::new();
-    let mut ratios = Vec::new();
+    // (sleep share, whether the round was quiet) for the rounds after warm-up.
+    let mut rounds = Vec::new();
     let mut e = 0;
     for i in 0..40 {
         e = next_epoch(e);
+        // Quiet means the site's own noise estimates, *before* this wait, are small against the
+        // prediction, so the predictor was entitled to sleep most of the wait. Judged per round:
+        // the state at the end of the run says nothing about the rounds before it (under QEMU
+        // on a loaded 2-core machine a burst of late rounds widens the jitter for a while).
+        let quiet = site
+            .predicted_ns()
+            .is_some_and(|p| site.jitter_ns() < p / 8 && site.sleep_overshoot_ns() < p / 8);
+        let before = site.predicted_ns().unwrap_or(0);
         let start = Instant::now();
         go.publish(e).unwrap();
         let r = f
             .wait_since(start, e, &cfg(Producer::Thread), Some(&mut site))
             .unwrap();
+        // A producer far later than predicted is the machine, not the predictor.
+        let on_time = r.elapsed.as_nanos() <= u128::from(before + before / 4);
         if i >= 20 {
-            ratios.push(r.slept.as_secs_f64() / r.elapsed.as_secs_f64());
+            rounds.push((
+                r.slept.as_secs_f64() / r.elapsed.as_secs_f64(),
+                quiet && on_time,
+            ));
         }
     }
     prod.join().unwrap();
+    let mut ratios: Vec<f64> = rounds.iter().filter(|r| r.1).map(|r| r.0).collect();
     ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
     let p = site.predicted_ns().unwrap();
-    // The sleep share is only checked when the run was quiet: with large jitter or sleep
-    // overshoot (a loaded machine, QEMU) the predictor rightly stops sleeping early.
-    if site.jitter_ns() < p / 8 && site.sleep_overshoot_ns() < p / 8 {
-        assert!(median > 0.5, "median sleep share {median}, site {site:?}");
+    // The sleep share is checked over the quiet, on-time rounds when there are enough of them
+    // (always on an idle host; not always under QEMU, where it is reported instead).
+    if ratios.len() >= 8 {
+        let median = ratios[ratios.len() / 2];
+        assert!(
+            median > 0.5,
+            "median sleep share {median} over {} quiet rounds, site {site:?}",
+            ratios.len()
+        );
+        eprintln!("sleep share {median:.2} over {} quiet rounds", ratios.len());
     } else {
-        eprintln!("too noisy to check the sleep share ({median:.2}): {site:?}");
+        eprintln!(
+            "too noisy to check the sleep share ({} quiet on-time rounds of 20): {site:?}",
+            ratios.len()
+        );
     }
     // Upper bound loose: on a loaded machine (or under QEMU) the producer is often late.
     assert!((1_500_000..20_000_000).contains(&p), "prediction {p} ns");
