@@ -9,7 +9,7 @@
 #
 #   HETERO_MODEL=model.gguf benches/auto-vs-forced.sh
 #
-# Environment: ENGINE (default target/ci/engine-min), ROUNDS (3), REPS (3), PP (128), TG (64),
+# Environment: ENGINE (default target/release/engine-min), ROUNDS (3), REPS (3), PP (128), TG (64),
 # THREADS (all CPUs), PLANS (forced plans, default "cpu gpu cpu-gpu:0.5"; a plan this machine
 # cannot run, e.g. gpu without OpenCL, is reported as n/a), PROFILE (a profile to use; default:
 # `engine-min profile` first, written to $OUT/profile.json), OUT (default /tmp/auto-vs-forced).
@@ -17,13 +17,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${HETERO_MODEL:?set HETERO_MODEL to the GGUF model (SmolLM2-135M-Instruct Q4_1)}"
-ENGINE=${ENGINE:-target/ci/engine-min}
+ENGINE=${ENGINE:-target/release/engine-min}
 ROUNDS=${ROUNDS:-3}; REPS=${REPS:-3}; PP=${PP:-128}; TG=${TG:-64}
 THREADS=${THREADS:-$(nproc)}
 PLANS=${PLANS:-"cpu gpu cpu-gpu:0.5"}
 OUT=${OUT:-/tmp/auto-vs-forced}
 mkdir -p "$OUT"
-[ -x "$ENGINE" ] || { echo "not an executable: $ENGINE (cargo build --profile ci -p engine-min)" >&2; exit 2; }
+[ -x "$ENGINE" ] || { echo "not an executable: $ENGINE (cargo build --release -p engine-min)" >&2; exit 2; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $THREADS thread(s); load $(load)"
 echo "engine: $ENGINE; pp$PP tg$TG, $REPS reps a bench, $ROUNDS rounds; $(date -u +%FT%TZ)"

@@ -4,7 +4,7 @@
 # travels in two calls: target/devmodel/part00 in the first (the machine stays warm), then
 # target/devmodel/part01 plus the stripped engine-min binary in .device/eng/ in the second,
 # which runs this script. Binary built on the dev VM:
-#   cargo build --profile ci -p engine-min && strip -o .device/eng/engine-min target/ci/engine-min
+#   cargo build --release -p engine-min && strip -o .device/eng/engine-min target/release/engine-min
 #   split -b 50000000 -d "$HETERO_MODEL" target/devmodel/part
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

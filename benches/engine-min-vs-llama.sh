@@ -13,8 +13,8 @@ ROUNDS=${1:-3}; THREADS=${2:-2}; KERNEL=${3:-sme-int8}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 eval "$(scripts/setup.sh --env)"
 MODELS=${MODELS:-$HETERO_MODEL}
-cargo build -q --profile ci -p engine-min
-E=target/ci/engine-min
+cargo build -q --release -p engine-min
+E=target/release/engine-min
 LIBDIR=$(dirname "$LLAMA_BENCH")
 declare -A ours_pp ours_tg theirs_pp theirs_tg
 for r in $(seq "$ROUNDS"); do

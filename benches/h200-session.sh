@@ -16,9 +16,11 @@
 #
 # Environment: LLAMA_BENCH (path of a llama-bench built with CUDA sm_90 and GGML_NATIVE=ON, so
 # its CPU backend is the AMX build), ROUNDS (default 3), THREADS (default "1 2 4 8 16"),
-# OLD/NEW (two engine-min binaries for the issue-14 speed check; optional), PLAN_THREADS
+# PARTS (which figures: default "gpu cpu breakdown oldnew"), OLD/NEW (two engine-min binaries
+# side by side; optional; OLDNEW_THREADS default "2 16", OLDNEW_GPU=1 adds --plan gpu), PLAN_THREADS
 # (plans: default 16), M (the model file, default /root/smollm2.gguf), NO_OPENCL_ENV.
-# Binaries: .device/eng/engine-min (stripped `cargo build --profile ci -p engine-min`), and
+# Binaries: .device/eng/engine-min (stripped `cargo build --release -p engine-min`: timings
+# need the release profile, `ci`'s debug assertions and overflow checks cost 2-3x), and
 # .device/ocl-resident/ from opencl-kernels/benches/h200-resident-build.sh.
 # Outputs under $OUT: check.txt, gpu.txt, cpu.txt, breakdown.txt, oldnew.txt, summary.txt;
 # plans: plans.txt and plans/ (the profile, its progress, every bench's output).
@@ -90,9 +92,21 @@ lla() { # ARGS...
              {gsub(/"/,""); if ($c["n_prompt"]>0) pp=$c["avg_ts"]; else tg=$c["avg_ts"]} END {print pp+0, tg+0}'
 }
 
+has() { [[ " ${PARTS:-gpu cpu breakdown oldnew} " == *" $1 "* ]]; }
+
 figures() {
-  [ -x "${LLAMA_BENCH:-}" ] || { say "LLAMA_BENCH is not an executable: no figures"; exit 1; }
-  local rounds=${ROUNDS:-3} threads=${THREADS:-"1 2 4 8 16"}
+  if has gpu || has cpu; then
+    [ -x "${LLAMA_BENCH:-}" ] || { say "LLAMA_BENCH is not an executable: no figures"; exit 1; }
+  fi
+  has gpu && figures_gpu
+  has cpu && figures_cpu
+  has breakdown && figures_breakdown
+  has oldnew && figures_oldnew
+  return 0
+}
+
+figures_gpu() {
+  local rounds=${ROUNDS:-3}
   # -- GPU: the resident decoder vs llama.cpp CUDA (-ngl 99), alternating.
   : > "$OUT/gpu.txt"
   for r in $(seq "$rounds"); do
@@ -103,6 +117,10 @@ figures() {
   lp=$(awk '{print $7}' "$OUT/gpu.txt" | med); lt=$(awk '{print $8}' "$OUT/gpu.txt" | med)
   say "GPU resident vs llama.cpp CUDA: pp128 $gp / $lp = $(echo "$gp $lp" | awk '{printf "%.2f", $1/$2}')x; tg64 $gt / $lt = $(echo "$gt $lt" | awk '{printf "%.2f", $1/$2}')x"
   say "   per-matmul GPU path (before): $(eng --plan gpu --gpu-path per-matmul --reps 2)"
+}
+
+figures_cpu() {
+  local rounds=${ROUNDS:-3} threads=${THREADS:-"1 2 4 8 16"}
   # -- CPU: engine-min's default kernel vs llama.cpp's CPU backend (CUDA hidden: its AMX build).
   : > "$OUT/cpu.txt"
   for t in $threads; do
@@ -114,16 +132,35 @@ figures() {
     lcp=$(awk -v t="$t" '$2==t {print $9}' "$OUT/cpu.txt" | med); lct=$(awk -v t="$t" '$2==t {print $10}' "$OUT/cpu.txt" | med)
     say "CPU $t thr vs llama.cpp (AMX build): pp128 $cp / $lcp = $(echo "$cp $lcp" | awk '{printf "%.2f", $1/$2}')x; tg64 $ct / $lct = $(echo "$ct $lct" | awk '{printf "%.2f", $1/$2}')x"
   done
+}
+
+figures_breakdown() {
+  local threads=${THREADS:-"1 2 4 8 16"}
   # -- Where the CPU's time goes, per thread count.
   : > "$OUT/breakdown.txt"
   for t in $threads; do
     echo "== threads $t" >> "$OUT/breakdown.txt"
     timeout 120 "$E" bench --plan cpu --threads "$t" --reps 1 --breakdown 2>&1 | tail -34 >> "$OUT/breakdown.txt"
   done
-  # -- Issue 14's speed check: the old engine-min against this one, alternating.
+}
+
+figures_oldnew() {
+  local rounds=${ROUNDS:-3}
+  # -- Two engine-min binaries side by side, alternating (issue 14's speed check: the old
+  # engine-min against this one; or a `ci`-profile build against a release one), on the CPU
+  # at OLDNEW_THREADS and, with OLDNEW_GPU=1, on the resident GPU path too.
   if [ -n "${OLD:-}" ] && [ -x "${OLD:-}" ] && [ -x "${NEW:-$E}" ]; then
     : > "$OUT/oldnew.txt"
-    for t in 2 16; do
+    if [ -n "${OLDNEW_GPU:-}" ]; then
+      for r in $(seq "$rounds"); do
+        echo "gpu round $r old $(E=$OLD eng --plan gpu --reps 3) new $(E=${NEW:-$E} eng --plan gpu --reps 3)" >> "$OUT/oldnew.txt"
+      done
+      local gop got gnp gnt
+      gop=$(awk '$1=="gpu" {print $5}' "$OUT/oldnew.txt" | med); got=$(awk '$1=="gpu" {print $6}' "$OUT/oldnew.txt" | med)
+      gnp=$(awk '$1=="gpu" {print $8}' "$OUT/oldnew.txt" | med); gnt=$(awk '$1=="gpu" {print $9}' "$OUT/oldnew.txt" | med)
+      say "old vs new, plan gpu: pp128 $gop -> $gnp ($(echo "$gnp $gop" | awk '{printf "%.3f", $1/$2}')x); tg64 $got -> $gnt ($(echo "$gnt $got" | awk '{printf "%.3f", $1/$2}')x)"
+    fi
+    for t in ${OLDNEW_THREADS:-2 16}; do
       for r in $(seq "$rounds"); do
         echo "t $t round $r old $(E=$OLD eng --threads "$t" --reps 3) new $(E=${NEW:-$E} eng --threads "$t" --reps 3)" >> "$OUT/oldnew.txt"
       done
@@ -147,7 +184,7 @@ plans() {
 
 machine
 # NO_OPENCL_ENV=1 keeps this machine's OpenCL setup (a dry run of `plans` on the dev VM with
-# PoCL: M=<the model> E=target/ci/engine-min NO_OPENCL_ENV=1 PLAN_THREADS=2 ROUNDS=1).
+# PoCL: M=<the model> E=target/release/engine-min NO_OPENCL_ENV=1 PLAN_THREADS=2 ROUNDS=1).
 [ -n "${NO_OPENCL_ENV:-}" ] || opencl_env
 model
 case "${1:-check}" in

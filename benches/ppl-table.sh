@@ -31,8 +31,8 @@ TEXTS=${TEXTS:-GPL-3 Apache-2.0 GFDL-1.3}
 if [[ -z "${MODELS:-}" ]]; then
   MODELS="$HETERO_MODEL $(ls "$HETERO_FIXTURES"/*.gguf 2>/dev/null | tr '\n' ' ')"
 fi
-cargo build -q --profile ci -p engine-min
-E=target/ci/engine-min
+cargo build -q --release -p engine-min
+E=target/release/engine-min
 mkdir -p "$OUT"
 
 text_path() { [[ -f "$1" ]] && echo "$1" || echo "/usr/share/common-licenses/$1"; }

@@ -9,12 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${1:-1}
 eval "$(scripts/setup.sh --env)"
-cargo build -q --profile ci -p engine-min -p hetero-opencl-kernels --bins --example resident_decode
-E=target/ci/engine-min
+cargo build -q --release -p engine-min -p hetero-opencl-kernels --bins --example resident_decode
+E=target/release/engine-min
 for r in $(seq "$ROUNDS"); do
   echo "== round $r, load $(cut -d' ' -f1-3 /proc/loadavg)"
   $E bench --model "$HETERO_MODEL" --plan cpu --threads 2 --reps 3 | sed 's/^/  plan cpu: /'
   $E bench --model "$HETERO_MODEL" --plan gpu --threads 2 --reps 1 | sed 's/^/  plan gpu (per-matmul PoCL): /'
-  RD_PATHS=layered,blocks RD_REPS=1 RD_PROFILE=0 target/ci/examples/resident_decode 2>&1 |
+  RD_PATHS=layered,blocks RD_REPS=1 RD_PROFILE=0 target/release/examples/resident_decode 2>&1 |
     grep -E "^(RESULT|== decode)" | sed 's/^/  resident (PoCL): /'
 done

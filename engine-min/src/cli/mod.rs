@@ -58,6 +58,9 @@ where
     T: Into<OsString> + Clone,
 {
     let cli = Cli::try_parse_from(args).map_err(Fail::Clap)?;
+    if matches!(cli.cmd, Cmd::Profile(_) | Cmd::Bench(_)) {
+        warn_if_not_release();
+    }
     match cli.cmd {
         Cmd::Run(a) => run::run(a, out),
         Cmd::Profile(a) => plan::profile(a, out),
@@ -65,6 +68,18 @@ where
         Cmd::Bench(a) => bench::bench(a, out),
         Cmd::Agents(a) => agents::agents(a, out),
         Cmd::Perplexity(a) => perplexity::perplexity(a, out),
+    }
+}
+
+/// Timings (and so profiles) from a build with debug assertions and overflow checks (cargo's
+/// `dev` or this workspace's `ci` profile) understate the CPU path 2-3x: they stop the
+/// compiler from vectorizing the kernels' loops. Said on stderr, so parsed output is unchanged.
+fn warn_if_not_release() {
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "warning: this engine-min was built with debug assertions (a `ci` or `dev` \
+             profile): its CPU timings are 2-3x slower than a `--release` build's"
+        );
     }
 }
 
