@@ -16,8 +16,8 @@ PROMPT=${PROMPT:-The capital of France is}
 MAX_TOKENS=${MAX_TOKENS:-32}
 PROFILE_FILE=${PROFILE_FILE:-target/engine-min.profile.json}
 
-cargo build --profile ci -p engine-min
-ENGINE=target/ci/engine-min
+cargo build --release -p engine-min
+ENGINE=target/release/engine-min
 
 # Each step runs if engine-min has it; a step it reports as not built yet (exit code 2, with its
 # own message) is listed as missing; any other failure fails the demo.
