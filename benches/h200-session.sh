@@ -34,6 +34,10 @@ D=${D:-$(pwd)/.device/ocl-resident}
 SUM=$OUT/summary.txt
 say() { echo "$*" | tee -a "$SUM"; }
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# The median of field FIELD over the lines of FILE that match the awk condition COND.
+medf() { awk "$2 {print \$$3}" "$1" | med; } # FILE COND FIELD
+# A / B with DIGITS decimals.
+ratio() { echo "$1 $2" | awk -v d="${3:-2}" '{printf "%.*f", d, $1/$2}'; } # A B [DIGITS]
 
 # NVIDIA's OpenCL: the ICD file the loader reads.
 opencl_env() {
@@ -113,9 +117,9 @@ figures_gpu() {
     echo "round $r ours $(eng --plan gpu --reps 3) llama $(lla -ngl 99)" >> "$OUT/gpu.txt"
   done
   local gp gt lp lt
-  gp=$(awk '{print $4}' "$OUT/gpu.txt" | med); gt=$(awk '{print $5}' "$OUT/gpu.txt" | med)
-  lp=$(awk '{print $7}' "$OUT/gpu.txt" | med); lt=$(awk '{print $8}' "$OUT/gpu.txt" | med)
-  say "GPU resident vs llama.cpp CUDA: pp128 $gp / $lp = $(echo "$gp $lp" | awk '{printf "%.2f", $1/$2}')x; tg64 $gt / $lt = $(echo "$gt $lt" | awk '{printf "%.2f", $1/$2}')x"
+  gp=$(medf "$OUT/gpu.txt" 1 4); gt=$(medf "$OUT/gpu.txt" 1 5)
+  lp=$(medf "$OUT/gpu.txt" 1 7); lt=$(medf "$OUT/gpu.txt" 1 8)
+  say "GPU resident vs llama.cpp CUDA: pp128 $gp / $lp = $(ratio "$gp" "$lp")x; tg64 $gt / $lt = $(ratio "$gt" "$lt")x"
   say "   per-matmul GPU path (before): $(eng --plan gpu --gpu-path per-matmul --reps 2)"
 }
 
@@ -128,9 +132,9 @@ figures_cpu() {
       echo "t $t round $r ours $(eng --plan cpu --threads "$t" --reps 3) llama $(CUDA_VISIBLE_DEVICES= lla -ngl 0 -t "$t")" >> "$OUT/cpu.txt"
     done
     local cp ct lcp lct
-    cp=$(awk -v t="$t" '$2==t {print $6}' "$OUT/cpu.txt" | med); ct=$(awk -v t="$t" '$2==t {print $7}' "$OUT/cpu.txt" | med)
-    lcp=$(awk -v t="$t" '$2==t {print $9}' "$OUT/cpu.txt" | med); lct=$(awk -v t="$t" '$2==t {print $10}' "$OUT/cpu.txt" | med)
-    say "CPU $t thr vs llama.cpp (AMX build): pp128 $cp / $lcp = $(echo "$cp $lcp" | awk '{printf "%.2f", $1/$2}')x; tg64 $ct / $lct = $(echo "$ct $lct" | awk '{printf "%.2f", $1/$2}')x"
+    cp=$(medf "$OUT/cpu.txt" "\$2==$t" 6); ct=$(medf "$OUT/cpu.txt" "\$2==$t" 7)
+    lcp=$(medf "$OUT/cpu.txt" "\$2==$t" 9); lct=$(medf "$OUT/cpu.txt" "\$2==$t" 10)
+    say "CPU $t thr vs llama.cpp (AMX build): pp128 $cp / $lcp = $(ratio "$cp" "$lcp")x; tg64 $ct / $lct = $(ratio "$ct" "$lct")x"
   done
 }
 
@@ -156,18 +160,19 @@ figures_oldnew() {
         echo "gpu round $r old $(E=$OLD eng --plan gpu --reps 3) new $(E=${NEW:-$E} eng --plan gpu --reps 3)" >> "$OUT/oldnew.txt"
       done
       local gop got gnp gnt
-      gop=$(awk '$1=="gpu" {print $5}' "$OUT/oldnew.txt" | med); got=$(awk '$1=="gpu" {print $6}' "$OUT/oldnew.txt" | med)
-      gnp=$(awk '$1=="gpu" {print $8}' "$OUT/oldnew.txt" | med); gnt=$(awk '$1=="gpu" {print $9}' "$OUT/oldnew.txt" | med)
-      say "old vs new, plan gpu: pp128 $gop -> $gnp ($(echo "$gnp $gop" | awk '{printf "%.3f", $1/$2}')x); tg64 $got -> $gnt ($(echo "$gnt $got" | awk '{printf "%.3f", $1/$2}')x)"
+      local g='$1=="gpu"'
+      gop=$(medf "$OUT/oldnew.txt" "$g" 5); got=$(medf "$OUT/oldnew.txt" "$g" 6)
+      gnp=$(medf "$OUT/oldnew.txt" "$g" 8); gnt=$(medf "$OUT/oldnew.txt" "$g" 9)
+      say "old vs new, plan gpu: pp128 $gop -> $gnp ($(ratio "$gnp" "$gop" 3)x); tg64 $got -> $gnt ($(ratio "$gnt" "$got" 3)x)"
     fi
     for t in ${OLDNEW_THREADS:-2 16}; do
       for r in $(seq "$rounds"); do
         echo "t $t round $r old $(E=$OLD eng --threads "$t" --reps 3) new $(E=${NEW:-$E} eng --threads "$t" --reps 3)" >> "$OUT/oldnew.txt"
       done
       local op ot np nt
-      op=$(awk -v t="$t" '$2==t {print $6}' "$OUT/oldnew.txt" | med); ot=$(awk -v t="$t" '$2==t {print $7}' "$OUT/oldnew.txt" | med)
-      np=$(awk -v t="$t" '$2==t {print $9}' "$OUT/oldnew.txt" | med); nt=$(awk -v t="$t" '$2==t {print $10}' "$OUT/oldnew.txt" | med)
-      say "old vs new, $t thr: pp128 $op -> $np ($(echo "$np $op" | awk '{printf "%.3f", $1/$2}')x); tg64 $ot -> $nt ($(echo "$nt $ot" | awk '{printf "%.3f", $1/$2}')x)"
+      op=$(medf "$OUT/oldnew.txt" "\$2==$t" 6); ot=$(medf "$OUT/oldnew.txt" "\$2==$t" 7)
+      np=$(medf "$OUT/oldnew.txt" "\$2==$t" 9); nt=$(medf "$OUT/oldnew.txt" "\$2==$t" 10)
+      say "old vs new, $t thr: pp128 $op -> $np ($(ratio "$np" "$op" 3)x); tg64 $ot -> $nt ($(ratio "$nt" "$ot" 3)x)"
     done
   fi
 }
