@@ -447,6 +447,19 @@ fn persistent_here(dev: &Device) -> bool {
     on
 }
 
+/// Every decode path this device tests: layered, decode blocks, and the persistent step where
+/// [`persistent_here`] says so.
+fn decode_paths(dev: &Device) -> impl Iterator<Item = DecodePath> {
+    let persistent = persistent_here(dev);
+    [
+        DecodePath::Layered,
+        DecodePath::Blocks,
+        DecodePath::Persistent,
+    ]
+    .into_iter()
+    .filter(move |&d| d != DecodePath::Persistent || persistent)
+}
+
 /// SmolLM2's layout (Q4_1 layers, Q8_0 embedding tied to the head), normal RoPE: prefill
 /// lengths 1, 5, 8 (one whole chunk) and 19 (three chunks of max_rows 8), then decode steps;
 /// decode steps layered, in decode blocks and persistent, staged and zero-copy host buffers
@@ -559,14 +572,7 @@ fn other_formats_and_neox_match_reference() {
             },
         );
         let toks = tokens(&mut r, 13, model.cfg.vocab);
-        for decode in [
-            DecodePath::Layered,
-            DecodePath::Blocks,
-            DecodePath::Persistent,
-        ]
-        .into_iter()
-        .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
-        {
+        for decode in decode_paths(&dev) {
             let opts = DecoderOptions {
                 decode,
                 ..DecoderOptions::default()
@@ -1312,14 +1318,7 @@ fn device_argmax_flags_non_finite_logits() {
     // The f16 scale of row `bad`'s first Q8_0 block (34 bytes: scale, 32 int8): a quiet NaN.
     let at = bad * (d / 32) * 34;
     model.embed.1[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
-    for decode in [
-        DecodePath::Layered,
-        DecodePath::Blocks,
-        DecodePath::Persistent,
-    ]
-    .into_iter()
-    .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
-    {
+    for decode in decode_paths(&dev) {
         let what = format!("{decode:?}");
         let opts = DecoderOptions {
             decode,
@@ -1346,14 +1345,7 @@ fn device_argmax_flags_non_finite_logits() {
     }
     // Without the NaN: a token, no flag left over.
     model.embed.1 = clean;
-    for decode in [
-        DecodePath::Layered,
-        DecodePath::Blocks,
-        DecodePath::Persistent,
-    ]
-    .into_iter()
-    .filter(|&d| d != DecodePath::Persistent || persistent_here(&dev))
-    {
+    for decode in decode_paths(&dev) {
         let opts = DecoderOptions {
             decode,
             ..DecoderOptions::default()

@@ -324,6 +324,16 @@ mod tests {
         }
     }
 
+    /// Calls a step makes of each shape of [`config`]: q+o, k+v and gate+up 2 a layer, down
+    /// 1 a layer (2 layers), the head once.
+    fn calls(s: (u32, u32)) -> f64 {
+        match s {
+            (64, 64) | (64, 32) | (64, 128) => 4.0,
+            (128, 64) => 2.0,
+            _ => 1.0,
+        }
+    }
+
     /// By hand: q (64x64, 4096), k and v (64x32, 2048 each), o (64x64), gate/up (64x128), down
     /// (128x64), head (64x256). Device time: QkvRope 8 s, OProj 2, GateUpSwiglu 6, Down 4,
     /// Head 4, attention 6 (no matmul): matmul time A = 24. Shares of 8 s of QkvRope by k·n:
@@ -356,11 +366,6 @@ mod tests {
             assert!((g - us).abs() < 1e-12, "{s:?}: {g} vs {us}");
         }
         // The latencies of one step add up to the step.
-        let calls = |s: (u32, u32)| match s {
-            (64, 64) | (64, 32) | (64, 128) => 4.0,
-            (128, 64) => 2.0,
-            _ => 1.0,
-        };
         let sum: f64 = got.iter().map(|&(s, us)| calls(s) * us).sum();
         assert!((sum - 48.0).abs() < 1e-9, "{sum}");
     }
@@ -400,11 +405,6 @@ mod tests {
         assert!((get((64, 64)) - us(4096.0)).abs() < 1e-9, "{got:?}");
         assert!((get((64, 32)) - us(2048.0)).abs() < 1e-9);
         assert!((get((64, 256)) - us(16384.0)).abs() < 1e-9);
-        let calls = |s: (u32, u32)| match s {
-            (64, 64) | (64, 32) | (64, 128) => 4.0,
-            (128, 64) => 2.0,
-            _ => 1.0,
-        };
         let sum: f64 = got.iter().map(|&(s, us)| calls(s) * us).sum();
         assert!((sum - 50.0).abs() < 1e-9, "{sum}");
     }

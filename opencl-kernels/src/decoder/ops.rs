@@ -339,6 +339,26 @@ pub(crate) fn attention(
     max_m: usize,
 ) -> Result<Op> {
     let l = Launch::create(dev, prog, "attn_causal", 2, [64 * heads, max_m], [64, 1])?;
+    let mut op = attention_op(l, q, (kc, vc), out, (heads, kv_heads, head_dim))?;
+    // One group per query row: the kernel reads its row from the grid.
+    op.rows = Some(RowGrid {
+        arg: None,
+        per_group: 1,
+        local: 1,
+    });
+    Ok(op)
+}
+
+/// The arguments both attention kernels start with (`attn_causal`, `attn_decode`): q, the
+/// caches, the output, the head counts and size, the first position (set per call, see
+/// [`Op::set_pos0`]) and the score scale `1/sqrt(head_dim)`.
+fn attention_op(
+    l: Launch,
+    q: &Buffer,
+    (kc, vc): (&Buffer, &Buffer),
+    out: &Buffer,
+    (heads, kv_heads, head_dim): (usize, usize, usize),
+) -> Result<Op> {
     let mut op = Op::new(l, OpKind::Attention);
     let l = &mut op.launch;
     l.mem(q)?.mem(kc)?.mem(vc)?.mem(out)?;
@@ -348,12 +368,6 @@ pub(crate) fn attention(
     op.pos0 = Some(l.next_arg());
     l.scalar(0u32)?;
     l.scalar(1.0f32 / (head_dim as f32).sqrt())?;
-    // One group per query row: the kernel reads its row from the grid.
-    op.rows = Some(RowGrid {
-        arg: None,
-        per_group: 1,
-        local: 1,
-    });
     Ok(op)
 }
 
@@ -391,15 +405,8 @@ pub(crate) fn attention_decode(
         [SPLIT_WG * heads, 1],
         [SPLIT_WG, 1],
     )?;
-    let mut op = Op::new(l, OpKind::Attention);
+    let mut op = attention_op(l, q, (kc, vc), out, (heads, kv_heads, head_dim))?;
     let l = &mut op.launch;
-    l.mem(q)?.mem(kc)?.mem(vc)?.mem(out)?;
-    l.scalar(u32_of(heads, "heads")?)?
-        .scalar(u32_of(kv_heads, "kv heads")?)?
-        .scalar(u32_of(head_dim, "head_dim")?)?;
-    op.pos0 = Some(l.next_arg());
-    l.scalar(0u32)?;
-    l.scalar(1.0f32 / (head_dim as f32).sqrt())?;
     op.split = Some((l.next_arg(), heads));
     l.scalar(1u32)?;
     l.mem(parts)?.mem(cnt)?;
