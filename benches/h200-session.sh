@@ -33,22 +33,8 @@ E=${E:-$(pwd)/.device/eng/engine-min}
 D=${D:-$(pwd)/.device/ocl-resident}
 SUM=$OUT/summary.txt
 say() { echo "$*" | tee -a "$SUM"; }
-med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-# The median of field FIELD over the lines of FILE that match the awk condition COND.
-medf() { awk "$2 {print \$$3}" "$1" | med; } # FILE COND FIELD
-# A / B with DIGITS decimals.
-ratio() { echo "$1 $2" | awk -v d="${3:-2}" '{printf "%.*f", d, $1/$2}'; } # A B [DIGITS]
-
-# NVIDIA's OpenCL: the ICD file the loader reads.
-opencl_env() {
-  local nv
-  nv=$(ldconfig -p | grep -o '/[^ ]*libnvidia-opencl.so.1' | head -1)
-  [ -z "$nv" ] && nv=$(find / -xdev -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-  mkdir -p /etc/OpenCL/vendors && echo "${nv:-libnvidia-opencl.so.1}" > /etc/OpenCL/vendors/nvidia.icd
-  ldconfig -p | grep -q "libOpenCL.so.1 " || export HETERO_OPENCL_LIB=${nv:-libnvidia-opencl.so.1}
-  export HETERO_OPENCL_PLATFORM=${HETERO_OPENCL_PLATFORM:-NVIDIA}
-  export HETERO_OPENCL_CACHE=/root/hetero-ocl-cache
-}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 model() {
   if [ ! -f $M ]; then
@@ -85,15 +71,13 @@ check() {
 # One engine-min bench line: "pp tg" medians.
 eng() { # ARGS...
   timeout 240 "$E" bench "$@" 2>&1 | tee -a "$OUT/raw-eng.txt" |
-    awk '/^pp[0-9]+:/ {pp=$2} /^tg[0-9]+:/ {tg=$2} END {print pp+0, tg+0}'
+    eng_pp_tg
 }
 
 # One llama-bench run: "pp tg" (avg t/s of its repetitions).
 lla() { # ARGS...
   timeout 240 "$LLAMA_BENCH" -m $M -p 128 -n 64 -r 3 -o csv "$@" 2>>"$OUT/raw-llama.err" |
-    tee -a "$OUT/raw-llama.txt" |
-    awk -F, 'NR==1 {for (i=1;i<=NF;i++) {gsub(/"/,"",$i); c[$i]=i}; next}
-             {gsub(/"/,""); if ($c["n_prompt"]>0) pp=$c["avg_ts"]; else tg=$c["avg_ts"]} END {print pp+0, tg+0}'
+    tee -a "$OUT/raw-llama.txt" | lla_pp_tg
 }
 
 has() { [[ " ${PARTS:-gpu cpu breakdown oldnew} " == *" $1 "* ]]; }
