@@ -662,9 +662,30 @@ fn check_layout(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result
     Ok(())
 }
 
-/// Writes a GGUF file (v3) from metadata and tensors; used by tests to build synthetic files.
-/// Tensors are `(name, dims, type code, data)`; offsets are assigned with 32-byte alignment.
-pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])]) -> Vec<u8> {
+/// One tensor's entry in a header [`encode_header`] writes: its name, dims (innermost first),
+/// type code and data size in bytes (the data itself comes later, streamed or in one piece).
+#[derive(Debug, Clone, Copy)]
+pub struct TensorEntry<'a> {
+    /// Tensor name.
+    pub name: &'a str,
+    /// Dimensions, innermost first.
+    pub dims: &'a [u64],
+    /// ggml type code.
+    pub ty: u32,
+    /// Bytes of data.
+    pub bytes: u64,
+}
+
+/// Zero bytes that pad `len` up to the next multiple of [`DEFAULT_ALIGNMENT`].
+pub fn padding(len: u64) -> usize {
+    (len.next_multiple_of(DEFAULT_ALIGNMENT) - len) as usize
+}
+
+/// Encodes a GGUF (v3) header: metadata, then the tensor infos with offsets assigned in order
+/// at 32-byte alignment, then the padding up to the data section. The tensors' data must follow
+/// in the same order, each padded with [`padding`] of its length, so a writer can stream the
+/// data of a file too large to hold after writing this.
+pub fn encode_header(metadata: &[(&str, Value)], tensors: &[TensorEntry<'_>]) -> Vec<u8> {
     fn s(out: &mut Vec<u8>, v: &str) {
         out.extend_from_slice(&(v.len() as u64).to_le_bytes());
         out.extend_from_slice(v.as_bytes());
@@ -720,24 +741,37 @@ pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])])
         val(&mut out, v);
     }
     let mut off = 0u64;
-    for (name, dims, ty, data) in tensors {
-        s(&mut out, name);
-        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-        for d in *dims {
+    for t in tensors {
+        s(&mut out, t.name);
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims {
             out.extend_from_slice(&d.to_le_bytes());
         }
-        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(&t.ty.to_le_bytes());
         out.extend_from_slice(&off.to_le_bytes());
-        off += (data.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
+        off += t.bytes.next_multiple_of(DEFAULT_ALIGNMENT);
     }
-    while !(out.len() as u64).is_multiple_of(DEFAULT_ALIGNMENT) {
-        out.push(0);
-    }
+    out.resize(out.len() + padding(out.len() as u64), 0);
+    out
+}
+
+/// Writes a GGUF file (v3) from metadata and tensors in memory; used by tests to build
+/// synthetic files ([`encode_header`] then each tensor's data, padded).
+/// Tensors are `(name, dims, type code, data)`; offsets are assigned with 32-byte alignment.
+pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])]) -> Vec<u8> {
+    let entries: Vec<TensorEntry<'_>> = tensors
+        .iter()
+        .map(|&(name, dims, ty, data)| TensorEntry {
+            name,
+            dims,
+            ty,
+            bytes: data.len() as u64,
+        })
+        .collect();
+    let mut out = encode_header(metadata, &entries);
     for (_, _, _, data) in tensors {
         out.extend_from_slice(data);
-        while !(out.len() as u64).is_multiple_of(DEFAULT_ALIGNMENT) {
-            out.push(0);
-        }
+        out.resize(out.len() + padding(data.len() as u64), 0);
     }
     out
 }

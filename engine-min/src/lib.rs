@@ -24,4 +24,5 @@ pub mod quant;
 pub mod reference;
 pub mod sample;
 mod swiglu;
+pub mod synth;
 pub mod tokenizer;

@@ -18,6 +18,7 @@ mod bench;
 mod perplexity;
 mod plan;
 mod run;
+mod synth;
 
 /// Runs the command line of this process.
 pub fn main() -> ExitCode {
@@ -68,6 +69,7 @@ where
         Cmd::Bench(a) => bench::bench(a, out),
         Cmd::Agents(a) => agents::agents(a, out),
         Cmd::Perplexity(a) => perplexity::perplexity(a, out),
+        Cmd::Synth(a) => synth::synth(a, out),
     }
 }
 
@@ -149,6 +151,9 @@ enum Cmd {
     Agents(agents::AgentsArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
+    /// Write a GGUF of random weights at a real model's shape (for timing and reference
+    /// checks, not text).
+    Synth(synth::SynthArgs),
 }
 
 /// The model file.
