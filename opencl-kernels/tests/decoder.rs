@@ -1358,3 +1358,115 @@ fn device_argmax_flags_non_finite_logits() {
         }
     }
 }
+
+/// Llama-3.2-1B's (`wide` false) or Llama-3-8B's widths (d 2048 / 4096, kv 512 / 1024, d_ff
+/// 8192 / 14336, heads of 64 / 128) with a small vocabulary and context, so the reference
+/// stays cheap.
+fn config_llama(n_layer: usize, eight_b: bool) -> DecoderConfig {
+    let (d, ff) = if eight_b { (4096, 14336) } else { (2048, 8192) };
+    DecoderConfig {
+        n_layer,
+        d_model: d,
+        d_ff: ff,
+        n_head: 32,
+        n_kv_head: 8,
+        head_dim: d / 32,
+        rope_dims: d / 32,
+        rope_theta: 500000.0,
+        rope_mode: RopeMode::Normal,
+        eps: 1e-5,
+        vocab: 515,
+        max_context: 24,
+        max_rows: 8,
+        all_logits: false,
+    }
+}
+
+/// The persistent step with its activation rows staged in chunks (what a device whose local
+/// memory cannot hold a row needs: 48 KiB against Llama-3-8B's 14336-wide down projection):
+/// forced down to 96 and 200 floats on small K-quant-width models (every kind's GEMV split
+/// into 2-6 chunks, uneven last chunks included), Q4_0 (T layout), Q4_1, Q8_0 and F16 layers,
+/// and heads the step has no GEMV for (Q6_K, Q5_0: the layered head launches follow it) or has
+/// (Q4_0). Then at Llama-1B and -8B widths (one layer, Q4_0 with a Q6_K head, and Q8_0 tied),
+/// with the device's own staging (layered there too, and only layered where the persistent
+/// step is not tested). Logits and argmax against the reference.
+#[test]
+fn persistent_step_stages_rows_in_chunks_and_runs_any_head() {
+    let Some(dev) = device() else { return };
+    let persistent = persistent_here(&dev);
+    let mut r = rng(41);
+    use GgmlType::*;
+    let small: [(GgmlType, Option<GgmlType>, usize); 5] = [
+        (Q4_0, Some(Q6K), 96),
+        (Q4_1, Some(Q4_0), 200),
+        (Q8_0, None, 96),
+        (F16, Some(Q5_0), 200),
+        (Q4_0, None, 0),
+    ];
+    for (layer, output, stage) in small.into_iter().filter(|_| persistent) {
+        let t = Types {
+            embed: Q8_0,
+            layer,
+            output,
+        };
+        let model = TestModel::random(&mut r, config_k(2, RopeMode::Normal, 64), t);
+        let toks = tokens(&mut r, 12, model.cfg.vocab);
+        let mut dec = model.decoder(
+            &dev,
+            DecoderOptions {
+                decode: DecodePath::Persistent,
+                persistent_stage_floats: stage,
+                ..DecoderOptions::default()
+            },
+        );
+        let (got_stage, head_in_step) = dec.persistent_stage().expect("persistent");
+        let in_step = !matches!(output, Some(Q6K | Q5_0));
+        assert_eq!(head_in_step, in_step, "{layer:?} {output:?}");
+        if stage > 0 {
+            assert_eq!(got_stage, stage);
+        }
+        let what = format!("{layer:?} layers, head {output:?}, stage {got_stage}");
+        prefill_then_decode(&mut dec, &model, &toks, 3, &what);
+        let want = ref_forward(&model, &toks[..4], 2).logits;
+        dec.forward(&toks[..3], 0).unwrap();
+        let id = dec.forward_argmax(&toks[3..4], 3).unwrap();
+        if margin(&want[3]) > 1e-4 {
+            assert_eq!(id, argmax(&want[3]), "{what}: argmax");
+        }
+        let per = if in_step { 1 } else { 3 };
+        assert_eq!(dec.last_launches(), per, "{what}");
+        assert_eq!(dec.launches_per_token(Readout::Argmax), per as usize);
+    }
+    for (eight_b, layer, output) in [
+        (false, Q4_0, Some(Q6K)),
+        (true, Q4_0, Some(Q6K)),
+        (true, Q8_0, None),
+    ] {
+        let t = Types {
+            embed: Q8_0,
+            layer,
+            output,
+        };
+        let model = TestModel::random(&mut r, config_llama(1, eight_b), t);
+        let toks = tokens(&mut r, 6, model.cfg.vocab);
+        let paths = [DecodePath::Layered, DecodePath::Persistent];
+        for decode in paths
+            .into_iter()
+            .filter(|&d| persistent || d == DecodePath::Layered)
+        {
+            let mut dec = model.decoder(
+                &dev,
+                DecoderOptions {
+                    decode,
+                    ..DecoderOptions::default()
+                },
+            );
+            let what = format!(
+                "{} widths, {layer:?}, head {output:?}, {decode:?} (stage {:?})",
+                if eight_b { "8B" } else { "1B" },
+                dec.persistent_stage()
+            );
+            prefill_then_decode(&mut dec, &model, &toks, 2, &what);
+        }
+    }
+}
