@@ -24,15 +24,17 @@
 //! `RD_HEAD` (`tied`; `q8_0`, `q4_0`, `q6_k`: an untied head of that type), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
-//! crate's `HETERO_OPENCL_*`.
+//! crate's `HETERO_OPENCL_*`; `RD_COPY_GBS` and `RD_FP32_GFLOPS`: the device's measured copy
+//! bandwidth and FP32 rate, to print each op kind's fraction of them in the profiled tables
+//! (beside its least bytes and FLOPs, `Decoder::op_costs`).
 //! Output: human-readable tables, and one `RESULT` line per path.
 //!
 //! `cargo run --release -p hetero-opencl-kernels --example resident_decode`
 
 use half::f16;
 use hetero_opencl_kernels::decoder::{
-    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpKind, OpTime,
-    Readout, Tensor,
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpCost, OpKind,
+    OpTime, Readout, Tensor,
 };
 use hetero_opencl_kernels::{self as ocl, Device, GgmlType, RopeMode};
 use std::sync::Arc;
@@ -288,7 +290,35 @@ fn time_path(
     Ok((pps, tga, tgl))
 }
 
-fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
+/// Summed [`OpCost`]s of the profiled steps, by kind: `(kind, bytes, flops)`.
+fn sum_costs(all: impl IntoIterator<Item = Vec<OpCost>>) -> Vec<(OpKind, u64, u64)> {
+    let mut sums: Vec<(OpKind, u64, u64)> = Vec::new();
+    for c in all.into_iter().flatten() {
+        match sums.iter_mut().find(|s| s.0 == c.kind) {
+            Some(s) => {
+                s.1 += c.bytes;
+                s.2 += c.flops;
+            }
+            None => sums.push((c.kind, c.bytes, c.flops)),
+        }
+    }
+    sums
+}
+
+/// The device's copy bandwidth (GB/s) and FP32 rate (GFLOP/s) to put the op kinds against:
+/// `RD_COPY_GBS`, `RD_FP32_GFLOPS` (0 or unset: fractions not printed).
+fn limits() -> (f64, f64) {
+    let f = |n: &str| {
+        std::env::var(n)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (f("RD_COPY_GBS"), f("RD_FP32_GFLOPS"))
+}
+
+fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64, costs: &[(OpKind, u64, u64)]) {
+    let (copy, fp32) = limits();
     let total: f64 = times.iter().map(|t| t.seconds).sum();
     println!(
         "{what}: device time per step {:.1} us over {} launches, wall per step {:.1} us ({:.0}% busy)",
@@ -297,7 +327,9 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
         wall * 1e6 / steps as f64,
         100.0 * total / wall.max(1e-12)
     );
-    println!("  | op | launches/step | us/launch | us/step | share |");
+    println!(
+        "  | op | launches/step | us/launch | us/step | share | MB/step | GB/s | of copy | GFLOP/s | of FP32 |"
+    );
     for t in times {
         let kind = match t.kind {
             OpKind::Embed => "embed",
@@ -314,12 +346,31 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
             OpKind::BlockFinish => "block finish",
             OpKind::Persistent => "persistent step",
         };
+        // Bytes and FLOPs are the least the op kind must move and compute (OpCost).
+        let (bytes, flops) = costs
+            .iter()
+            .find(|c| c.0 == t.kind)
+            .map_or((0, 0), |c| (c.1, c.2));
+        let (gbs, gfs) = (
+            bytes as f64 / t.seconds.max(1e-12) / 1e9,
+            flops as f64 / t.seconds.max(1e-12) / 1e9,
+        );
+        let frac = |v: f64, of: f64| {
+            if of > 0.0 && v > 0.0 {
+                format!("{:.0}%", 100.0 * v / of)
+            } else {
+                "-".into()
+            }
+        };
         println!(
-            "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% |",
+            "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% | {:.2} | {gbs:.1} | {} | {gfs:.1} | {} |",
             t.launches as f64 / steps as f64,
             t.seconds * 1e6 / t.launches.max(1) as f64,
             t.seconds * 1e6 / steps as f64,
-            100.0 * t.seconds / total.max(1e-12)
+            100.0 * t.seconds / total.max(1e-12),
+            bytes as f64 / 1e6 / steps as f64,
+            frac(gbs, copy),
+            frac(gfs, fp32)
         );
     }
 }
@@ -494,22 +545,30 @@ fn run_path(
         let t = Instant::now();
         dec.forward(&tokens[..pp], 0)?;
         let wall = t.elapsed().as_secs_f64();
+        let costs = sum_costs([dec.op_costs(pp, pp - 1, false)?]);
         print_ops(
             &format!("profiled pp{pp} ({name})"),
             &dec.take_op_times()?,
             1,
             wall,
+            &costs,
         );
         let t = Instant::now();
         for p in 0..tg {
             dec.forward_argmax(&tokens[p..p + 1], p)?;
         }
         let wall = t.elapsed().as_secs_f64();
+        let costs = sum_costs(
+            (0..tg)
+                .map(|p| dec.op_costs(1, p, true))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         print_ops(
             &format!("profiled tg{tg} ({name}, argmax)"),
             &dec.take_op_times()?,
             tg,
             wall,
+            &costs,
         );
     }
     Ok(())

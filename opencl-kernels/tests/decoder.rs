@@ -1470,3 +1470,73 @@ fn persistent_step_stages_rows_in_chunks_and_runs_any_head() {
         }
     }
 }
+
+/// `op_costs` against the counts written out by hand for a Q8_0 model (34 bytes a 32-weight
+/// block): weights once, activations and the KV cache as the doc says, 2 FLOPs a
+/// multiply-add; a prefill chunk and a decode step; rows or positions out of range refused.
+#[test]
+fn op_costs_count_bytes_and_flops() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(43);
+    use GgmlType::*;
+    let t = Types {
+        embed: Q8_0,
+        layer: Q8_0,
+        output: None,
+    };
+    let model = TestModel::random(&mut r, config(2, RopeMode::Normal, 16), t);
+    let dec = model.decoder(&dev, DecoderOptions::default());
+    let c = &model.cfg;
+    let (d, dq, dkv, ff, v, n) = (64u64, 64u64, 32u64, 96u64, 101u64, 2u64);
+    assert_eq!((c.d_model, c.q_dim(), c.kv_dim(), c.d_ff), (64, 64, 32, 96));
+    let q8 = |rows: u64, k: u64| rows * k / 32 * 34;
+    for (rows, last) in [(5u64, 9u64), (1, 0), (1, 30)] {
+        let got = dec.op_costs(rows as usize, last as usize, true).unwrap();
+        let attended: u64 = (last + 2 - rows..=last + 1).sum();
+        let want = [
+            (OpKind::Embed, rows * d * 4, 0),
+            (
+                OpKind::QkvRope,
+                n * (q8(dq + 2 * dkv, d) + rows * d * 4 + d * 4 + rows * (dq + 2 * dkv) * 4),
+                n * 2 * rows * (dq + 2 * dkv) * d,
+            ),
+            (
+                OpKind::Attention,
+                n * (attended * 2 * dkv * 4 + rows * 2 * dq * 4),
+                n * attended * 4 * dq,
+            ),
+            (
+                OpKind::OProj,
+                n * (q8(d, dq) + rows * (dq + 2 * d) * 4),
+                n * 2 * rows * d * dq,
+            ),
+            (
+                OpKind::GateUpSwiglu,
+                n * (q8(2 * ff, d) + rows * d * 4 + d * 4 + rows * ff * 4),
+                n * 2 * rows * 2 * ff * d,
+            ),
+            (
+                OpKind::Down,
+                n * (q8(d, ff) + rows * (ff + 2 * d) * 4),
+                n * 2 * rows * d * ff,
+            ),
+            (OpKind::Head, q8(v, d) + d * 8 + v * 4, 2 * v * d),
+            (OpKind::Argmax, v * 4 + 4, 0),
+        ];
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(
+                (g.kind, g.bytes, g.flops),
+                w,
+                "{rows} rows ending at {last}"
+            );
+        }
+    }
+    assert_eq!(dec.op_costs(1, 0, false).unwrap().len(), 7);
+    for (rows, last) in [(0, 3), (5, 3), (1, 48)] {
+        assert!(
+            matches!(dec.op_costs(rows, last, false), Err(Error::BadShape(_))),
+            "{rows} rows ending at {last}"
+        );
+    }
+}

@@ -20,6 +20,7 @@
 
 mod arena;
 mod blocks;
+mod cost;
 mod hostio;
 mod matmul;
 mod ops;
@@ -27,6 +28,7 @@ mod persistent;
 mod prepare;
 mod types;
 
+pub use cost::OpCost;
 pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
