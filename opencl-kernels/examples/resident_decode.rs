@@ -18,18 +18,23 @@
 //! Q5_1, Q8_0), and for `q4_k_m` Q6_K/Q8_0 on `ffn_down`/`attn_v` of the layers llama.cpp's
 //! `use_more_bits` picks; mixed layers run neither decode blocks nor the persistent step, so
 //! only `layered` times there, and the persistent step runs F16, Q8_0, Q4_0 and Q4_1 only;
-//! the embedding/head stays Q8_0, tied), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
+//! the embedding/head stays Q8_0, tied), `RD_SHAPE` (`smollm2`; `llama-1b`, `llama-8b`: Llama-3.2-1B's
+//! and Llama-3-8B's widths, where `q4_k_m` is llama.cpp's real mix, Q4_K with Q6_K
+//! `attn_v`/`ffn_down` on the `use_more_bits` layers, and `q4_k`, `q5_k`, `q6_k` one type),
+//! `RD_HEAD` (`tied`; `q8_0`, `q4_0`, `q6_k`: an untied head of that type), `RD_LAYERS` (30), `RD_REPS` (5), `RD_PP` (128), `RD_TG`
 //! (64), `RD_PROFILE` (1: also the profiled runs), `RD_FLUSH` flush intervals to time,
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
-//! crate's `HETERO_OPENCL_*`.
+//! crate's `HETERO_OPENCL_*`; `RD_COPY_GBS` and `RD_FP32_GFLOPS`: the device's measured copy
+//! bandwidth and FP32 rate, to print each op kind's fraction of them in the profiled tables
+//! (beside its least bytes and FLOPs, `Decoder::op_costs`).
 //! Output: human-readable tables, and one `RESULT` line per path.
 //!
 //! `cargo run --release -p hetero-opencl-kernels --example resident_decode`
 
 use half::f16;
 use hetero_opencl_kernels::decoder::{
-    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpKind, OpTime,
-    Readout, Tensor,
+    DecodePath, Decoder, DecoderConfig, DecoderOptions, LayerWeights, ModelWeights, OpCost, OpKind,
+    OpTime, Readout, Tensor,
 };
 use hetero_opencl_kernels::{self as ocl, Device, GgmlType, RopeMode};
 use std::sync::Arc;
@@ -97,28 +102,38 @@ fn matrix(r: &mut Rng, ty: GgmlType, n: usize, k: usize, scale: f32) -> Vec<u8> 
     w
 }
 
-/// SmolLM2-135M's shapes.
-fn config(n_layer: usize, max_context: usize) -> DecoderConfig {
-    DecoderConfig {
+/// The shapes of `RD_SHAPE`: SmolLM2-135M (`smollm2`, default), Llama-3.2-1B (`llama-1b`)
+/// or Llama-3-8B (`llama-8b`); `None` for another name.
+fn config(shape: &str, n_layer: usize, max_context: usize) -> Option<DecoderConfig> {
+    // (d, d_ff, heads, kv heads, vocab, rope theta)
+    let (d_model, d_ff, n_head, n_kv_head, vocab, theta) = match shape {
+        "smollm2" => (576, 1536, 9, 3, 49152, 100000.0),
+        "llama-1b" => (2048, 8192, 32, 8, 128256, 500000.0),
+        "llama-8b" => (4096, 14336, 32, 8, 128256, 500000.0),
+        _ => return None,
+    };
+    Some(DecoderConfig {
         n_layer,
-        d_model: 576,
-        d_ff: 1536,
-        n_head: 9,
-        n_kv_head: 3,
-        head_dim: 64,
-        rope_dims: 64,
-        rope_theta: 100000.0,
+        d_model,
+        d_ff,
+        n_head,
+        n_kv_head,
+        head_dim: d_model / n_head,
+        rope_dims: d_model / n_head,
+        rope_theta: theta,
         rope_mode: RopeMode::Normal,
         eps: 1e-5,
-        vocab: 49152,
+        vocab,
         max_context,
         max_rows: 128,
         all_logits: false,
-    }
+    })
 }
 
 struct Owned {
     embed: Vec<u8>,
+    /// An untied head (`RD_HEAD`), else the embedding is the head.
+    head: Option<Vec<u8>>,
     norms: Vec<f32>,
     /// Q, K, V, O, gate, up, down of each layer: type and GGUF bytes.
     layers: Vec<[(GgmlType, Vec<u8>); 7]>,
@@ -126,14 +141,24 @@ struct Owned {
 
 /// The layer matrices' types of `RD_TYPE` (Q, K, V, O, gate, up, down) in `layer` of `layers`,
 /// or `None` for a name this example does not know.
-fn layer_types(name: &str, layer: usize, layers: usize) -> Option<[GgmlType; 7]> {
+fn layer_types(name: &str, layer: usize, layers: usize, wide: bool) -> Option<[GgmlType; 7]> {
     use GgmlType as T;
     let uniform = |t| Some([t; 7]);
     // ffn_down's rows are 1536 wide (whole super-blocks); the others are 576 wide and fall back.
     let mix = |rest, down| Some([rest, rest, rest, rest, rest, rest, down]);
     // llama.cpp's use_more_bits, as gguf-requantize applies it.
     let more = layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+    // At widths of whole super-blocks (the Llama shapes), llama.cpp's real mixes.
+    let (v_dn, vk) = if more {
+        (T::Q6K, T::Q6K)
+    } else {
+        (T::Q4K, T::Q4K)
+    };
     match name {
+        "q4_k_m" if wide => Some([T::Q4K, T::Q4K, vk, T::Q4K, T::Q4K, T::Q4K, v_dn]),
+        "q4_k" if wide => uniform(T::Q4K),
+        "q5_k" if wide => uniform(T::Q5K),
+        "q6_k" if wide => uniform(T::Q6K),
         "q4_0" => uniform(T::Q4_0),
         "q4_1" => uniform(T::Q4_1),
         "q8_0" => uniform(T::Q8_0),
@@ -148,7 +173,7 @@ fn layer_types(name: &str, layer: usize, layers: usize) -> Option<[GgmlType; 7]>
     }
 }
 
-fn weights(o: &Owned) -> ModelWeights<'_> {
+fn weights(o: &Owned, head: GgmlType) -> ModelWeights<'_> {
     fn t(data: &[u8], ty: GgmlType) -> Tensor<'_> {
         Tensor { ty, data }
     }
@@ -174,7 +199,7 @@ fn weights(o: &Owned) -> ModelWeights<'_> {
             })
             .collect(),
         output_norm: &o.norms,
-        output: None,
+        output: o.head.as_ref().map(|h| Tensor { ty: head, data: h }),
     }
 }
 
@@ -265,7 +290,35 @@ fn time_path(
     Ok((pps, tga, tgl))
 }
 
-fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
+/// Summed [`OpCost`]s of the profiled steps, by kind: `(kind, bytes, flops)`.
+fn sum_costs(all: impl IntoIterator<Item = Vec<OpCost>>) -> Vec<(OpKind, u64, u64)> {
+    let mut sums: Vec<(OpKind, u64, u64)> = Vec::new();
+    for c in all.into_iter().flatten() {
+        match sums.iter_mut().find(|s| s.0 == c.kind) {
+            Some(s) => {
+                s.1 += c.bytes;
+                s.2 += c.flops;
+            }
+            None => sums.push((c.kind, c.bytes, c.flops)),
+        }
+    }
+    sums
+}
+
+/// The device's copy bandwidth (GB/s) and FP32 rate (GFLOP/s) to put the op kinds against:
+/// `RD_COPY_GBS`, `RD_FP32_GFLOPS` (0 or unset: fractions not printed).
+fn limits() -> (f64, f64) {
+    let f = |n: &str| {
+        std::env::var(n)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (f("RD_COPY_GBS"), f("RD_FP32_GFLOPS"))
+}
+
+fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64, costs: &[(OpKind, u64, u64)]) {
+    let (copy, fp32) = limits();
     let total: f64 = times.iter().map(|t| t.seconds).sum();
     println!(
         "{what}: device time per step {:.1} us over {} launches, wall per step {:.1} us ({:.0}% busy)",
@@ -274,7 +327,9 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
         wall * 1e6 / steps as f64,
         100.0 * total / wall.max(1e-12)
     );
-    println!("  | op | launches/step | us/launch | us/step | share |");
+    println!(
+        "  | op | launches/step | us/launch | us/step | share | MB/step | GB/s | of copy | GFLOP/s | of FP32 |"
+    );
     for t in times {
         let kind = match t.kind {
             OpKind::Embed => "embed",
@@ -291,12 +346,31 @@ fn print_ops(what: &str, times: &[OpTime], steps: usize, wall: f64) {
             OpKind::BlockFinish => "block finish",
             OpKind::Persistent => "persistent step",
         };
+        // Bytes and FLOPs are the least the op kind must move and compute (OpCost).
+        let (bytes, flops) = costs
+            .iter()
+            .find(|c| c.0 == t.kind)
+            .map_or((0, 0), |c| (c.1, c.2));
+        let (gbs, gfs) = (
+            bytes as f64 / t.seconds.max(1e-12) / 1e9,
+            flops as f64 / t.seconds.max(1e-12) / 1e9,
+        );
+        let frac = |v: f64, of: f64| {
+            if of > 0.0 && v > 0.0 {
+                format!("{:.0}%", 100.0 * v / of)
+            } else {
+                "-".into()
+            }
+        };
         println!(
-            "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% |",
+            "  | {kind} | {:.1} | {:.2} | {:.1} | {:.0}% | {:.2} | {gbs:.1} | {} | {gfs:.1} | {} |",
             t.launches as f64 / steps as f64,
             t.seconds * 1e6 / t.launches.max(1) as f64,
             t.seconds * 1e6 / steps as f64,
-            100.0 * t.seconds / total.max(1e-12)
+            100.0 * t.seconds / total.max(1e-12),
+            bytes as f64 / 1e6 / steps as f64,
+            frac(gbs, copy),
+            frac(gfs, fp32)
         );
     }
 }
@@ -308,9 +382,18 @@ fn main() -> Res<()> {
     let tg = env_usize("RD_TG", 64).max(1);
     let profile = env_usize("RD_PROFILE", 1) != 0;
     let ty = std::env::var("RD_TYPE").unwrap_or_else(|_| "q4_1".into());
-    if layer_types(&ty, 0, layers).is_none() {
+    let shape = std::env::var("RD_SHAPE").unwrap_or_else(|_| "smollm2".into());
+    let head_ty = match std::env::var("RD_HEAD").as_deref() {
+        Err(_) | Ok("tied") => None,
+        Ok("q8_0") => Some(GgmlType::Q8_0),
+        Ok("q4_0") => Some(GgmlType::Q4_0),
+        Ok("q6_k") => Some(GgmlType::Q6K),
+        Ok(o) => return Err(format!("RD_HEAD={o}: not one of tied q8_0 q4_0 q6_k").into()),
+    };
+    let wide = shape != "smollm2";
+    if layer_types(&ty, 0, layers, wide).is_none() {
         return Err(format!(
-            "RD_TYPE={ty}: not one of q4_0 q4_1 q8_0 f16 q5_0 q5_1 q4_k_m q5_k q6_k"
+            "RD_TYPE={ty}: not one of q4_0 q4_1 q8_0 f16 q5_0 q5_1 q4_k_m q5_k q6_k (q4_k at the Llama shapes)"
         )
         .into());
     }
@@ -325,16 +408,18 @@ fn main() -> Res<()> {
         .filter_map(|f| f.trim().parse().ok())
         .collect();
     let ctx = (pp.max(tg) + 8).next_power_of_two();
-    let cfg = config(layers, ctx);
+    let cfg = config(&shape, layers, ctx)
+        .ok_or_else(|| format!("RD_SHAPE={shape}: not one of smollm2 llama-1b llama-8b"))?;
     let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
     let mut r = Rng(0x9E37_79B9_7F4A_7C15);
     let t = Instant::now();
     let owned = Owned {
         embed: matrix(&mut r, GgmlType::Q8_0, cfg.vocab, d, 1.0),
+        head: head_ty.map(|t| matrix(&mut r, t, cfg.vocab, d, 0.1)),
         norms: (0..d).map(|_| 0.5 + r.unit()).collect(),
         layers: (0..layers)
             .map(|l| {
-                let tys = layer_types(&ty, l, layers).unwrap_or([GgmlType::Q4_1; 7]);
+                let tys = layer_types(&ty, l, layers, wide).unwrap_or([GgmlType::Q4_1; 7]);
                 let shapes = [
                     (dq, d, 0.1),
                     (dkv, d, 0.1),
@@ -351,7 +436,7 @@ fn main() -> Res<()> {
             })
             .collect(),
     };
-    let w = weights(&owned);
+    let w = weights(&owned, head_ty.unwrap_or(GgmlType::Q8_0));
     let tokens: Vec<u32> = (0..pp.max(tg))
         .map(|_| (r.next() % cfg.vocab as u64) as u32)
         .collect();
@@ -369,7 +454,7 @@ fn main() -> Res<()> {
     );
     let plan = Decoder::memory_plan(&cfg, &w)?;
     println!(
-        "model: SmolLM2-135M shapes, {layers} layers, layers {ty}, embedding/head Q8_0 tied; weights {:.1} MiB, KV cache {:.1} MiB ({ctx} positions), scratch {:.1} MiB",
+        "model: {shape} shapes, {layers} layers, layers {ty}, embedding Q8_0, head {head_ty:?} (None: tied); weights {:.1} MiB, KV cache {:.1} MiB ({ctx} positions), scratch {:.1} MiB",
         plan.weights as f64 / 1048576.0,
         plan.kv_cache as f64 / 1048576.0,
         plan.scratch as f64 / 1048576.0
@@ -424,7 +509,10 @@ fn run_path(
             built,
             dec.zero_copy(),
             dec.decode_path(),
-            dec.persistent_groups().map_or("no".into(), |g| g.to_string()),
+            dec.persistent_groups().map_or("no".into(), |g| match dec.persistent_stage() {
+                Some((st, head)) => format!("{g}, stages {st} floats, head in step {head}"),
+                None => g.to_string(),
+            }),
             dec.launches_per_token(Readout::Logits),
             dec.launches_per_token(Readout::Argmax),
             prefill_launches
@@ -457,22 +545,30 @@ fn run_path(
         let t = Instant::now();
         dec.forward(&tokens[..pp], 0)?;
         let wall = t.elapsed().as_secs_f64();
+        let costs = sum_costs([dec.op_costs(pp, pp - 1, false)?]);
         print_ops(
             &format!("profiled pp{pp} ({name})"),
             &dec.take_op_times()?,
             1,
             wall,
+            &costs,
         );
         let t = Instant::now();
         for p in 0..tg {
             dec.forward_argmax(&tokens[p..p + 1], p)?;
         }
         let wall = t.elapsed().as_secs_f64();
+        let costs = sum_costs(
+            (0..tg)
+                .map(|p| dec.op_costs(1, p, true))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         print_ops(
             &format!("profiled tg{tg} ({name}, argmax)"),
             &dec.take_op_times()?,
             tg,
             wall,
+            &costs,
         );
     }
     Ok(())

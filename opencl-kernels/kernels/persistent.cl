@@ -39,6 +39,9 @@
 #ifndef PK_U
 #define PK_U 4u
 #endif
+#ifndef PK_XS
+#define PK_XS 16384u /* floats of the staged activation chunk (the host sets it) */
+#endif
 #define PK_SPIN (1u << 24)
 #define PK_SMAX 16u /* position splits per head at most */
 #define PK_NONE 0xffffffffu
@@ -76,51 +79,62 @@ inline int pk_sync(volatile __global uint *bar, uint target, __local int *ok) {
     return *ok;
 }
 
-// xs[i] = x[i] (times g[i] when use_g) for i < K; returns rsqrt(mean(x^2) + eps) when use_g
-// (the RMSNorm's scale, applied to the GEMV's sums), else 1.
+// One chunk of the activation row into local memory: xs[j] = x[i(j)] (times g[i(j)] when
+// use_g) for j < n, where i(j) = (j / seg) * gstride + base + j % seg (a T-layout chunk is four
+// segments, one from each quarter of the row; the other kinds one contiguous run). Returns
+// this work-item's part of the sum of squares (the caller reduces it once the whole row is
+// staged).
 inline float pk_stage(volatile __global const float *x, __global const float *g, uint use_g,
-                      uint K, float eps, __local float *xs, __local float *red) {
+                      uint n, uint seg, uint gstride, uint base, __local float *xs) {
     float ss = 0.0f;
-    for (uint i = get_local_id(0); i < K; i += PK_WG) {
+    for (uint j = get_local_id(0); j < n; j += PK_WG) {
+        uint s = j / seg, i = s * gstride + base + (j - s * seg);
         float v = x[i];
         ss += v * v;
-        xs[i] = use_g ? v * g[i] : v;
+        xs[j] = use_g ? v * g[i] : v;
     }
-    if (!use_g) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        return 1.0f;
-    }
-    return rsqrt(group_sum(ss, red) / (float)K + eps);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return ss;
 }
 
 // ---- per storage kind: PK_U units of one row held in registers (DECL), loaded (LOAD: units
-// lane, lane + tpr, .. of row ROW), and dotted with the staged row XS (DOT); units past the
-// row's end are neither loaded nor used. A unit: 16 bytes of the T layout (32 weights) or
+// U0 + lane, U0 + lane + tpr, .. of row ROW, NB units a row), and dotted with the staged chunk
+// XS of NU units from U0 (DOT); units past the chunk's end are neither loaded nor used. A unit: 16 bytes of the T layout (32 weights) or
 // 8 weights (Q8_0, F16).
 #define PK_UNITS_q4_0t(K) ((K) >> 5)
 #define PK_UNITS_q4_1t(K) ((K) >> 5)
 #define PK_UNITS_q8_0(K) ((K) >> 3)
 #define PK_UNITS_f16(K) ((K) >> 3)
+// Floats of the activation row one unit reads (the staged chunk holds PK_XS floats at most).
+#define PK_UF_q4_0t 32u
+#define PK_UF_q4_1t 32u
+#define PK_UF_q8_0 8u
+#define PK_UF_f16 8u
+// Whether a unit's values lie in the four quarters of the row (the T layout).
+#define PK_QUARTERS_q4_0t 1u
+#define PK_QUARTERS_q4_1t 1u
+#define PK_QUARTERS_q8_0 0u
+#define PK_QUARTERS_f16 0u
 
 #define PK_DECL_T(R)                                                                            \
     uint4 R##q[PK_U];                                                                           \
     float4 R##s[PK_U];                                                                          \
     float4 R##m[PK_U];
-#define PK_LOAD_T(R, W0, W1, ROW, NB, LANE, TPR, HASM)                                          \
+#define PK_LOAD_T(R, W0, W1, ROW, NB, U0, NU, LANE, TPR, HASM)                                  \
     for (uint i_ = 0; i_ < PK_U; ++i_) {                                                        \
-        uint u_ = (LANE) + i_ * (TPR), b_ = (ROW) * (NB);                                       \
+        uint v_ = (LANE) + i_ * (TPR), u_ = (U0) + v_, b_ = (ROW) * (NB);                       \
         __global const half *d_ = (__global const half *)(W1);                                  \
-        if (u_ < (NB)) {                                                                        \
+        if (v_ < (NU)) {                                                                        \
             R##q[i_] = ((__global const uint4 *)(W0))[b_ + u_];                                 \
         }                                                                                       \
-        if (u_ < (NB) && HASM) {                                                                \
+        if (v_ < (NU) && HASM) {                                                                \
             float2 s0_ = vload_half2(b_ + (u_ >> 2), d_);                                       \
             float2 s1_ = vload_half2(b_ + ((u_ + (NB)) >> 2), d_);                              \
             float2 s2_ = vload_half2(b_ + ((u_ + 2u * (NB)) >> 2), d_);                         \
             float2 s3_ = vload_half2(b_ + ((u_ + 3u * (NB)) >> 2), d_);                         \
             R##s[i_] = (float4)(s0_.x, s1_.x, s2_.x, s3_.x);                                    \
             R##m[i_] = (float4)(s0_.y, s1_.y, s2_.y, s3_.y);                                    \
-        } else if (u_ < (NB)) {                                                                 \
+        } else if (v_ < (NU)) {                                                                 \
             R##s[i_] = (float4)(vload_half(b_ + (u_ >> 2), d_),                                 \
                                 vload_half(b_ + ((u_ + (NB)) >> 2), d_),                        \
                                 vload_half(b_ + ((u_ + 2u * (NB)) >> 2), d_),                   \
@@ -128,14 +142,14 @@ inline float pk_stage(volatile __global const float *x, __global const float *g,
             R##m[i_] = (float4)(0.0f);                                                          \
         }                                                                                       \
     }
-#define PK_DOT_T(R, ACC, XS, NB, LANE, TPR, HASM)                                               \
+#define PK_DOT_T(R, ACC, XS, NU, LANE, TPR, HASM)                                               \
     for (uint i_ = 0; i_ < PK_U; ++i_) {                                                        \
         uint u_ = (LANE) + i_ * (TPR);                                                          \
-        if (u_ < (NB)) {                                                                        \
+        if (u_ < (NU)) {                                                                        \
             float4 X_[8];                                                                       \
             for (uint s_ = 0; s_ < 4u; ++s_) {                                                  \
-                X_[2u * s_] = vload4(2u * (u_ + s_ * (NB)), XS);                                \
-                X_[2u * s_ + 1u] = vload4(2u * (u_ + s_ * (NB)) + 1u, XS);                      \
+                X_[2u * s_] = vload4(2u * (u_ + s_ * (NU)), XS);                                \
+                X_[2u * s_ + 1u] = vload4(2u * (u_ + s_ * (NU)) + 1u, XS);                      \
             }                                                                                   \
             float off_ = HASM ? 0.0f : 8.0f;                                                    \
             uint4 q_ = R##q[i_];                                                                \
@@ -153,8 +167,10 @@ inline float pk_stage(volatile __global const float *x, __global const float *g,
     }
 #define PK_DECL_q4_0t(R) PK_DECL_T(R)
 #define PK_DECL_q4_1t(R) PK_DECL_T(R)
-#define PK_LOAD_q4_0t(R, W0, W1, ROW, U, LANE, TPR) PK_LOAD_T(R, W0, W1, ROW, U, LANE, TPR, 0)
-#define PK_LOAD_q4_1t(R, W0, W1, ROW, U, LANE, TPR) PK_LOAD_T(R, W0, W1, ROW, U, LANE, TPR, 1)
+#define PK_LOAD_q4_0t(R, W0, W1, ROW, NB, U0, NU, LANE, TPR)                                    \
+    PK_LOAD_T(R, W0, W1, ROW, NB, U0, NU, LANE, TPR, 0)
+#define PK_LOAD_q4_1t(R, W0, W1, ROW, NB, U0, NU, LANE, TPR)                                    \
+    PK_LOAD_T(R, W0, W1, ROW, NB, U0, NU, LANE, TPR, 1)
 #define PK_DOT_q4_0t(R, ACC, XS, U, LANE, TPR) PK_DOT_T(R, ACC, XS, U, LANE, TPR, 0)
 #define PK_DOT_q4_1t(R, ACC, XS, U, LANE, TPR) PK_DOT_T(R, ACC, XS, U, LANE, TPR, 1)
 
@@ -162,11 +178,11 @@ inline float pk_stage(volatile __global const float *x, __global const float *g,
 #define PK_DECL_q8_0(R)                                                                         \
     uint2 R##q[PK_U];                                                                           \
     float R##s[PK_U];
-#define PK_LOAD_q8_0(R, W0, W1, ROW, U, LANE, TPR)                                              \
+#define PK_LOAD_q8_0(R, W0, W1, ROW, NB, U0, NU, LANE, TPR)                                    \
     for (uint i_ = 0; i_ < PK_U; ++i_) {                                                        \
-        uint u_ = (LANE) + i_ * (TPR);                                                          \
-        if (u_ < (U)) {                                                                         \
-            __global const uchar *bp_ = (W0) + ((size_t)(ROW) * ((U) >> 2) + (u_ >> 2)) * 34u;  \
+        uint v_ = (LANE) + i_ * (TPR), u_ = (U0) + v_;                                          \
+        if (v_ < (NU)) {                                                                        \
+            __global const uchar *bp_ = (W0) + ((size_t)(ROW) * ((NB) >> 2) + (u_ >> 2)) * 34u; \
             R##s[i_] = vload_half(0, (__global const half *)bp_);                               \
             R##q[i_] =                                                                          \
                 as_uint2(vload4(0, (__global const ushort *)(bp_ + 2u + 8u * (u_ & 3u))));      \
@@ -184,10 +200,10 @@ inline float pk_stage(volatile __global const float *x, __global const float *g,
 
 // F16: unit u = halves 8u..8u+7 of the row.
 #define PK_DECL_f16(R) uint4 R##q[PK_U];
-#define PK_LOAD_f16(R, W0, W1, ROW, U, LANE, TPR)                                               \
+#define PK_LOAD_f16(R, W0, W1, ROW, NB, U0, NU, LANE, TPR)                                     \
     for (uint i_ = 0; i_ < PK_U; ++i_) {                                                        \
-        uint u_ = (LANE) + i_ * (TPR);                                                          \
-        if (u_ < (U)) R##q[i_] = ((__global const uint4 *)(W0))[(size_t)(ROW) * (U) + u_];      \
+        uint v_ = (LANE) + i_ * (TPR), u_ = (U0) + v_;                                          \
+        if (v_ < (NU)) R##q[i_] = ((__global const uint4 *)(W0))[(size_t)(ROW) * (NB) + u_];    \
     }
 #define PK_DOT_f16(R, ACC, XS, U, LANE, TPR)                                                    \
     for (uint i_ = 0; i_ < PK_U; ++i_) {                                                        \
@@ -225,60 +241,92 @@ typedef struct {
 // One GEMV phase spread over the grid: N outputs of a K-wide matrix (planes w0, w1) from the
 // activation row xg (normalized with g when use_g); pair p of outputs goes to work-group
 // p % G, team (p / G) % nt (nt teams a group, T = nt G in the grid), so that consecutive
-// pairs land on different work-groups. Returns 0 when the
-// grid barrier failed. `nsync` counts this launch's barriers; best/bidx: the running argmax
-// of the columns this work-item stored (track).
+// pairs land on different work-groups. The row is staged in local memory in chunks of at
+// most PK_XS floats (one chunk where it fits; the device's local memory bounds PK_XS, e.g.
+// 48 KiB against Llama-3-8B's 14336-wide down projection): each chunk's partial sums of a
+// pair are kept in acc (written and read back by the same work-item, so no barrier is
+// needed), the last chunk's epilogue adds them. Returns 0 when the grid barrier failed.
+// `nsync` counts this launch's barriers; best/bidx: the running argmax of the columns this
+// work-item stored (track).
 #define PK_GEMV(KIND)                                                                           \
     inline int pk_gemv_##KIND(__global const uchar *w0, __global const uchar *w1, uint N,      \
                               uint K, volatile __global const float *xg,                       \
                               __global const float *g, uint use_g, float eps,                  \
                               volatile __global uint *bar, uint *nsync, __local float *xs,     \
                               __local float *red, __local int *flag, pk_epi e, uint track,     \
-                              float *best, uint *bidx) {                                       \
+                              float *best, uint *bidx, __global float *acc) {                  \
         uint lid = get_local_id(0), gid = get_group_id(0), G = get_num_groups(0);              \
-        uint units = PK_UNITS_##KIND(K), tpr = pk_tpr(units);                                  \
+        uint units = PK_UNITS_##KIND(K), most = max(PK_XS / PK_UF_##KIND, 1u);                 \
+        uint chunks = (units + most - 1u) / most, cu = (units + chunks - 1u) / chunks;         \
+        uint tpr = pk_tpr(cu);                                                                 \
         uint nt = PK_WG / tpr, team = lid / tpr, lane = lid % tpr;                             \
         uint T = nt * G, pairs = (N + 1u) >> 1, iters = (pairs + T - 1u) / T;                  \
-        uint c0 = 2u * (team * G + gid);                                                       \
+        uint c00 = 2u * (team * G + gid);                                                      \
         PK_DECL_##KIND(a) PK_DECL_##KIND(b)                                                    \
-        if (c0 < N) {                                                                          \
-            PK_LOAD_##KIND(a, w0, w1, c0, units, lane, tpr)                                    \
-            PK_LOAD_##KIND(b, w0, w1, min(c0 + 1u, N - 1u), units, lane, tpr)                  \
+        if (c00 < N) {                                                                         \
+            uint nu_ = min(cu, units);                                                         \
+            PK_LOAD_##KIND(a, w0, w1, c00, units, 0u, nu_, lane, tpr)                          \
+            PK_LOAD_##KIND(b, w0, w1, min(c00 + 1u, N - 1u), units, 0u, nu_, lane, tpr)        \
         }                                                                                      \
         *nsync += 1u;                                                                          \
         if (!pk_sync(bar, *nsync * G, flag)) return 0;                                         \
-        float inv = pk_stage(xg, g, use_g, K, eps, xs, red);                                   \
-        for (uint it = 0; it < iters; ++it) {                                                  \
-            float a0 = 0.0f, a1 = 0.0f;                                                        \
-            if (c0 < N) {                                                                      \
-                PK_DOT_##KIND(a, a0, xs, units, lane, tpr)                                     \
-                PK_DOT_##KIND(b, a1, xs, units, lane, tpr)                                     \
-            }                                                                                  \
-            uint cn = c0 + 2u * T;                                                             \
-            if (it + 1u < iters && cn < N) {                                                   \
-                PK_LOAD_##KIND(a, w0, w1, cn, units, lane, tpr)                                \
-                PK_LOAD_##KIND(b, w0, w1, min(cn + 1u, N - 1u), units, lane, tpr)              \
-            }                                                                                  \
-            pair_sum(&a0, &a1, red, lane, team, tpr, nt);                                      \
-            if (lane == 0u && c0 < N) {                                                        \
-                a0 *= inv;                                                                     \
-                a1 *= inv;                                                                     \
-                epi_pair_v(0u, c0, N, a0, a1, e.mode, e.y, e.ldy, e.kc, e.vc, e.rope, e.pos,   \
-                           e.dq, e.dkv, e.hd, e.npairs, 0u);                                   \
-                if (track) {                                                                   \
-                    if (!isfinite(a0) || (c0 + 1u < N && !isfinite(a1)))                       \
-                        atomic_or(e.nonfin, 1u);                                               \
-                    if (a0 > *best || (*bidx == PK_NONE && a0 == *best)) {                     \
-                        *best = a0;                                                            \
-                        *bidx = c0;                                                            \
+        float ss = 0.0f, inv = 1.0f;                                                           \
+        for (uint ch = 0; ch < chunks; ++ch) {                                                 \
+            uint u0 = ch * cu, nu = min(cu, units - u0), last = ch + 1u == chunks;             \
+            uint uf = PK_UF_##KIND, seg = PK_QUARTERS_##KIND ? nu * (uf >> 2) : nu * uf;       \
+            uint gs = PK_QUARTERS_##KIND ? units * (uf >> 2) : 0u;                             \
+            if (ch > 0u) barrier(CLK_LOCAL_MEM_FENCE); /* every team done with the last chunk */ \
+            ss += pk_stage(xg, g, use_g, nu * uf, seg, gs, u0 * (PK_QUARTERS_##KIND ? uf >> 2 : uf), xs); \
+            if (last && use_g) inv = rsqrt(group_sum(ss, red) / (float)K + eps);              \
+            uint c0 = c00;                                                                     \
+            for (uint it = 0; it < iters; ++it) {                                              \
+                float a0 = 0.0f, a1 = 0.0f;                                                    \
+                if (c0 < N) {                                                                  \
+                    PK_DOT_##KIND(a, a0, xs, nu, lane, tpr)                                    \
+                    PK_DOT_##KIND(b, a1, xs, nu, lane, tpr)                                    \
+                }                                                                              \
+                /* the next loads: this chunk's next pair, else the next chunk's first */     \
+                uint cn = c0 + 2u * T;                                                         \
+                if (it + 1u < iters && cn < N) {                                               \
+                    PK_LOAD_##KIND(a, w0, w1, cn, units, u0, nu, lane, tpr)                    \
+                    PK_LOAD_##KIND(b, w0, w1, min(cn + 1u, N - 1u), units, u0, nu, lane, tpr)  \
+                } else if (it + 1u == iters && !last && c00 < N) {                             \
+                    uint nn_ = min(cu, units - u0 - cu);                                       \
+                    PK_LOAD_##KIND(a, w0, w1, c00, units, u0 + cu, nn_, lane, tpr)             \
+                    PK_LOAD_##KIND(b, w0, w1, min(c00 + 1u, N - 1u), units, u0 + cu, nn_,     \
+                                   lane, tpr)                                                  \
+                }                                                                              \
+                pair_sum(&a0, &a1, red, lane, team, tpr, nt);                                  \
+                if (lane == 0u && c0 < N) {                                                    \
+                    if (ch > 0u) {                                                             \
+                        a0 += acc[c0];                                                         \
+                        if (c0 + 1u < N) a1 += acc[c0 + 1u];                                   \
                     }                                                                          \
-                    if (c0 + 1u < N && (a1 > *best || (*bidx == PK_NONE && a1 == *best))) {    \
-                        *best = a1;                                                            \
-                        *bidx = c0 + 1u;                                                       \
+                    if (!last) {                                                               \
+                        acc[c0] = a0;                                                          \
+                        if (c0 + 1u < N) acc[c0 + 1u] = a1;                                    \
+                    } else {                                                                   \
+                        a0 *= inv;                                                             \
+                        a1 *= inv;                                                             \
+                        epi_pair_v(0u, c0, N, a0, a1, e.mode, e.y, e.ldy, e.kc, e.vc, e.rope,  \
+                                   e.pos, e.dq, e.dkv, e.hd, e.npairs, 0u);                    \
+                        if (track) {                                                           \
+                            if (!isfinite(a0) || (c0 + 1u < N && !isfinite(a1)))               \
+                                atomic_or(e.nonfin, 1u);                                       \
+                            if (a0 > *best || (*bidx == PK_NONE && a0 == *best)) {             \
+                                *best = a0;                                                    \
+                                *bidx = c0;                                                    \
+                            }                                                                  \
+                            if (c0 + 1u < N &&                                                 \
+                                (a1 > *best || (*bidx == PK_NONE && a1 == *best))) {           \
+                                *best = a1;                                                    \
+                                *bidx = c0 + 1u;                                               \
+                            }                                                                  \
+                        }                                                                      \
                     }                                                                          \
                 }                                                                              \
+                c0 = cn;                                                                       \
             }                                                                                  \
-            c0 = cn;                                                                           \
         }                                                                                      \
         return 1;                                                                              \
     }
@@ -320,7 +368,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
           __global float *parts, __global float *logits, __global uint *ids,
           __global uint *state, uint l0, uint l1, uint pos, uint readout, uint d, uint dq,
           uint dkv, uint ff, uint H, uint Hkv, uint D, uint npairs, uint vocab, float eps,
-          float scale, uint barriers_only, __local float *xs) {
+          float scale, uint barriers_only, __global float *acc, __local float *xs) {
     __local float red[2u * PK_WG];
     __local uint bi[PK_WG];
     __local float qs[256];
@@ -360,7 +408,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
         if (work)
             ok = PK_GEMV_QKV(warena + lo[LO_QKV0], warena + lo[LO_QKV1], dq + 2u * dkv, d, x,
                              (__global const float *)(warena + lo[LO_ANORM]), 1u, eps, bar,
-                             &nsync, xs, red, &flag, e, 0u, &best, &bidx);
+                             &nsync, xs, red, &flag, e, 0u, &best, &bidx, acc);
         else
             ok = pk_sync(bar, ++nsync * G, &flag);
         if (!ok) break;
@@ -384,7 +432,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
         e.ldy = d;
         if (work)
             ok = PK_GEMV_O(warena + lo[LO_O0], warena + lo[LO_O1], d, dq, att, onorm, 0u, eps,
-                           bar, &nsync, xs, red, &flag, e, 0u, &best, &bidx);
+                           bar, &nsync, xs, red, &flag, e, 0u, &best, &bidx, acc);
         else
             ok = pk_sync(bar, ++nsync * G, &flag);
         if (!ok) break;
@@ -395,7 +443,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
         if (work)
             ok = PK_GEMV_GU(warena + lo[LO_GU0], warena + lo[LO_GU1], 2u * ff, d, x,
                             (__global const float *)(warena + lo[LO_FNORM]), 1u, eps, bar,
-                            &nsync, xs, red, &flag, e, 0u, &best, &bidx);
+                            &nsync, xs, red, &flag, e, 0u, &best, &bidx, acc);
         else
             ok = pk_sync(bar, ++nsync * G, &flag);
         if (!ok) break;
@@ -405,7 +453,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
         e.ldy = d;
         if (work)
             ok = PK_GEMV_DN(warena + lo[LO_DN0], warena + lo[LO_DN1], d, ff, hb, onorm, 0u, eps,
-                            bar, &nsync, xs, red, &flag, e, 0u, &best, &bidx);
+                            bar, &nsync, xs, red, &flag, e, 0u, &best, &bidx, acc);
         else
             ok = pk_sync(bar, ++nsync * G, &flag);
     }
@@ -415,7 +463,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
         e.ldy = vocab;
         if (work)
             ok = PK_GEMV_HEAD(head0, head1, vocab, d, x, onorm, 1u, eps, bar, &nsync, xs, red,
-                              &flag, e, readout == 2u, &best, &bidx);
+                              &flag, e, readout == 2u, &best, &bidx, acc);
         else
             ok = pk_sync(bar, ++nsync * G, &flag);
     }

@@ -1358,3 +1358,185 @@ fn device_argmax_flags_non_finite_logits() {
         }
     }
 }
+
+/// Llama-3.2-1B's (`wide` false) or Llama-3-8B's widths (d 2048 / 4096, kv 512 / 1024, d_ff
+/// 8192 / 14336, heads of 64 / 128) with a small vocabulary and context, so the reference
+/// stays cheap.
+fn config_llama(n_layer: usize, eight_b: bool) -> DecoderConfig {
+    let (d, ff) = if eight_b { (4096, 14336) } else { (2048, 8192) };
+    DecoderConfig {
+        n_layer,
+        d_model: d,
+        d_ff: ff,
+        n_head: 32,
+        n_kv_head: 8,
+        head_dim: d / 32,
+        rope_dims: d / 32,
+        rope_theta: 500000.0,
+        rope_mode: RopeMode::Normal,
+        eps: 1e-5,
+        vocab: 515,
+        max_context: 24,
+        max_rows: 8,
+        all_logits: false,
+    }
+}
+
+/// The persistent step with its activation rows staged in chunks (what a device whose local
+/// memory cannot hold a row needs: 48 KiB against Llama-3-8B's 14336-wide down projection):
+/// forced down to 96 and 200 floats on small K-quant-width models (every kind's GEMV split
+/// into 2-6 chunks, uneven last chunks included), Q4_0 (T layout), Q4_1, Q8_0 and F16 layers,
+/// and heads the step has no GEMV for (Q6_K, Q5_0: the layered head launches follow it) or has
+/// (Q4_0). Then at Llama-1B and -8B widths (one layer, Q4_0 with a Q6_K head, and Q8_0 tied),
+/// with the device's own staging (layered there too, and only layered where the persistent
+/// step is not tested). Logits and argmax against the reference.
+#[test]
+fn persistent_step_stages_rows_in_chunks_and_runs_any_head() {
+    let Some(dev) = device() else { return };
+    let persistent = persistent_here(&dev);
+    let mut r = rng(41);
+    use GgmlType::*;
+    let small: [(GgmlType, Option<GgmlType>, usize); 5] = [
+        (Q4_0, Some(Q6K), 96),
+        (Q4_1, Some(Q4_0), 200),
+        (Q8_0, None, 96),
+        (F16, Some(Q5_0), 200),
+        (Q4_0, None, 0),
+    ];
+    for (layer, output, stage) in small.into_iter().filter(|_| persistent) {
+        let t = Types {
+            embed: Q8_0,
+            layer,
+            output,
+        };
+        let model = TestModel::random(&mut r, config_k(2, RopeMode::Normal, 64), t);
+        let toks = tokens(&mut r, 12, model.cfg.vocab);
+        let mut dec = model.decoder(
+            &dev,
+            DecoderOptions {
+                decode: DecodePath::Persistent,
+                persistent_stage_floats: stage,
+                ..DecoderOptions::default()
+            },
+        );
+        let (got_stage, head_in_step) = dec.persistent_stage().expect("persistent");
+        let in_step = !matches!(output, Some(Q6K | Q5_0));
+        assert_eq!(head_in_step, in_step, "{layer:?} {output:?}");
+        if stage > 0 {
+            assert_eq!(got_stage, stage);
+        }
+        let what = format!("{layer:?} layers, head {output:?}, stage {got_stage}");
+        prefill_then_decode(&mut dec, &model, &toks, 3, &what);
+        let want = ref_forward(&model, &toks[..4], 2).logits;
+        dec.forward(&toks[..3], 0).unwrap();
+        let id = dec.forward_argmax(&toks[3..4], 3).unwrap();
+        if margin(&want[3]) > 1e-4 {
+            assert_eq!(id, argmax(&want[3]), "{what}: argmax");
+        }
+        let per = if in_step { 1 } else { 3 };
+        assert_eq!(dec.last_launches(), per, "{what}");
+        assert_eq!(dec.launches_per_token(Readout::Argmax), per as usize);
+    }
+    for (eight_b, layer, output) in [
+        (false, Q4_0, Some(Q6K)),
+        (true, Q4_0, Some(Q6K)),
+        (true, Q8_0, None),
+    ] {
+        let t = Types {
+            embed: Q8_0,
+            layer,
+            output,
+        };
+        let model = TestModel::random(&mut r, config_llama(1, eight_b), t);
+        let toks = tokens(&mut r, 6, model.cfg.vocab);
+        let paths = [DecodePath::Layered, DecodePath::Persistent];
+        for decode in paths
+            .into_iter()
+            .filter(|&d| persistent || d == DecodePath::Layered)
+        {
+            let mut dec = model.decoder(
+                &dev,
+                DecoderOptions {
+                    decode,
+                    ..DecoderOptions::default()
+                },
+            );
+            let what = format!(
+                "{} widths, {layer:?}, head {output:?}, {decode:?} (stage {:?})",
+                if eight_b { "8B" } else { "1B" },
+                dec.persistent_stage()
+            );
+            prefill_then_decode(&mut dec, &model, &toks, 2, &what);
+        }
+    }
+}
+
+/// `op_costs` against the counts written out by hand for a Q8_0 model (34 bytes a 32-weight
+/// block): weights once, activations and the KV cache as the doc says, 2 FLOPs a
+/// multiply-add; a prefill chunk and a decode step; rows or positions out of range refused.
+#[test]
+fn op_costs_count_bytes_and_flops() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(43);
+    use GgmlType::*;
+    let t = Types {
+        embed: Q8_0,
+        layer: Q8_0,
+        output: None,
+    };
+    let model = TestModel::random(&mut r, config(2, RopeMode::Normal, 16), t);
+    let dec = model.decoder(&dev, DecoderOptions::default());
+    let c = &model.cfg;
+    let (d, dq, dkv, ff, v, n) = (64u64, 64u64, 32u64, 96u64, 101u64, 2u64);
+    assert_eq!((c.d_model, c.q_dim(), c.kv_dim(), c.d_ff), (64, 64, 32, 96));
+    let q8 = |rows: u64, k: u64| rows * k / 32 * 34;
+    for (rows, last) in [(5u64, 9u64), (1, 0), (1, 30)] {
+        let got = dec.op_costs(rows as usize, last as usize, true).unwrap();
+        let attended: u64 = (last + 2 - rows..=last + 1).sum();
+        let want = [
+            (OpKind::Embed, rows * d * 4, 0),
+            (
+                OpKind::QkvRope,
+                n * (q8(dq + 2 * dkv, d) + rows * d * 4 + d * 4 + rows * (dq + 2 * dkv) * 4),
+                n * 2 * rows * (dq + 2 * dkv) * d,
+            ),
+            (
+                OpKind::Attention,
+                n * (attended * 2 * dkv * 4 + rows * 2 * dq * 4),
+                n * attended * 4 * dq,
+            ),
+            (
+                OpKind::OProj,
+                n * (q8(d, dq) + rows * (dq + 2 * d) * 4),
+                n * 2 * rows * d * dq,
+            ),
+            (
+                OpKind::GateUpSwiglu,
+                n * (q8(2 * ff, d) + rows * d * 4 + d * 4 + rows * ff * 4),
+                n * 2 * rows * 2 * ff * d,
+            ),
+            (
+                OpKind::Down,
+                n * (q8(d, ff) + rows * (ff + 2 * d) * 4),
+                n * 2 * rows * d * ff,
+            ),
+            (OpKind::Head, q8(v, d) + d * 8 + v * 4, 2 * v * d),
+            (OpKind::Argmax, v * 4 + 4, 0),
+        ];
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(
+                (g.kind, g.bytes, g.flops),
+                w,
+                "{rows} rows ending at {last}"
+            );
+        }
+    }
+    assert_eq!(dec.op_costs(1, 0, false).unwrap().len(), 7);
+    for (rows, last) in [(0, 3), (5, 3), (1, 48)] {
+        assert!(
+            matches!(dec.op_costs(rows, last, false), Err(Error::BadShape(_))),
+            "{rows} rows ending at {last}"
+        );
+    }
+}

@@ -20,6 +20,7 @@
 
 mod arena;
 mod blocks;
+mod cost;
 mod hostio;
 mod matmul;
 mod ops;
@@ -27,6 +28,7 @@ mod persistent;
 mod prepare;
 mod types;
 
+pub use cost::OpCost;
 pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
@@ -53,11 +55,23 @@ use std::time::Duration;
 /// infinity (decoder_ops.cl's ARGMAX_NONFINITE).
 const ARGMAX_NONFINITE: u32 = 0x8000_0000;
 
-/// Whether [`DecodePath::Auto`] picks the persistent step on NVIDIA GPUs: only where it was
-/// measured faster there than the layered path. Measured on the H200 (2026-12-01, two
+/// Whether [`DecodePath::Auto`] picks the persistent step on GPU devices that can run it
+/// (it was measured faster than the layered path on the H200; at 8B shapes the layered
+/// path's ~160 launches a token cost more than the step's grid barriers). Measured on the H200 (2026-12-01, two
 /// processes, tg64 medians of 3, SmolLM2-135M shapes): persistent 761 and 750 tok/s, layered
 /// 750 and 623 (benches/results/opencl-kernels.md).
 const AUTO_PERSISTENT: bool = true;
+
+/// The most bytes of one layer's weights per compute unit at which [`DecodePath::Auto`] takes
+/// the persistent step. Its one work-group a compute unit (8 warps an SM on the H200) keeps
+/// too few loads in flight to stream large matrices, while the layered GEMVs spread each
+/// matrix over many groups; the step wins only where the layered path's launch gaps are the
+/// larger cost. Measured on the H200 (132 compute units; tg medians, random weights, Q4_0 /
+/// Q4_1 layers): SmolLM2-135M, 2.2 MB a layer = 17 KB a unit: persistent 761 vs layered 750
+/// tok/s (2026-12-01); Llama-3.2-1B, 34 MB = 260 KB: 440 vs 856; Llama-3-8B, 122 MB = 920 KB:
+/// 79 vs 214 (2026-12-02, benches/h200-raw/scale-2026-12-02). 64 KiB lies between the tie and
+/// the first loss.
+const AUTO_PERSISTENT_BYTES_PER_CU: usize = 64 << 10;
 
 /// The OpenCL C source of the decoder's kernels (embedded): the shared helpers, the decoder's
 /// helpers, then the kernels.
@@ -360,6 +374,7 @@ impl Decoder {
             sizes.extend(layer_part_sizes(&c, l)?);
             part0.push(sizes.len());
         }
+        let layer_bytes = sizes.iter().sum::<usize>() / c.n_layer.max(1);
         let warena = arena(device, &sizes)?;
         let kvarena = arena(device, &vec![c.max_context * dkv * 4; 2 * c.n_layer])?;
         let mut layers = Vec::with_capacity(c.n_layer);
@@ -586,12 +601,22 @@ impl Decoder {
         };
         let pk = match options.decode {
             DecodePath::Persistent => true,
-            // Auto takes the persistent step only where it was measured to win (NVIDIA's
-            // OpenCL on the H200: see AUTO_PERSISTENT); elsewhere the layered path.
-            DecodePath::Auto => AUTO_PERSISTENT && info.is_nvidia() && !info.is_cpu,
+            // Auto takes the persistent step on GPU devices whose compute units each have
+            // little of a layer's weights to stream (AUTO_PERSISTENT_BYTES_PER_CU), where
+            // `unfit` finds the device able to run it (work-group size, local memory, one
+            // allocation for the weights): by capability and model size, not vendor. CPU
+            // devices need not run work-groups concurrently: layered there.
+            DecodePath::Auto => {
+                AUTO_PERSISTENT
+                    && !info.is_cpu
+                    && layer_bytes / info.compute_units.max(1) <= AUTO_PERSISTENT_BYTES_PER_CU
+            }
             _ => false,
         };
-        let persistent = match (pk, persistent::unfit(&c, &layers, head.kind, &arenas, info)) {
+        let persistent = match (
+            pk,
+            persistent::unfit(&c, &layers, &arenas, info, options.persistent_stage_floats),
+        ) {
             (false, _) => None,
             (true, Some(why)) if options.decode == DecodePath::Persistent => {
                 return Err(Error::NotApplicable(why))
@@ -624,6 +649,7 @@ impl Decoder {
                     &shared,
                     g,
                     options.persistent_barriers_only,
+                    options.persistent_stage_floats,
                 )?)
             }
         };
@@ -848,7 +874,11 @@ impl Decoder {
         if let (true, true, Some(pk)) = (decode, head, self.persistent.as_mut()) {
             let argmax = matches!(readout, Readout::Argmax | Readout::AllArgmax);
             pk.set_step(pos0, argmax)?;
+            let in_step = pk.head;
             self.rec.enqueue(&self.dev, &pk.op)?;
+            if !in_step {
+                self.readout(readout, 1)?;
+            }
             return Ok(true);
         }
         if decode && self.blocks.is_some() {
@@ -902,8 +932,13 @@ impl Decoder {
     pub fn launches_per_token(&self, readout: Readout) -> usize {
         let n = self.cfg.n_layer;
         let head_readout = !matches!(readout, Readout::Nothing | Readout::Hidden);
-        if self.persistent.is_some() && head_readout {
-            return 1;
+        let head = match readout {
+            Readout::Nothing | Readout::Hidden => 0,
+            Readout::Logits | Readout::AllLogits => 1,
+            Readout::Argmax | Readout::AllArgmax => 2,
+        };
+        if let (Some(pk), true) = (&self.persistent, head_readout) {
+            return if pk.head { 1 } else { 1 + head };
         }
         let layers = if self.blocks.is_some() {
             2 * n + 1
@@ -912,11 +947,6 @@ impl Decoder {
                 .iter()
                 .map(|o| o.qkv.len() + o.gate_up.len() + 3)
                 .sum()
-        };
-        let head = match readout {
-            Readout::Nothing | Readout::Hidden => 0,
-            Readout::Logits | Readout::AllLogits => 1,
-            Readout::Argmax | Readout::AllArgmax => 2,
         };
         1 + layers + head
     }
@@ -942,6 +972,12 @@ impl Decoder {
     /// Work-groups of the persistent step, when decode steps run persistent.
     pub fn persistent_groups(&self) -> Option<usize> {
         self.persistent.as_ref().map(|p| p.groups)
+    }
+
+    /// Floats of the activation row the persistent step stages in local memory at once, and
+    /// whether it runs the head itself, when decode steps run persistent.
+    pub fn persistent_stage(&self) -> Option<(usize, bool)> {
+        self.persistent.as_ref().map(|p| (p.stage, p.head))
     }
 
     /// The built programs (PTX on NVIDIA): the decoder's kernels, then the persistent step's

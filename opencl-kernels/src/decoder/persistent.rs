@@ -28,6 +28,11 @@ const ST_HEADS: usize = 5;
 const LO_N: usize = 10;
 /// Bytes of persistent.cl's fixed local arrays (red, bi, qs, sc/rm/rl, flag).
 const STATIC_LOCAL: usize = (2 * WG + WG + 256 + 3 * (WG / 4)) * 4 + 4;
+/// Local bytes kept free beside the kernel's own arrays (for what a compiler adds).
+const LOCAL_SLACK: usize = 256;
+/// The fewest floats of the activation row a chunk stages (one K-quant super-block's width;
+/// a device with less local memory than this beside the fixed arrays is refused).
+const MIN_STAGE: usize = 256;
 
 /// The launch and what it keeps alive.
 pub(super) struct Persistent {
@@ -35,8 +40,13 @@ pub(super) struct Persistent {
     pos_arg: u32,
     readout_arg: u32,
     pub(super) groups: usize,
+    /// Whether the step runs the head and argmax itself; else it stops after the last layer
+    /// and the layered head and argmax launches follow (a head type it has no GEMV for).
+    pub(super) head: bool,
+    /// Floats of the activation row staged at once (PK_XS): the widest row where it fits.
+    pub(super) stage: usize,
     pub(super) prog: Program,
-    _bufs: [Buffer; 4],
+    _bufs: [Buffer; 5],
 }
 
 /// Where the layers' weights and caches live: an arena each and the byte offsets of every
@@ -80,25 +90,51 @@ pub(super) fn groups(info: &DeviceInfo, asked: usize, per_cu: usize) -> usize {
     }
 }
 
-/// Weight units per work-item and row in flight: enough for the widest row (persistent.cl's
+/// Floats of a unit of the row's values (persistent.cl's PK_UF): 32 in the T layout, 8 else.
+fn unit_floats(k: MatKind) -> usize {
+    match k {
+        MatKind::Q40T | MatKind::Q41T => 32,
+        _ => 8,
+    }
+}
+
+/// Units of one staged chunk of a `k`-wide row of kind `kind` when `stage` floats are staged
+/// at most (persistent.cl's `cu`: the row's units split into equal chunks).
+fn chunk_units(kind: MatKind, k: usize, stage: usize) -> usize {
+    let units = kind.row_units(k);
+    let most = (stage / unit_floats(kind)).max(1);
+    units.div_ceil(units.div_ceil(most).max(1))
+}
+
+/// Weight units per work-item and row in flight: enough for the widest chunk (persistent.cl's
 /// PK_U), at least 4, a power of two.
-fn units_in_flight(c: &DecoderConfig, l: &SingleTyped<'_>, head: MatKind) -> usize {
+fn units_in_flight(c: &DecoderConfig, l: &SingleTyped<'_>, head: MatKind, stage: usize) -> usize {
     let most = [
-        l.qkv.kind.row_units(c.d_model),
-        l.o.kind.row_units(c.q_dim()),
-        l.gate_up.kind.row_units(c.d_model),
-        l.down.kind.row_units(c.d_ff),
-        head.row_units(c.d_model),
+        (l.qkv.kind, c.d_model),
+        (l.o.kind, c.q_dim()),
+        (l.gate_up.kind, c.d_model),
+        (l.down.kind, c.d_ff),
+        (head, c.d_model),
     ]
     .into_iter()
+    .map(|(kind, k)| chunk_units(kind, k, stage))
     .max()
     .unwrap_or(0);
     most.div_ceil(WG).max(4).next_power_of_two()
 }
 
-/// Local memory the kernel needs: the staged activation row and the fixed arrays.
-fn local_bytes(c: &DecoderConfig) -> usize {
-    c.d_model.max(c.q_dim()).max(c.d_ff) * 4 + STATIC_LOCAL
+/// Floats of the activation row the step stages at once (PK_XS): the widest row (d, q width,
+/// d_ff) where the device's local memory holds it beside the fixed arrays, else as many
+/// as fit, a multiple of 256 (rows wider than that are staged in chunks); `asked` (> 0)
+/// caps it (the tests force chunks with it). `None`: not even 256 fit.
+pub(super) fn stage_floats(c: &DecoderConfig, info: &DeviceInfo, asked: usize) -> Option<usize> {
+    let widest = c.d_model.max(c.q_dim()).max(c.d_ff);
+    let room = (info.local_mem_size as usize).saturating_sub(STATIC_LOCAL + LOCAL_SLACK) / 4;
+    let n = widest.min(room / MIN_STAGE * MIN_STAGE);
+    if n < MIN_STAGE.min(widest) {
+        return None;
+    }
+    Some(if asked > 0 { n.min(asked.max(8)) } else { n })
 }
 
 /// A layer's four matrices when it has one fused Q/K/V and one interleaved gate/up (their
@@ -123,7 +159,7 @@ fn single_typed(l: &LayerMats) -> Option<SingleTyped<'_>> {
 }
 
 /// The storage kinds persistent.cl has GEMVs for.
-fn has_kernels(k: MatKind) -> bool {
+pub(super) fn has_kernels(k: MatKind) -> bool {
     matches!(
         k,
         MatKind::Q40T | MatKind::Q41T | MatKind::Q80 | MatKind::F16
@@ -134,9 +170,9 @@ fn has_kernels(k: MatKind) -> bool {
 pub(super) fn unfit(
     c: &DecoderConfig,
     layers: &[LayerMats],
-    head: MatKind,
     arenas: &Arenas<'_>,
     info: &DeviceInfo,
+    stage: usize,
 ) -> Option<&'static str> {
     if layers.is_empty() {
         return Some("the persistent step needs at least one layer");
@@ -158,9 +194,8 @@ pub(super) fn unfit(
     if ![first.qkv, first.o, first.gate_up, first.down]
         .iter()
         .all(|m| has_kernels(m.kind))
-        || !has_kernels(head)
     {
-        return Some("the persistent step runs F16, Q8_0, Q4_0 and Q4_1 matrices only");
+        return Some("the persistent step runs F16, Q8_0, Q4_0 and Q4_1 layers only");
     }
     if arenas.weights.is_none() || arenas.caches.is_none() {
         return Some(
@@ -171,7 +206,7 @@ pub(super) fn unfit(
     if info.max_work_group_size < WG {
         return Some("the persistent step needs work-groups of 256");
     }
-    if local_bytes(c) as u64 > info.local_mem_size {
+    if stage_floats(c, info, stage).is_none() {
         return Some("the persistent step needs more local memory than the device has");
     }
     None
@@ -203,7 +238,17 @@ pub(super) fn build(
     sh: &Shared,
     groups: usize,
     barriers_only: bool,
+    stage: usize,
 ) -> Result<Persistent> {
+    let Some(stage) = stage_floats(c, dev.info(), stage) else {
+        return Err(Error::NotApplicable(
+            "the persistent step needs more local memory than the device has",
+        ));
+    };
+    // A head of a type the step has no GEMV for runs as the layered launches after it; the
+    // kernel is built with an F16 head it never calls.
+    let head = has_kernels(io.head.kind);
+    let head_kind = if head { io.head.kind } else { MatKind::F16 };
     let (Some((warena, woffs)), Some((kvarena, kvoffs))) = (arenas.weights, arenas.caches) else {
         return Err(Error::NotApplicable("the persistent step needs its arenas"));
     };
@@ -214,13 +259,14 @@ pub(super) fn build(
     };
     let l0 = &l0;
     let opts = format!(
-        "{OPTIONS} -DPK_QKV={} -DPK_O={} -DPK_GU={} -DPK_DN={} -DPK_HEAD={} -DPK_U={}u",
+        "{OPTIONS} -DPK_QKV={} -DPK_O={} -DPK_GU={} -DPK_DN={} -DPK_HEAD={} -DPK_U={}u \
+         -DPK_XS={stage}u",
         l0.qkv.kind.suffix(),
         l0.o.kind.suffix(),
         l0.gate_up.kind.suffix(),
         l0.down.kind.suffix(),
-        io.head.kind.suffix(),
-        units_in_flight(c, l0, io.head.kind)
+        head_kind.suffix(),
+        units_in_flight(c, l0, head_kind, stage)
     );
     let prog = dev.build(PERSISTENT_SOURCE, &opts)?;
     let lofs = dev.upload(woffs)?;
@@ -230,6 +276,12 @@ pub(super) fn build(
     let (h, d) = (c.n_head, c.head_dim);
     let parts = dev.alloc(h * SMAX * (d + 2) * 4)?;
     let state = dev.upload(&vec![0u32; ST_HEADS + h + 2 * groups])?;
+    // Partial sums of rows staged in chunks: one float per output of the widest GEMV.
+    let acc_len = (c.q_dim() + 2 * c.kv_dim())
+        .max(2 * c.d_ff)
+        .max(c.d_model)
+        .max(if head { c.vocab } else { 0 });
+    let acc = dev.alloc(acc_len * 4)?;
     let u = |v: usize, what: &str| {
         u32::try_from(v).map_err(|_| Error::BadShape(format!("{what} = {v} exceeds u32")))
     };
@@ -261,27 +313,34 @@ pub(super) fn build(
         .scalar(c.eps)?
         .scalar(1.0f32 / (c.head_dim as f32).sqrt())?
         .scalar(u32::from(barriers_only))?;
-    l.local_mem(c.d_model.max(c.q_dim()).max(c.d_ff) * 4)?;
+    l.mem(&acc)?;
+    l.local_mem(stage * 4)?;
     debug_assert_eq!(woffs.len(), LO_N * c.n_layer);
     Ok(Persistent {
         op: Op::new(l, OpKind::Persistent),
         pos_arg,
         readout_arg,
         groups,
+        head,
+        stage,
         prog,
-        _bufs: [lofs, kvofs, parts, state],
+        _bufs: [lofs, kvofs, parts, state, acc],
     })
 }
 
 impl Persistent {
     /// Sets the position and the readout (`argmax`: also the argmax, else the logits alone)
-    /// of the next step.
+    /// of the next step; without the head in the step ([`Persistent::head`]) it reads out
+    /// nothing and the caller launches the head.
     pub(super) fn set_step(&mut self, pos: usize, argmax: bool) -> Result<()> {
         let pos = u32::try_from(pos)
             .map_err(|_| Error::BadShape(format!("position {pos} exceeds u32")))?;
         self.op.launch.set_scalar(self.pos_arg, pos)?;
-        self.op
-            .launch
-            .set_scalar(self.readout_arg, if argmax { 2u32 } else { 1u32 })
+        let readout = match (self.head, argmax) {
+            (false, _) => 0u32,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        self.op.launch.set_scalar(self.readout_arg, readout)
     }
 }

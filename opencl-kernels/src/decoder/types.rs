@@ -181,6 +181,11 @@ pub struct DecoderOptions {
     /// Measurement only: the persistent step runs its grid barriers and none of its work (its
     /// outputs are garbage), to time what the barriers cost.
     pub persistent_barriers_only: bool,
+    /// Floats of the activation row the persistent step stages in local memory at once; 0
+    /// (default): the widest row where the device's local memory holds it, else as many as
+    /// fit (a wider row is staged in chunks, its partial sums kept in global memory). Tests
+    /// set it low to exercise the chunks on devices with ample local memory.
+    pub persistent_stage_floats: usize,
 }
 
 impl Default for DecoderOptions {
@@ -196,6 +201,7 @@ impl Default for DecoderOptions {
             split_attention: true,
             gemv_min_groups: 0,
             persistent_barriers_only: false,
+            persistent_stage_floats: 0,
         }
     }
 }
@@ -267,9 +273,12 @@ pub enum OpKind {
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
-    /// Chosen by device class, from measurements: [`DecodePath::Persistent`] on NVIDIA GPUs
-    /// where it applies (on the H200 it beat the layered path, 761 vs 750 and 750 vs 623
-    /// tok/s in two runs, and the layered path beat decode blocks, 750 vs 563), else
+    /// Chosen by device capability and model size, from measurements:
+    /// [`DecodePath::Persistent`] on GPU devices where the model and the device allow it and
+    /// a layer's weights come to at most 64 KiB a compute unit (on the H200 it beat the
+    /// layered path at SmolLM2-135M's shapes, 761 vs 750 and 750 vs 623 tok/s in two runs,
+    /// and lost at Llama-3.2-1B's, 440 vs 856, and Llama-3-8B's, 79 vs 214; the layered path
+    /// beat decode blocks, 750 vs 563), else
     /// [`DecodePath::Layered`] (on CPU devices the blocks' few work-groups are slower, and
     /// work-groups need not run concurrently, which the persistent step needs).
     Auto,
@@ -286,7 +295,8 @@ pub enum DecodePath {
     /// One launch a token: work-groups that are all resident at once run every layer's ops
     /// in turn, separated by grid barriers (an atomic counter), then the head and the argmax
     /// (`kernels/persistent.cl`). Needs every layer to store each matrix the same way, with
-    /// Q/K/V of one type and gate/up of one type, in F16, Q8_0, Q4_0 or Q4_1 (the head too),
+    /// Q/K/V of one type and gate/up of one type, in F16, Q8_0, Q4_0 or Q4_1 (a head of
+    /// another type runs as the layered head launches after the step),
     /// the weights and caches in one allocation each (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`), and a
     /// device that runs all its work-groups concurrently: NVIDIA's GPUs do, for at most one
     /// group per compute unit; the OpenCL standard does not promise it, so elsewhere only on
