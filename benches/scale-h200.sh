@@ -76,16 +76,18 @@ build() {
   mkdir -p "$W"
   local t0
   t0=$(date +%s)
-  if [ ! -x "$LB" ]; then
+  # llama.cpp builds in its own process session, so it goes on after this call returns (the
+  # machine keeps it while warm) while the synth files are written; `gpu`/`cpu` wait for it.
+  if [ ! -x "$LB" ] && [ ! -f "$W/build.pid" ]; then
     rm -rf "$W/llama.cpp" && tar xzf .device/llama-src.tgz -C "$W"
-    cmake -S "$W/llama.cpp" -B "$W/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    setsid bash -c "cmake -S '$W/llama.cpp' -B '$W/llama-build' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-      > "$OUT/raw-build.txt" 2>&1 &&
-      cmake --build "$W/llama-build" -j "$(nproc)" --target llama-bench >> "$OUT/raw-build.txt" 2>&1 ||
-      { tail -30 "$OUT/raw-build.txt"; say "llama.cpp build failed"; exit 1; }
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF &&
+      cmake --build '$W/llama-build' -j $(nproc) --target llama-bench; echo \$? > '$W/build.rc'" \
+      > "$W/build.log" 2>&1 < /dev/null &
+    echo $! > "$W/build.pid"
+    say "llama.cpp $LLAMA_VERSION (vendored): build started ($W/build.log)"
   fi
-  say "llama.cpp $LLAMA_VERSION (vendored) built in $(( $(date +%s) - t0 )) s: $LB"
   nvcc -O3 -arch=sm_90 benches/probes/gpu_limits.cu -o "$W/gpu_limits" > "$OUT/raw-nvcc.txt" 2>&1 ||
     say "gpu_limits: nvcc failed ($(tail -1 "$OUT/raw-nvcc.txt"))"
   chmod +x "$E" .device/read-probe
@@ -114,6 +116,15 @@ gpu_copy() { awk '/copy \(read\+write\)/ {for (i=1;i<=NF;i++) if ($i=="GB/s") pr
 gpu_fma() { awk '/fp32 fma/ {for (i=1;i<=NF;i++) if ($i=="TFLOP/s") print $(i-1)}' "$OUT/limits.txt" | head -1; }
 cpu_read() { awk -v t="$1" '$1=="read-probe" && $3==t {print $7}' "$OUT/limits.txt" | head -1; }
 
+# Waits (up to 8 min) for the llama.cpp build that `build` started.
+wait_llama() {
+  local t0=$SECONDS
+  while [ ! -f "$W/build.rc" ] && [ $((SECONDS - t0)) -lt 480 ]; do sleep 5; done
+  cp "$W/build.log" "$OUT/raw-build.txt" 2>/dev/null
+  [ -x "$LB" ] || { tail -20 "$W/build.log"; say "llama.cpp build failed or unfinished"; exit 1; }
+  say "llama.cpp ready (waited $((SECONDS - t0)) s)"
+}
+
 eng() { # ARGS... -> "pp tg"
   timeout 300 "$E" bench --pp "$PP" --tg "$TG" "$@" 2>&1 | tee -a "$OUT/raw-eng.txt" | eng_pp_tg
 }
@@ -130,6 +141,7 @@ bytes_of() { stat -c %s "$1"; }
 gpu() {
   machine
   opencl_env
+  wait_llama
   [ -s "$OUT/limits.txt" ] || limits > /dev/null
   local copy fma
   copy=$(gpu_copy) fma=$(gpu_fma)
@@ -167,6 +179,7 @@ params_of() {
 
 cpu() {
   machine
+  wait_llama
   [ -s "$OUT/limits.txt" ] || limits > /dev/null
   : > "$OUT/cpu.txt"
   for m in $MODELS; do
