@@ -184,7 +184,9 @@ const BENIGN: [&str; 1] = [
 /// and that no caller config causes (see the list's evidence): such messages are shown at
 /// [`LogLevel::Verbose`] only.
 pub fn is_benign(msg: &str) -> bool {
-    BENIGN.iter().any(|b| msg.contains(b))
+    // The whole message's end, so `option 660` or a longer error is not taken for it.
+    let msg = msg.trim_end();
+    BENIGN.iter().any(|b| msg.ends_with(b))
 }
 
 /// The most verbose level a live logger was created with (the callback reads it to decide
