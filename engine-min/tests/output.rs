@@ -240,12 +240,7 @@ fn profile_progress_on_a_pipe_and_a_closed_stdout() {
     assert!(steps.len() >= 2, "{err}");
     assert!(steps.len() <= 8, "one line per step: {err}");
     assert!(out.starts_with("wrote "), "{out}");
-    // Verbose: every point.
-    let mut v = quick.to_vec();
-    v.push("-vv");
-    let (code, _, verr) = run(&v);
-    assert_eq!(code, 0, "{verr}");
-    assert!(verr.lines().count() > err.lines().count(), "{verr}");
+    // (Every point with --verbose: the progress module's unit tests.)
     // A stdout closed while the progress runs: quiet end, status as today (0), no panic.
     let child = bin()
         .args(quick)
@@ -259,13 +254,5 @@ fn profile_progress_on_a_pipe_and_a_closed_stdout() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    // And a closed stderr: the progress is lost, the profile is not.
-    let o = bin()
-        .args(quick)
-        .stderr(Stdio::null())
-        .output()
-        .expect("spawn");
-    assert_eq!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("wrote "));
     std::fs::remove_file(&file).ok();
 }
