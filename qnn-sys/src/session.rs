@@ -479,9 +479,10 @@ impl Session {
         if let (Some(level), Some(log_create), Some(_)) =
             (opts.log_level, f.logCreate, LOG_CALLBACK)
         {
+            // The callback reads this to decide whether a demoted (benign) message is shown.
+            LOGGER_LEVEL.fetch_max(level.raw(), Ordering::Relaxed);
             // SAFETY: logCreate has this signature; the callback is re-entrant (it only formats
             // into a stack buffer and writes to stderr); c.log is a valid out-pointer.
-            LOGGER_LEVEL.fetch_max(level.raw(), Ordering::Relaxed);
             let rc = unsafe { log_create(LOG_CALLBACK, level.raw(), &mut c.log) };
             c.lib.check("logCreate", rc)?;
         }
