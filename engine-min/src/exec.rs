@@ -1,4 +1,4 @@
-//! The one executor: runs every matmul of the model as a partition [`PlanTable`] says —
+//! The one executor: runs every matmul of the model as a partition [`PlanTable`](hetero_partition::PlanTable) says —
 //! whichever `--plan` the user chose (a forced plan is a table built under a forced
 //! [`hetero_partition::Policy`], `auto` a table built by the solver on a measured profile).
 //!
