@@ -1,51 +1,55 @@
 #!/usr/bin/env bash
-# The main job: engine-min's whole pipeline on SmolLM2-135M-Instruct (GGUF Q4_1) -- profile every
-# available backend through the executor's own paths (~1 min here), plan, then generate text
-# on the planner's plan -- after installing and caching what it needs.
+# The main job: engine-min's whole pipeline on SmolLM2-135M-Instruct (GGUF Q4_1), on every
+# backend this machine has (CPU; GPU through OpenCL, PoCL here; NPU through QNN, the HTP
+# simulator here), after installing and caching what it needs:
+#   1. profile: measure each backend on the model's matmul shapes, through the executor's own
+#      paths (one progress line per step; a progress bar when stderr is a terminal);
+#   2. plan and run: `run --profile` plans on that profile (`--plan auto`), says the decision
+#      in one sentence with its predicted reason, streams the generated text, and ends with
+#      three lines: prefill and decode tokens/s, time to first token, where the time went.
 #
 #   scripts/demo.sh                         # as root, on Debian 12 with the Rust toolchain
-#   PROMPT="Write a haiku" scripts/demo.sh  # another prompt
-#
-# It says plainly which parts of the pipeline do not exist yet instead of pretending they ran.
+#   scripts/demo.sh -v                      # every profiled point, the per-op plans, predicted
+#                                           # against measured time per op class (-vv: QNN's log)
+#   PROMPT="Write a haiku" scripts/demo.sh  # another prompt (MAX_TOKENS=32 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh opencl qnn model
-eval "$(scripts/setup.sh --env)"
+VERBOSE=()
+for arg in "$@"; do
+  case $arg in
+    -v | --verbose) VERBOSE+=(-v) ;;
+    -vv) VERBOSE+=(-v -v) ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo: unknown argument \`$arg\` (see --help)" >&2; exit 2 ;;
+  esac
+done
+
 PROMPT=${PROMPT:-The capital of France is}
 MAX_TOKENS=${MAX_TOKENS:-32}
 PROFILE_FILE=${PROFILE_FILE:-target/engine-min.profile.json}
+mkdir -p target
+
+# The installer's report (which OpenCL device, which QNN library, which model file) is a log
+# line each; by default it goes to a file, and its tail to the terminal when it fails.
+SETUP_LOG=target/demo-setup.log
+if [[ ${#VERBOSE[@]} -gt 0 ]]; then
+  scripts/setup.sh opencl qnn model 2>&1 | tee "$SETUP_LOG"
+elif ! scripts/setup.sh opencl qnn model >"$SETUP_LOG" 2>&1; then
+  tail -20 "$SETUP_LOG" >&2
+  echo "demo: setup failed (whole log: $SETUP_LOG)" >&2
+  exit 1
+fi
+eval "$(scripts/setup.sh --env)"
+echo "demo: model $(basename "$HETERO_MODEL"); GPU $(sed -n 's/^opencl: .*Device #0: //p' "$SETUP_LOG" | head -1 | sed 's/ *$//'); NPU the QNN HTP simulator (setup log: $SETUP_LOG)"
 
 cargo build --release -p engine-min
 ENGINE=target/release/engine-min
 
-# Each step runs if engine-min has it; a step it reports as not built yet (exit code 2, with its
-# own message) is listed as missing; any other failure fails the demo.
-missing=()
-step() { # NAME ARGS...
-  local name=$1; shift
-  echo
-  echo "--- engine-min $name ---"
-  set +e
-  "$ENGINE" "$@"
-  local rc=$?
-  set -e
-  if [[ $rc -eq 2 ]]; then missing+=("$name"); return 0; fi
-  [[ $rc -eq 0 ]] || { echo "demo: engine-min $name failed (exit $rc)" >&2; exit "$rc"; }
-}
-
-step profile profile --model "$HETERO_MODEL" --out "$PROFILE_FILE"
-step plan plan --model "$HETERO_MODEL" --profile "$PROFILE_FILE"
-# With the profile, `run` executes `--plan auto`: the planner's plan when a mixed one is
-# predicted to win (each split by >= 5%), else the best single backend (the resident GPU
-# decoder counts as one), said plainly in its `plan:` line; after the text it prints predicted
-# against measured matmul time per op class and phase.
-step run run --model "$HETERO_MODEL" --profile "$PROFILE_FILE" --prompt "$PROMPT" --max-tokens "$MAX_TOKENS"
-
-echo
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "demo: not there yet: engine-min ${missing[*]} (see the messages above)"
-  # The generation itself is the main job: without it the demo has not run.
-  [[ " ${missing[*]} " != *" run "* ]] || { echo "demo: text generation is not available yet" >&2; exit 1; }
+"$ENGINE" profile "${VERBOSE[@]}" --model "$HETERO_MODEL" --out "$PROFILE_FILE"
+if [[ ${#VERBOSE[@]} -gt 0 ]]; then
+  # The planner's per-op plans for the profile (run's default workload).
+  "$ENGINE" plan "${VERBOSE[@]}" --model "$HETERO_MODEL" --profile "$PROFILE_FILE"
 fi
-echo "demo: done"
+"$ENGINE" run "${VERBOSE[@]}" --model "$HETERO_MODEL" --profile "$PROFILE_FILE" \
+  --prompt "$PROMPT" --max-tokens "$MAX_TOKENS"

@@ -53,7 +53,10 @@ run_stage() { # NAME
             # The aarch64-only code (SME/NEON kernels) is linted with Debian's clippy too.
             RUSTFLAGS="-D warnings" RUSTC="$RUSTC_AARCH64" RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER_AARCH64" \
               cargo check --profile ci --target "$AARCH64" --target-dir target/aarch64-clippy \
-                -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests ;;
+                -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests &&
+            # The crate docs (each README is its crate's documentation): no broken link, no
+            # missing item, no bad code block.
+            RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps ;;
     host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci --workspace \
             --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
     host-release) HETERO_REQUIRE=$REQUIRE_ALL cargo test --release --workspace \

@@ -1,5 +1,5 @@
 //! Composition: from what the user chose (a plan, a profile, threads, a CPU kernel) to an
-//! [`Executor`] — open the processors the plan needs, build its partition [`PlanTable`]
+//! [`Executor`] — open the processors the plan needs, build its partition [`PlanTable`](hetero_partition::PlanTable)
 //! (forced plans on placeholder costs, `auto` on the measured profile), prepare the model's
 //! weights on each. Every `--plan` value goes through here, so there is one plan path.
 

@@ -1,4 +1,4 @@
-//! The one executor: runs every matmul of the model as a partition [`PlanTable`] says —
+//! The one executor: runs every matmul of the model as a partition [`PlanTable`](hetero_partition::PlanTable) says —
 //! whichever `--plan` the user chose (a forced plan is a table built under a forced
 //! [`hetero_partition::Policy`], `auto` a table built by the solver on a measured profile).
 //!
@@ -661,8 +661,9 @@ impl Executor {
                 "more matmuls in a group than MAX_GROUP",
             ));
         }
-        // Per member: (shape index, CPU weight id, columns) when it runs on the CPU alone.
-        let mut cpu: [Option<(usize, WeightId, usize)>; MAX_GROUP] = [None; MAX_GROUP];
+        // Per member, when it runs on the CPU alone: its shape's index, its exec (the phase
+        // and prediction its time is recorded under), its CPU weight id and its columns.
+        let mut cpu: [Option<(usize, &Exec, WeightId, usize)>; MAX_GROUP] = [None; MAX_GROUP];
         for (slot, (w, _)) in cpu.iter_mut().zip(group.iter()) {
             let p = self
                 .weights
@@ -677,7 +678,7 @@ impl Executor {
             let (si, ex) = self.exec_at(p.k, p.n, m)?;
             if let [only] = ex.parts.as_slice() {
                 if only.who == Pb::Cpu && only.cols == (0..p.n) {
-                    *slot = Some((si, p.id(Pb::Cpu, &only.cols)?, p.n));
+                    *slot = Some((si, ex, p.id(Pb::Cpu, &only.cols)?, p.n));
                 }
             }
         }
@@ -691,7 +692,7 @@ impl Executor {
         let mut outs = group.iter_mut();
         let mut calls: [Option<(WeightId, &mut [f32])>; MAX_GROUP] = Default::default();
         for (c, member) in calls.iter_mut().zip(&cpu[..n]) {
-            let (Some((_, id, cols)), Some((_, h))) = (member, outs.next()) else {
+            let (Some((_, _, id, cols)), Some((_, h))) = (member, outs.next()) else {
                 continue;
             };
             let o = uma
@@ -707,14 +708,20 @@ impl Executor {
             _ => Err(BackendError::Shape("group")),
         };
         let ns = t0.elapsed().as_nanos() as u64;
-        let total_cols: usize = cpu.iter().flatten().map(|c| c.2).sum();
+        let total_cols: usize = cpu.iter().flatten().map(|c| c.3).sum();
         let i = Kind::Cpu.index();
         self.times.ns[i].fetch_add(ns, Ordering::Relaxed);
         self.times.calls[i].fetch_add(n as u64, Ordering::Relaxed);
-        for (si, _, cols) in cpu.iter().flatten() {
+        // Each member is recorded as `matmul` records it: under its shape *and phase*, with
+        // its plan's prediction (without both, a grouped shape's time landed in another
+        // shape's or phase's entry with no prediction: "predicted 0.0 us", -100%).
+        let st = &self.shape_times;
+        for (si, ex, _, cols) in cpu.iter().flatten() {
             let share = ns * *cols as u64 / total_cols.max(1) as u64;
-            self.shape_times.ns[*si].fetch_add(share, Ordering::Relaxed);
-            self.shape_times.calls[*si].fetch_add(1, Ordering::Relaxed);
+            let j = ShapeTimes::index(*si, ex.phase);
+            st.ns[j].fetch_add(share, Ordering::Relaxed);
+            st.calls[j].fetch_add(1, Ordering::Relaxed);
+            st.predicted_ns[j].fetch_add((ex.predicted_us * 1e3) as u64, Ordering::Relaxed);
         }
         r
     }

@@ -1,7 +1,7 @@
 //! What `engine-min plan` prints: the model's matmul shapes by name and one line per plan.
 //! The measuring is [`crate::profiler`]'s, the deciding [`crate::auto`]'s.
 
-use hetero_partition::{ErrorStats, OpPlan, Prediction};
+use hetero_partition::{ErrorStats, OpPlan, Phase, Prediction};
 
 use crate::model::Config;
 
@@ -47,35 +47,83 @@ pub fn shape_name(c: &Config, k: u32, n: u32) -> String {
         .map_or_else(|| format!("{k}x{n}"), |s| s.0.to_string())
 }
 
-/// One line per op class of `preds` (predicted against measured time, summed over its calls)
-/// and one with their [`ErrorStats`] (median and worst relative error over the classes).
-pub fn prediction_lines(c: &Config, preds: &[Prediction]) -> Vec<String> {
-    let mut v: Vec<String> = preds
+/// Sums the predictions of several measuring windows (a run's prefill and its decode) by op
+/// class and phase: a class appears once per phase whose curve planned it, whichever window
+/// ran it (the prefill's one-row LM head is planned by the decode curves, so it counts there).
+pub fn merge_predictions(windows: &[&[Prediction]]) -> Vec<Prediction> {
+    let mut v: Vec<Prediction> = Vec::new();
+    for p in windows.iter().flat_map(|w| w.iter()) {
+        match v
+            .iter_mut()
+            .find(|q| (q.k, q.n, q.phase) == (p.k, p.n, p.phase))
+        {
+            Some(q) => {
+                q.calls += p.calls;
+                q.predicted_us += p.predicted_us;
+                q.measured_us += p.measured_us;
+            }
+            None => v.push(*p),
+        }
+    }
+    v
+}
+
+/// Whether the plans that ran a class predicted a time for it: a plan from a table built
+/// without measured curves (a forced plan's placeholder costs) predicts nothing, and a class
+/// without a prediction is not an error of -100%.
+pub fn is_predicted(p: &Prediction) -> bool {
+    p.predicted_us > 0.0
+}
+
+/// The [`ErrorStats`] of the predicted classes of `preds` in `phase`.
+pub fn phase_error(preds: &[Prediction], phase: Phase) -> Option<ErrorStats> {
+    let v: Vec<Prediction> = preds
         .iter()
-        .map(|p| {
-            let err = p
-                .relative_error()
-                .map_or("n/a".into(), |e| format!("{:+.1}%", e * 100.0));
-            format!(
-                "{:<22} {:>5}x{:<6} {:<7} {:>6} calls: predicted {:>10.1} us, measured {:>10.1} us ({err})",
+        .filter(|p| p.phase == phase && is_predicted(p))
+        .copied()
+        .collect();
+    ErrorStats::of_predictions(&v)
+}
+
+/// The predicted-against-measured report of `preds` (see [`merge_predictions`]): per phase, a
+/// heading, one line per op class (predicted against measured time, summed over its calls) and
+/// one with the phase's [`ErrorStats`] over the classes with a prediction.
+pub fn prediction_lines(c: &Config, preds: &[Prediction]) -> Vec<String> {
+    let mut v = Vec::new();
+    for phase in [Phase::Prefill, Phase::Decode] {
+        let mut rows: Vec<&Prediction> = preds.iter().filter(|p| p.phase == phase).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        rows.sort_by_key(|p| (p.k, p.n));
+        v.push(format!(
+            "predicted vs measured matmul time, {phase} (ops planned on the {phase} curves):"
+        ));
+        for p in rows {
+            let verdict = match p.relative_error() {
+                Some(e) if is_predicted(p) => format!("{:+.1}%", e * 100.0),
+                _ if !is_predicted(p) => "no prediction".into(),
+                _ => "n/a".into(),
+            };
+            v.push(format!(
+                "  {:<22} {:>5}x{:<6} {:>6} calls: predicted {:>10.1} us, measured {:>10.1} us ({verdict})",
                 shape_name(c, p.k, p.n),
                 p.k,
                 p.n,
-                p.phase.to_string(),
                 p.calls,
                 p.predicted_us,
                 p.measured_us
-            )
-        })
-        .collect();
-    if let Some(s) = ErrorStats::of_predictions(preds) {
-        v.push(format!(
-            "{} op classes: median |error| {:.1}%, worst {:.1}%, median signed {:+.1}%",
-            s.count,
-            s.median * 100.0,
-            s.worst * 100.0,
-            s.bias * 100.0
-        ));
+            ));
+        }
+        if let Some(s) = phase_error(preds, phase) {
+            v.push(format!(
+                "  {} op classes: median |error| {:.1}%, worst {:.1}%, median signed {:+.1}%",
+                s.count,
+                s.median * 100.0,
+                s.worst * 100.0,
+                s.bias * 100.0
+            ));
+        }
     }
     v
 }

@@ -216,7 +216,8 @@ fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
 
-/// `run --model PATH --prompt TEXT --max-tokens 2 EXTRA...`.
+/// `run --model PATH --prompt TEXT --max-tokens 2 --verbose EXTRA...` (verbose: the text
+/// ends at a `---` line, and the model line says how the file was loaded).
 fn run_args<'a>(model: &'a Path, prompt: &'a str, extra: &[&'a str]) -> Vec<&'a OsStr> {
     let mut v = vec![
         os("run"),
@@ -226,6 +227,7 @@ fn run_args<'a>(model: &'a Path, prompt: &'a str, extra: &[&'a str]) -> Vec<&'a 
         os(prompt),
         os("--max-tokens"),
         os("2"),
+        os("--verbose"),
     ];
     v.extend(extra.iter().map(|s| os(s)));
     v

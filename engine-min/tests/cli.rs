@@ -191,6 +191,7 @@ fn demo_and_profile_plan_on_the_model() {
         "The capital of France is",
         "--max-tokens",
         "0",
+        "--verbose",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("generated: 0 tokens"), "{out}");
@@ -248,7 +249,16 @@ fn demo_and_profile_plan_on_the_model() {
     let of = out_file.to_str().expect("utf8");
     let (code, _, err) = run(&["profile", "--model", model, "--out", of, "--reps", "1"]);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = run(&["plan", "--profile", of, "--model", model, "--seq", "17"]);
+    let (code, out, err) = run(&[
+        "plan",
+        "--profile",
+        of,
+        "--model",
+        model,
+        "--seq",
+        "17",
+        "-v",
+    ]);
     assert_eq!(code, 0, "{err}");
     // The decision said plainly, then one predicted plan per matmul shape.
     assert!(out.starts_with("plan: "), "{out}");
@@ -268,6 +278,7 @@ fn demo_and_profile_plan_on_the_model() {
         "The capital of France is",
         "--max-tokens",
         "3",
+        "--verbose",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("plan auto from"), "{out}");

@@ -37,6 +37,8 @@ pub enum RopeMode {
 }
 
 /// The compiled kernels of one device. Create once; make [`Launch`]es from it.
+///
+#[doc = include_str!("../docs/host-layer.md")]
 pub struct Kernels {
     device: Arc<Device>,
     program: Program,

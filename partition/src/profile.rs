@@ -206,6 +206,8 @@ pub struct PairProfile {
 
 /// A device profile: one entry per backend present, and what the backends share. Plain data;
 /// read it with [`Profile::from_json`] (strict) and validate it once with [`Profile::check`].
+///
+#[doc = include_str!("../docs/profile-format.md")]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {

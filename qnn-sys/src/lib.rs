@@ -12,7 +12,8 @@ pub use loader::{
     BackendLibrary, Library, Requirement, SystemLibrary, QNN_HTP_LIB_VAR, QNN_SYSTEM_LIB_VAR,
 };
 pub use session::{
-    device_lock, DeviceChoice, HtpDeviceConfig, HtpDeviceInfo, LogLevel, Session, SessionOptions,
+    default_log_level, device_lock, is_benign, set_default_log_level, DeviceChoice,
+    HtpDeviceConfig, HtpDeviceInfo, LogLevel, Session, SessionOptions, QNN_LOG_VAR,
 };
 
 /// A QNN API version (`Qnn_Version_t`).

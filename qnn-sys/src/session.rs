@@ -74,7 +74,62 @@ pub enum LogLevel {
     Verbose,
 }
 
+/// The environment variable that chooses the backend's log level for every session whose
+/// options come from [`SessionOptions::default`]: `off`, `error`, `warn`, `info` or
+/// `verbose`. It wins over [`set_default_log_level`].
+pub const QNN_LOG_VAR: &str = "HETERO_QNN_LOG";
+
+/// [`set_default_log_level`]'s choice: 0 unset, 1 off, 2 + [`LogLevel`] index otherwise.
+static DEFAULT_LOG: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Chooses the log level of sessions made from [`SessionOptions::default`] when
+/// [`QNN_LOG_VAR`] is not set (`None`: no logger). A program sets it once from its own
+/// verbosity (engine-min's `--verbose`), before it opens a session.
+pub fn set_default_log_level(level: Option<LogLevel>) {
+    let v = match level {
+        None => 1,
+        Some(l) => 2 + l as u8,
+    };
+    DEFAULT_LOG.store(v, Ordering::Relaxed);
+}
+
+/// The log level [`SessionOptions::default`] uses: [`QNN_LOG_VAR`] when it names a level,
+/// else [`set_default_log_level`]'s choice, else errors only.
+pub fn default_log_level() -> Option<LogLevel> {
+    if let Some(v) = std::env::var_os(QNN_LOG_VAR) {
+        if let Some(l) = v.to_str().and_then(LogLevel::from_name) {
+            return l;
+        }
+    }
+    match DEFAULT_LOG.load(Ordering::Relaxed) {
+        1 => None,
+        v @ 2..=5 => Some(LogLevel::ALL[usize::from(v - 2)]),
+        _ => Some(LogLevel::Error),
+    }
+}
+
 impl LogLevel {
+    /// Every level, least verbose first (the order of `as u8`).
+    pub const ALL: [LogLevel; 4] = [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Verbose,
+    ];
+
+    /// The level named `name` (`error`, `warn`, `info`, `verbose`; `off` is `Some(None)`),
+    /// case-insensitive; `None` for another name.
+    pub fn from_name(name: &str) -> Option<Option<LogLevel>> {
+        Some(Some(match name.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => return Some(None),
+            "error" => LogLevel::Error,
+            "warn" | "warning" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "verbose" | "debug" => LogLevel::Verbose,
+            _ => return None,
+        }))
+    }
+
     fn raw(self) -> QnnLog_Level_t {
         match self {
             LogLevel::Error => QNN_LOG_LEVEL_ERROR,
@@ -94,20 +149,49 @@ pub struct SessionOptions {
     /// HTP architecture (e.g. 75). Ignored by the backend when `soc_model` is set; deprecated
     /// by Qualcomm in favour of the SoC model.
     pub htp_arch: Option<u32>,
-    /// Backend messages up to this level go to stderr. `None`: no logger (the backend then
-    /// prints its errors to stdout itself).
+    /// Backend messages up to this level go to stderr, each line `[qnn E] ...` (E, W, I, V).
+    /// `None`: no logger (the backend then prints its errors to stdout itself). Messages this
+    /// crate knows to be benign on a backend version (see [`is_benign`]) are shown at
+    /// `Verbose` only, whatever level the backend gave them.
     pub log_level: Option<LogLevel>,
 }
 
 impl Default for SessionOptions {
+    /// No device config; the log level of [`default_log_level`] (errors only unless the
+    /// program or [`QNN_LOG_VAR`] chose another).
     fn default() -> Self {
         Self {
             soc_model: None,
             htp_arch: None,
-            log_level: Some(LogLevel::Error),
+            log_level: default_log_level(),
         }
     }
 }
+
+/// Backend messages that report no fault of the caller and that nothing the caller passes can
+/// avoid, with the evidence.
+const BENIGN: [&str; 1] = [
+    // The HTP backend of onnxruntime-qnn 2.7.0 (core API 2.40, HTP API 5.51) logs this as an
+    // error once per graphCreate, from its own `applyAllGraphSettings(callerIsGraphCreate =
+    // true)`, which walks the backend's *default* graph settings: it comes with an empty
+    // config list as with any mix of our precision / VTCM / optimization configs, for every
+    // SoC model, and the graph then finalizes and computes correctly. 66 is no
+    // QnnHtpGraph_ConfigOption_t value of the headers we bind (1..=17).
+    "unexpected GraphHtpSettings option 66",
+];
+
+/// Whether `msg` (one formatted backend message) is one the backend logs on every normal run
+/// and that no caller config causes (see the list's evidence): such messages are shown at
+/// [`LogLevel::Verbose`] only.
+pub fn is_benign(msg: &str) -> bool {
+    // The whole message's end, so `option 660` or a longer error is not taken for it.
+    let msg = msg.trim_end();
+    BENIGN.iter().any(|b| msg.ends_with(b))
+}
+
+/// The most verbose level a live logger was created with (the callback reads it to decide
+/// whether a benign message, demoted to verbose, is shown).
+static LOGGER_LEVEL: AtomicU32 = AtomicU32::new(0);
 
 /// An HTP device custom config in the layout the backend expects: HTP API <= 5.46 puts the
 /// value union at offset 4 (12 B), >= 5.47 at offset 8 (16 B). Using the wrong one makes a SOC
@@ -250,6 +334,14 @@ unsafe extern "C" fn log_to_stderr(
     unsafe { vsnprintf(buf.as_mut_ptr(), buf.len(), fmt, args) };
     // SAFETY: vsnprintf NUL-terminates within buf.len() bytes.
     let msg = unsafe { core::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+    let level = if is_benign(&msg) {
+        QNN_LOG_LEVEL_VERBOSE
+    } else {
+        level
+    };
+    if level > LOGGER_LEVEL.load(Ordering::Relaxed) {
+        return;
+    }
     let tag = match level {
         QNN_LOG_LEVEL_ERROR => "E",
         QNN_LOG_LEVEL_WARN => "W",
@@ -387,6 +479,8 @@ impl Session {
         if let (Some(level), Some(log_create), Some(_)) =
             (opts.log_level, f.logCreate, LOG_CALLBACK)
         {
+            // The callback reads this to decide whether a demoted (benign) message is shown.
+            LOGGER_LEVEL.fetch_max(level.raw(), Ordering::Relaxed);
             // SAFETY: logCreate has this signature; the callback is re-entrant (it only formats
             // into a stack buffer and writes to stderr); c.log is a valid out-pointer.
             let rc = unsafe { log_create(LOG_CALLBACK, level.raw(), &mut c.log) };

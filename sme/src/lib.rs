@@ -90,6 +90,8 @@ const KINDS: [KernelKind; 6] = [
 ];
 
 /// One implementation, carrying the capability token that proves the CPU can run it.
+///
+#[doc = include_str!("../docs/kernels.md")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Kernel {

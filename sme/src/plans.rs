@@ -47,7 +47,7 @@ impl TiledPlan for QPackedPlan<'_> {
     }
 }
 
-/// Plans that run as one job (see the [module docs](self)): tiles `0..tiles()` are the first
+/// Plans that run as one job (see the notes in `src/plans.rs`): tiles `0..tiles()` are the first
 /// plan's, then the second's, and so on.
 ///
 /// ```ignore

@@ -366,9 +366,9 @@ impl CpuBackend {
     }
 
     /// The threads a job of `tiles` tiles streaming `bytes` of weight on `m` rows wakes: every
-    /// pool thread above [`SIZED_ROWS`] rows; at decode sizes `⌈√(bytes / BYTES_PER_WAKE)⌉`,
+    /// pool thread above `SIZED_ROWS` rows; at decode sizes `⌈√(bytes / BYTES_PER_WAKE)⌉`,
     /// the `p` that minimizes `bytes / (p·r) + p·c` (streaming time plus wake-ups, see
-    /// [`BYTES_PER_WAKE`]): e.g. 10 threads for SmolLM2's 576×576 Q4_1 (207 KB), 13 for its
+    /// `BYTES_PER_WAKE`): e.g. 10 threads for SmolLM2's 576×576 Q4_1 (207 KB), 13 for its
     /// fused Q/K/V (345 KB), every thread of a 16-thread pool for gate/up and down.
     pub fn threads_for(&self, bytes: usize, m: usize, tiles: usize) -> usize {
         let all = self.pool.threads();

@@ -47,7 +47,7 @@ pub struct BenchArgs {
     load: LoadArgs,
 }
 
-pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
+pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
     let ctx = a.pp.max(a.tg) + 1;
@@ -94,15 +94,17 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> Result<(), Fail> {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    writeln!(
-        out,
-        "engine-min bench: plan {}, cpu kernel {}, {} thread(s), {} reps; processors: {}",
-        a.plan,
-        a.machine.kernel().name(),
-        a.machine.threads(),
-        a.reps,
-        engine.executor().backend_names()
-    )?;
+    if v.detailed() {
+        writeln!(
+            out,
+            "engine-min bench: plan {}, cpu kernel {}, {} thread(s), {} reps; processors: {}",
+            a.plan,
+            a.machine.kernel().name(),
+            a.machine.threads(),
+            a.reps,
+            engine.executor().backend_names()
+        )?;
+    }
     if let Some(d) = &decision {
         writeln!(out, "{}", d.summary)?;
     }

@@ -17,6 +17,7 @@ mod agents;
 mod bench;
 mod perplexity;
 mod plan;
+pub mod progress;
 mod run;
 mod synth;
 
@@ -62,11 +63,18 @@ where
     if matches!(cli.cmd, Cmd::Profile(_) | Cmd::Bench(_)) {
         warn_if_not_release();
     }
+    let v = Verbosity(cli.verbose);
+    // The NPU's own log follows --verbose unless HETERO_QNN_LOG chose a level.
+    qnn_sys::set_default_log_level(Some(match v.0 {
+        0 => qnn_sys::LogLevel::Error,
+        1 => qnn_sys::LogLevel::Warn,
+        _ => qnn_sys::LogLevel::Verbose,
+    }));
     match cli.cmd {
-        Cmd::Run(a) => run::run(a, out),
-        Cmd::Profile(a) => plan::profile(a, out),
-        Cmd::Plan(a) => plan::plan(a, out),
-        Cmd::Bench(a) => bench::bench(a, out),
+        Cmd::Run(a) => run::run(a, v, out),
+        Cmd::Profile(a) => plan::profile(a, v, out),
+        Cmd::Plan(a) => plan::plan(a, v, out),
+        Cmd::Bench(a) => bench::bench(a, v, out),
         Cmd::Agents(a) => agents::agents(a, out),
         Cmd::Perplexity(a) => perplexity::perplexity(a, out),
         Cmd::Synth(a) => synth::synth(a, out),
@@ -78,7 +86,9 @@ where
 /// compiler from vectorizing the kernels' loops. Said on stderr, so parsed output is unchanged.
 fn warn_if_not_release() {
     if cfg!(debug_assertions) {
-        eprintln!(
+        // A closed stderr loses the warning, not the command (eprintln! would panic).
+        let _ = writeln!(
+            io::stderr(),
             "warning: this engine-min was built with debug assertions (a `ci` or `dev` \
              profile): its CPU timings are 2-3x slower than a `--release` build's"
         );
@@ -133,8 +143,24 @@ impl From<io::Error> for Fail {
 #[derive(Parser, Debug)]
 #[command(name = "engine-min", version, about, long_about = None)]
 struct Cli {
+    /// Print the details: every profiled point, the per-op plans, predicted against measured
+    /// time per op class, the model and processors (`-vv`: also the NPU's own info log).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How much a command prints: 0 by default (progress, the decision, the result), 1 and
+/// more with `--verbose` (each `-v` adds detail; any count is accepted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Verbosity(pub u8);
+
+impl Verbosity {
+    /// Whether `--verbose` was given.
+    pub fn detailed(self) -> bool {
+        self.0 > 0
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{load_model, load_profile, Fail, LoadArgs, MachineArgs};
+use super::progress::Progress;
+use super::{load_model, load_profile, Fail, LoadArgs, MachineArgs, Verbosity};
 use crate::auto::Workload;
 use crate::phases::phase_of_rows;
 use crate::planning;
@@ -48,7 +49,7 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
+pub fn profile(a: ProfileArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     // The output path first: a bad one must not cost the whole measurement.
     let mut file = std::fs::File::create(&a.out)
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;
@@ -63,20 +64,26 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
         gpu: !a.no_gpu,
         npu: !a.no_npu && std::env::var_os("QNN_HTP_LIB").is_some(),
     };
-    eprintln!(
-        "profiling through the executor ({} threads, cpu kernel {}): every point is the mean \
-         matmul call of its shape inside engine steps of m tokens",
-        opts.threads,
-        opts.kernel.name()
-    );
+    let mut progress = Progress::stderr("profile", v);
+    if v.detailed() {
+        progress.note(&format!(
+            "profiling through the executor ({} threads, cpu kernel {}): every point is the mean \
+             matmul call of its shape inside engine steps of m tokens",
+            opts.threads,
+            opts.kernel.name()
+        ));
+    }
     if opts.npu {
-        eprintln!(
+        // Said by default too: a reader must not take simulator times for an NPU's.
+        progress.note(
             "the NPU is QNN HTP from $QNN_HTP_LIB; on x86 this is the HTP SIMULATOR: its times \
-             are simulator times, not an NPU's"
+             are simulator times, not an NPU's",
         );
     }
-    let profile = crate::profiler::measure(&model, &opts, &mut |line| eprintln!("  {line}"))
+    let profile = crate::profiler::measure(&model, &opts, &mut |line| progress.line(line))
         .map_err(|e| Fail::Run(format!("profiling failed: {e}")))?;
+    progress.finish();
+    drop(progress);
     let json = serde_json::to_string_pretty(&profile)
         .map_err(|e| Fail::Run(format!("cannot serialize the profile: {e}")))?;
     file.write_all((json + "\n").as_bytes())
@@ -87,10 +94,13 @@ pub fn profile(a: ProfileArgs, out: &mut dyn Write) -> Result<(), Fail> {
         a.out.display(),
         t0.elapsed().as_secs_f64()
     )?;
-    // What the planner makes of it for run's default workload.
+    // What the planner makes of it for run's default workload (checked always: a profile
+    // the planner cannot use is an error now, not at the next run).
     let d = crate::auto::decide(&profile, &model, opts.max_batch, Workload::default())
         .map_err(|e| Fail::Run(format!("planning on the new profile failed: {e}")))?;
-    writeln!(out, "{}", d.summary)?;
+    if v.detailed() {
+        writeln!(out, "{}", d.summary)?;
+    }
     Ok(())
 }
 
@@ -133,7 +143,7 @@ fn at_least_one_u32(s: &str) -> Result<u32, String> {
     }
 }
 
-pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
+pub fn plan(a: PlanArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     let profile = load_profile(&a.profile)?;
     let rejected = |e: hetero_partition::ProfileError| {
         Fail::Run(format!("profile {} rejected: {e}", a.profile.display()))
@@ -170,6 +180,9 @@ pub fn plan(a: PlanArgs, out: &mut dyn Write) -> Result<(), Fail> {
     };
     let d = crate::auto::decide(&profile, &model, max_m, workload).map_err(Fail::run)?;
     writeln!(out, "{}", d.summary)?;
+    if !v.detailed() {
+        return Ok(());
+    }
     let names = planning::model_shapes(&model.config);
     for m in ms {
         let phase = d.plans.phase_of(m);

@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::{
     cpu_time, load_model, load_profile, plan_choice, Fail, LoadArgs, MachineArgs, ModelArg,
+    Verbosity,
 };
 use crate::auto::{Decision, Mode, Workload};
 use crate::compose::{ComposeOptions, GpuPath, PlanChoice};
@@ -204,7 +205,7 @@ pub fn build_engine(
     Ok((engine, composed.notes, composed.decision))
 }
 
-pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
+pub fn run(a: RunArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     let plan = a.plan.unwrap_or(if a.profile.is_some() {
         PlanChoice::Auto
     } else {
@@ -256,7 +257,16 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let (mut engine, notes, decision) = build_engine(&model, &opts, a.ctx, &a.load)?;
     let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
-    if plan == PlanChoice::Auto {
+    if plan == PlanChoice::Auto && !v.detailed() {
+        // By default: the decision in one sentence; what composing noted goes to stderr.
+        for note in &notes {
+            let _ = writeln!(std::io::stderr(), "note: {note}");
+        }
+        if let Some(d) = &decision {
+            writeln!(out, "{}", d.summary)?;
+        }
+    }
+    if plan == PlanChoice::Auto && v.detailed() {
         writeln!(
             out,
             "plan auto from {} (non-matmul ops run on the CPU pool):",
@@ -360,6 +370,35 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     let decode_kinds = engine.executor().times().snapshot();
     let decode_pred = engine.executor().predictions();
     writeln!(out)?;
+    let shares: Vec<(&str, String)> = [
+        ("prefill", &prefill_t, &prefill_kinds),
+        ("decode", &decode_t, &decode_kinds),
+    ]
+    .into_iter()
+    .filter_map(|(phase, t, kinds)| time_share(t, kinds).map(|s| (phase, s)))
+    .collect();
+    if !v.detailed() {
+        // The three-line report: speed, latency, where the time went.
+        let decode_speed = if generated > 1 {
+            format!(
+                "decode: {:.1} tok/s ({} steps)",
+                (generated - 1) as f64 / decode.as_secs_f64(),
+                generated - 1
+            )
+        } else {
+            "decode: n/a (no decode step)".into()
+        };
+        writeln!(
+            out,
+            "prefill: {:.1} tok/s ({} tokens); {decode_speed}",
+            ids.len() as f64 / ttft.as_secs_f64(),
+            ids.len()
+        )?;
+        writeln!(out, "time to first token: {:.1} ms", ms(ttft))?;
+        let shares: Vec<String> = shares.iter().map(|(p, s)| format!("{p} {s}")).collect();
+        writeln!(out, "time share: {}", shares.join("; "))?;
+        return Ok(());
+    }
     writeln!(out, "---")?;
     writeln!(
         out,
@@ -403,23 +442,8 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
     } else {
         writeln!(out, "decode: n/a (no decode step)")?;
     }
-    for (phase, t, kinds) in [
-        ("prefill", &prefill_t, &prefill_kinds),
-        ("decode", &decode_t, &decode_kinds),
-    ] {
-        let total = t.matmul + t.host.total() + t.resident;
-        if total.is_zero() {
-            continue;
-        }
-        let mut line = format!("{phase} time share:");
-        if !t.resident.is_zero() {
-            line += &format!(" gpu resident steps {:.1}%,", pct(t.resident, total));
-        }
-        for (kind, d, calls) in kinds.iter() {
-            line += &format!(" {} matmul {:.1}% ({calls}),", kind.name(), pct(*d, total));
-        }
-        line += &format!(" cpu host ops {:.1}%", pct(t.host.total(), total));
-        writeln!(out, "{line}")?;
+    for (phase, share) in &shares {
+        writeln!(out, "{phase} time share: {share}")?;
     }
     if let Some(d) = &decision {
         let steps = decode_steps;
@@ -445,17 +469,11 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
                 }
             }
             _ => {
-                for (phase, preds) in [("prefill", &prefill_pred), ("decode", &decode_pred)] {
-                    if preds.is_empty() {
-                        continue;
-                    }
-                    writeln!(
-                        out,
-                        "predicted vs measured matmul time, {phase} (per op class; the curve's phase):"
-                    )?;
-                    for line in crate::planning::prediction_lines(&model.config, preds) {
-                        writeln!(out, "  {line}")?;
-                    }
+                // Per op class, under the phase whose curves planned it (the prefill's
+                // one-row LM head is the decode curves').
+                let preds = crate::planning::merge_predictions(&[&prefill_pred, &decode_pred]);
+                for line in crate::planning::prediction_lines(&model.config, &preds) {
+                    writeln!(out, "{line}")?;
                 }
             }
         }
@@ -472,6 +490,31 @@ pub fn run(a: RunArgs, out: &mut dyn Write) -> Result<(), Fail> {
         )?;
     }
     Ok(())
+}
+
+/// `gpu matmul 99.3% (211), cpu host ops 0.7%` (share of the phase's time, calls) for one
+/// phase's timings; `None` when the phase ran nothing.
+fn time_share(
+    t: &crate::engine::Timings,
+    kinds: &[(crate::exec::Kind, Duration, u64)],
+) -> Option<String> {
+    let total = t.matmul + t.host.total() + t.resident;
+    if total.is_zero() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !t.resident.is_zero() {
+        parts.push(format!("gpu resident steps {:.1}%", pct(t.resident, total)));
+    }
+    for (kind, d, calls) in kinds {
+        parts.push(format!(
+            "{} matmul {:.1}% ({calls})",
+            kind.name(),
+            pct(*d, total)
+        ));
+    }
+    parts.push(format!("cpu host ops {:.1}%", pct(t.host.total(), total)));
+    Some(parts.join(", "))
 }
 
 /// Resolves `--logits-at` against a prompt of `n` tokens.

@@ -17,6 +17,8 @@
 //! Per step also the embedding gather, the output head (final RMSNorm fused) and, when asked,
 //! the argmax: 5 · n_layer + 2 (+ 1) launches. A one-token step can instead run in decode
 //! blocks (two launches a layer, `blocks`) or as one persistent launch (`persistent`).
+//!
+#![doc = include_str!("../../docs/decoder.md")]
 
 mod arena;
 mod blocks;
