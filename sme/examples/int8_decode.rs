@@ -172,7 +172,8 @@ fn measure(kern: Int8Kernel, w: &Int8Weight, threads: usize, ms: &[usize], sized
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
             .collect();
         let mut acts = QActs::with_capacity(m, k);
-        kern.quantize_acts(&x, m, k, &mut acts).expect("acts");
+        kern.quantize_acts_for(&x, m, k, w.act_blocks(), &mut acts)
+            .expect("acts");
         let mut y = vec![0f32; m * n];
         let mut plan = Int8Plan::new(kern, w, &acts, &mut y, n).expect("plan");
         if sized {
