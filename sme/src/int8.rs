@@ -530,6 +530,10 @@ pub enum Int8Kernel {
     /// Plain Rust: the same integers and the same f32 operation order as the vector kernels
     /// (the oracle).
     Portable,
+    /// x86-64 AVX2 (`vpmaddubsw` + `vpmaddwd`, operands bounded so no i16 saturates), see
+    /// [`crate::arch::x86_64::Avx2`]: every x86-64 CPU of the last decade without AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(crate::arch::x86_64::Avx2),
     /// x86-64 AVX-512 VNNI (`vpdpbusd`), see [`crate::arch::x86_64::Vnni`].
     #[cfg(target_arch = "x86_64")]
     Vnni(crate::arch::x86_64::Vnni),
@@ -544,6 +548,10 @@ impl Int8Kernel {
     pub fn available() -> Vec<Int8Kernel> {
         #[allow(unused_mut)]
         let mut v = vec![Int8Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = crate::arch::x86_64::Avx2::try_new() {
+            v.push(Int8Kernel::Avx2(t));
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = crate::arch::x86_64::Vnni::try_new() {
             v.push(Int8Kernel::Vnni(t));
@@ -570,6 +578,8 @@ impl Int8Kernel {
         match self {
             Int8Kernel::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Avx2(_) => "avx2",
+            #[cfg(target_arch = "x86_64")]
             Int8Kernel::Vnni(_) => "avx512-vnni",
             #[cfg(target_arch = "x86_64")]
             Int8Kernel::Amx(_) => "amx-int8",
@@ -591,7 +601,7 @@ impl Int8Kernel {
         match self {
             Int8Kernel::Vnni(t) => Some(t),
             Int8Kernel::Amx(t) => Some(t.vnni()),
-            Int8Kernel::Portable => None,
+            Int8Kernel::Avx2(_) | Int8Kernel::Portable => None,
         }
     }
 
@@ -701,6 +711,9 @@ impl Int8Kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: forwarded; the token proves the CPU features.
             Int8Kernel::Vnni(t) => unsafe { t.tile(ctx, r0, rows, g0, g1) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: forwarded; the token proves the CPU features.
+            Int8Kernel::Avx2(t) => unsafe { t.int8_tile(ctx, r0, rows, g0, g1) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: forwarded (rows <= tile_rows() by the plan); the token proves AMX.
             Int8Kernel::Amx(t) => unsafe { t.tile(ctx, r0, rows, g0, g1) },

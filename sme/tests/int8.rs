@@ -776,3 +776,58 @@ fn plan_set_equals_each_plan_alone() {
         }
     }
 }
+
+/// The largest operands each format can hold against activations at ±127 (the AVX2 kernel's
+/// `vpmaddubsw` saturates its i16 words; its operand grouping must never reach that): every
+/// quant byte 0xFF (all `u` at their maximum, K-quant scales and minimums at 63), Q8_0 also all
+/// -128 and all +127, against rows of +1.0, -1.0 and alternating signs (`q_x` = ±127). Every
+/// implementation bit-identical to the oracle.
+#[test]
+fn extreme_operands_do_not_saturate() {
+    let ks = kernels();
+    let (n, m) = (48, 3);
+    for ty in FORMATS {
+        let k = if ty.is_k_quant() { 512 } else { 576 };
+        let (be, bb) = ty.block().unwrap();
+        for fill in [0xFFu8, 0x80, 0x7F] {
+            let mut b = vec![fill; n * k / be * bb];
+            for blk in b.chunks_mut(bb) {
+                match ty {
+                    GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => {
+                        blk[..2].copy_from_slice(&f16b(0.01))
+                    }
+                    GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => {
+                        blk[..2].copy_from_slice(&f16b(0.01));
+                        blk[2..4].copy_from_slice(&f16b(0.001));
+                    }
+                    GgmlType::Q6K => blk[208..210].copy_from_slice(&f16b(0.01)),
+                    _ => unreachable!(),
+                }
+            }
+            let wb = Aligned::new(&b);
+            let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| match i / k {
+                    0 => 1.0,
+                    1 => -1.0,
+                    _ if i % 2 == 0 => 1.0,
+                    _ => -1.0,
+                })
+                .collect();
+            let a = quantize_with(Int8Kernel::Portable, &x, m, k, w.act_blocks());
+            assert!(a.q_row(0).iter().chain(a.qk_row(0)).all(|&q| q == 127));
+            let oracle = run(Int8Kernel::Portable, &w, &a, m, n);
+            for kern in &ks {
+                let y = run(*kern, &w, &a, m, n);
+                for (j, (p, q)) in oracle.iter().zip(&y).enumerate() {
+                    assert_eq!(
+                        p.to_bits(),
+                        q.to_bits(),
+                        "{} {ty} fill {fill:#x} at {j}: {p} vs {q}",
+                        label(kern)
+                    );
+                }
+            }
+        }
+    }
+}

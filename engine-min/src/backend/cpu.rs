@@ -44,7 +44,8 @@ pub enum CpuKernel {
     Avx512,
     /// hetero-sme's int8 GEMM ([`hetero_sme::Int8Weight`] repacked at `prepare`, activations
     /// quantized per 32-element block to 8 bits: llama.cpp's scheme; AVX-512 VNNI where the CPU
-    /// has it, else hetero-sme's portable integer kernel) for Q4_0, Q4_1 and Q8_0 weights.
+    /// has it, else AVX2, else hetero-sme's portable integer kernel) for Q4_0, Q4_1 and Q8_0
+    /// weights.
     Int8,
     /// hetero-sme's packed quantized GEMV ([`hetero_sme::QPackedRef`] repacked at `prepare`, f32
     /// activations dequantizing the weights in registers), tokens in groups of 16.
@@ -86,7 +87,8 @@ impl CpuKernel {
     }
 
     /// The best batch-invariant kernel (the batched agents engine, `profile`): the int8 GEMM
-    /// where it has a vector kernel, else the f32-activation GEMV.
+    /// where it has a vector kernel (AVX-512 VNNI, AMX-INT8 or AVX2), else the f32-activation
+    /// GEMV.
     pub fn best() -> CpuKernel {
         if hetero_sme::Int8Kernel::best() == hetero_sme::Int8Kernel::Portable {
             CpuKernel::SmeGemv
