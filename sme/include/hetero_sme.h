@@ -244,11 +244,12 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Static text for a status (never null; unknown values give "unknown status").
+ * Static text for a status (a `hetero_sme_status` value; never null: values no status has
+ * give "unknown status"). Takes an `int32_t` so that any value is safe to pass.
  *
  * Thread-safe.
  */
-const char *hetero_sme_status_message(enum hetero_sme_status status);
+const char *hetero_sme_status_message(int32_t status);
 
 /**
  * Text of this thread's last failed call (NUL-terminated, at most 255 bytes; empty if none).

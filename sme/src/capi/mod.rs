@@ -212,28 +212,52 @@ pub(crate) fn guard_value<T>(default: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(default)
 }
 
-/// Static text for a status (never null; unknown values give "unknown status").
+/// Static text for a status (a `hetero_sme_status` value; never null: values no status has
+/// give "unknown status"). Takes an `int32_t` so that any value is safe to pass.
 ///
 /// Thread-safe.
 #[no_mangle]
-pub extern "C" fn hetero_sme_status_message(status: hetero_sme_status) -> *const c_char {
-    let s: &'static core::ffi::CStr = match status {
-        St::HETERO_SME_OK => c"success",
-        St::HETERO_SME_NULL_POINTER => c"a required pointer was null",
-        St::HETERO_SME_INVALID_ARGUMENT => c"an argument is out of its domain",
-        St::HETERO_SME_BUFFER_TOO_SMALL => c"a buffer is too small for the shape",
-        St::HETERO_SME_OVERFLOW => c"a size computation overflowed",
-        St::HETERO_SME_MISALIGNED => c"a buffer is misaligned",
-        St::HETERO_SME_PANIC => c"a panic inside the library (a bug)",
-        St::HETERO_SME_UNSUPPORTED_TYPE => c"the GGML type is not supported by this call",
-        St::HETERO_SME_UNKNOWN_VARIANT => c"no such kernel variant",
-        St::HETERO_SME_VARIANT_UNAVAILABLE => c"the kernel variant is not available on this CPU",
-        St::HETERO_SME_BAD_BLOB => c"the packed buffer has no valid header",
-        St::HETERO_SME_BLOB_VARIANT_MISMATCH => c"the packed buffer was packed by another variant",
-        St::HETERO_SME_BLOB_MISMATCH => c"the packed buffer holds another type or shape",
-        St::HETERO_SME_NON_FINITE => c"an input value is not finite",
-        St::HETERO_SME_VALUE_OUT_OF_RANGE => c"an input value is beyond the format's range",
-        St::HETERO_SME_POOL_ERROR => c"the thread pool failed",
+pub extern "C" fn hetero_sme_status_message(status: i32) -> *const c_char {
+    const ALL: [St; 16] = [
+        St::HETERO_SME_OK,
+        St::HETERO_SME_NULL_POINTER,
+        St::HETERO_SME_INVALID_ARGUMENT,
+        St::HETERO_SME_BUFFER_TOO_SMALL,
+        St::HETERO_SME_OVERFLOW,
+        St::HETERO_SME_MISALIGNED,
+        St::HETERO_SME_PANIC,
+        St::HETERO_SME_UNSUPPORTED_TYPE,
+        St::HETERO_SME_UNKNOWN_VARIANT,
+        St::HETERO_SME_VARIANT_UNAVAILABLE,
+        St::HETERO_SME_BAD_BLOB,
+        St::HETERO_SME_BLOB_VARIANT_MISMATCH,
+        St::HETERO_SME_BLOB_MISMATCH,
+        St::HETERO_SME_NON_FINITE,
+        St::HETERO_SME_VALUE_OUT_OF_RANGE,
+        St::HETERO_SME_POOL_ERROR,
+    ];
+    let s: &'static core::ffi::CStr = match ALL.iter().find(|&&v| v as i32 == status) {
+        None => c"unknown status",
+        Some(St::HETERO_SME_OK) => c"success",
+        Some(St::HETERO_SME_NULL_POINTER) => c"a required pointer was null",
+        Some(St::HETERO_SME_INVALID_ARGUMENT) => c"an argument is out of its domain",
+        Some(St::HETERO_SME_BUFFER_TOO_SMALL) => c"a buffer is too small for the shape",
+        Some(St::HETERO_SME_OVERFLOW) => c"a size computation overflowed",
+        Some(St::HETERO_SME_MISALIGNED) => c"a buffer is misaligned",
+        Some(St::HETERO_SME_PANIC) => c"a panic inside the library (a bug)",
+        Some(St::HETERO_SME_UNSUPPORTED_TYPE) => c"the GGML type is not supported by this call",
+        Some(St::HETERO_SME_UNKNOWN_VARIANT) => c"no such kernel variant",
+        Some(St::HETERO_SME_VARIANT_UNAVAILABLE) => {
+            c"the kernel variant is not available on this CPU"
+        }
+        Some(St::HETERO_SME_BAD_BLOB) => c"the packed buffer has no valid header",
+        Some(St::HETERO_SME_BLOB_VARIANT_MISMATCH) => {
+            c"the packed buffer was packed by another variant"
+        }
+        Some(St::HETERO_SME_BLOB_MISMATCH) => c"the packed buffer holds another type or shape",
+        Some(St::HETERO_SME_NON_FINITE) => c"an input value is not finite",
+        Some(St::HETERO_SME_VALUE_OUT_OF_RANGE) => c"an input value is beyond the format's range",
+        Some(St::HETERO_SME_POOL_ERROR) => c"the thread pool failed",
     };
     s.as_ptr()
 }

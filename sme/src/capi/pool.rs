@@ -65,8 +65,8 @@ pub unsafe extern "C" fn hetero_sme_pool_free(pool: *mut hetero_sme_pool) {
 /// `pool` null or a live pool.
 #[no_mangle]
 pub unsafe extern "C" fn hetero_sme_pool_threads(pool: *const hetero_sme_pool) -> usize {
-    // SAFETY: the caller's contract.
     guard_value(0, || {
+        // SAFETY: the caller's contract (null or a live pool).
         unsafe { pool.as_ref() }.map_or(0, |p| p.pool.threads())
     })
 }
