@@ -8,12 +8,20 @@
 use std::path::{Path, PathBuf};
 
 /// One crate's C API: (folder, library name, upper-case prefix, one-line description).
-const CRATES: &[(&str, &str, &str, &str)] = &[(
-    "sme",
-    "hetero_sme",
-    "HETERO_SME",
-    "CPU GEMM/GEMV micro-kernels (int8 GEMM, packed quantized GEMV), GGML row (de)quantizers",
-)];
+const CRATES: &[(&str, &str, &str, &str)] = &[
+    (
+        "sme",
+        "hetero_sme",
+        "HETERO_SME",
+        "CPU GEMM/GEMV micro-kernels (int8 GEMM, packed quantized GEMV), GGML row (de)quantizers",
+    ),
+    (
+        "sync",
+        "hetero_sync",
+        "HETERO_SYNC",
+        "completion flag, dependency barrier, wait-time predictor",
+    ),
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -46,7 +54,12 @@ fn generate(folder: &str, lib: &str, upper: &str, what: &str) -> String {
         style: cbindgen::Style::Both,
         usize_is_size_t: true,
         export: cbindgen::ExportConfig {
-            include: vec![format!("{lib}_variant"), format!("{lib}_family")],
+            include: vec![
+                format!("{lib}_variant"),
+                format!("{lib}_family"),
+                format!("{lib}_producer"),
+                format!("{lib}_phase"),
+            ],
             ..Default::default()
         },
         ..Default::default()
