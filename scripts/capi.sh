@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 # package folder library-name
-CRATES=("hetero-sme sme hetero_sme" "hetero-sync sync hetero_sync")
+CRATES=("hetero-sme sme hetero_sme" "hetero-sync sync hetero_sync" "hetero-uma uma hetero_uma")
 PREFIX=${PREFIX:-$ROOT/target/capi/prefix}
 PROFILE=${PROFILE:-release}
 CC=${CC:-cc}

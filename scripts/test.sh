@@ -48,8 +48,8 @@ aarch64_test() { # PROFILE RUNNER REQUIRE
 }
 
 # The crates with a C API (feature `capi`; scripts/capi.sh lists the same).
-CAPI_PKGS="-p hetero-sme -p hetero-sync"
-CAPI_FEATURES="hetero-sme/capi,hetero-sync/capi"
+CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma"
+CAPI_FEATURES="hetero-sme/capi,hetero-sync/capi,hetero-uma/capi"
 
 run_stage() { # NAME
   case "$1" in

@@ -21,6 +21,12 @@ const CRATES: &[(&str, &str, &str, &str)] = &[
         "HETERO_SYNC",
         "completion flag, dependency barrier, wait-time predictor",
     ),
+    (
+        "uma",
+        "hetero_uma",
+        "HETERO_UMA",
+        "fixed-slot shared buffer pool with generation handles and column views",
+    ),
 ];
 
 fn root() -> PathBuf {
