@@ -9,7 +9,7 @@ int main(void) {
     r = ctest_uma_sequence(2, ops, 9, res);
     int ok = r == 0 && res[0] == 0 && res[1] == ((int64_t)1 << 32) && res[2] == -HETERO_UMA_EXHAUSTED &&
              res[3] == 0 && res[4] == -HETERO_UMA_STALE_HANDLE && res[5] == 1 && res[6] == 0 &&
-             res[7] == 0 && res[8] == -999;
+             res[7] == -999 && res[8] == 0;
     ok ? passed++ : failed++;
     if (!ok) fprintf(stderr, "FAIL sequence (%d)\n", r);
     r = ctest_uma_views();
