@@ -230,17 +230,25 @@ setup_fixtures() {
   echo "fixtures: $FIXTURES_DIR ($(ls "$FIXTURES_DIR" | tr '\n' ' '))"
 }
 
+# The C API stage (scripts/capi.sh test): a C compiler with the ASan/UBSan runtimes (gcc-12's
+# libasan8/libubsan1 come with it) and pkg-config.
+setup_capi() {
+  apt_install gcc libc6-dev pkg-config
+  echo "capi: $(gcc --version | head -1), pkg-config $(pkg-config --version)"
+}
+
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(all)
 for part in "${parts[@]}"; do
   case "$part" in
-    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures ;;
+    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures; setup_capi ;;
     opencl) setup_opencl ;;
     aarch64) setup_aarch64 ;;
     qnn) setup_qnn ;;
     model) setup_model ;;
     gguf-py) setup_gguf_py ;;
     fixtures) setup_fixtures ;;
-    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures)" >&2; exit 2 ;;
+    capi) setup_capi ;;
+    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi)" >&2; exit 2 ;;
   esac
 done

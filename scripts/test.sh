@@ -8,6 +8,7 @@
 #
 # Stages: fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
 #         aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo
+#         capi
 # (`*-release`: the same tests in the plain `release` profile users build with, whose code
 # generation differs from `ci`'s: register allocation around `asm!` blocks, for one.)
 set -uo pipefail
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 ALL_STAGES=(fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
-  aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo)
+  aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo capi)
 WANT=("$@")
 [[ ${#WANT[@]} -eq 0 ]] && WANT=("${ALL_STAGES[@]}")
 for w in "${WANT[@]}"; do
@@ -46,10 +47,16 @@ aarch64_test() { # PROFILE RUNNER REQUIRE
       -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
+# The crates with a C API (feature `capi`; scripts/capi.sh lists the same).
+CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma"
+CAPI_FEATURES="hetero-sme/capi,hetero-sync/capi,hetero-uma/capi"
+
 run_stage() { # NAME
   case "$1" in
     fmt) cargo fmt --all --check ;;
     clippy) cargo clippy --workspace --all-targets -- -D warnings &&
+            # The C APIs (feature capi) are linted too.
+            cargo clippy --features "$CAPI_FEATURES" $CAPI_PKGS --all-targets -- -D warnings &&
             # The aarch64-only code (SME/NEON kernels) is linted with Debian's clippy too.
             RUSTFLAGS="-D warnings" RUSTC="$RUSTC_AARCH64" RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER_AARCH64" \
               cargo check --profile ci --target "$AARCH64" --target-dir target/aarch64-clippy \
@@ -74,6 +81,10 @@ run_stage() { # NAME
     qnn) HETERO_REQUIRE=qnn cargo test --profile ci -p qnn-sys ;;
     model) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci -p engine-min ;;
     demo) HETERO_REQUIRE=$REQUIRE_ALL scripts/demo.sh ;;
+    # The C APIs: the C tests inside the Rust suites (results compared with the Rust APIs), then
+    # the libraries built as users link them and the standalone C tests under ASan + UBSan.
+    capi) cargo test --profile ci --features "$CAPI_FEATURES" $CAPI_PKGS --test capi &&
+          scripts/capi.sh test ;;
   esac
 }
 

@@ -632,6 +632,44 @@ impl Int8Kernel {
         acts: &mut QActs,
     ) -> Result<(), Error> {
         prepare_acts(x, m, k, blocks, acts)?;
+        // SAFETY: prepare_acts checked x.len() >= m*k, K against the schemes' block sizes and
+        // the capacity of q and qk (m*k), meta (m*k/32) and kmeta (m*k/256).
+        unsafe {
+            self.quantize_raw(
+                x.as_ptr(),
+                m,
+                k,
+                blocks,
+                acts.q.as_mut_ptr(),
+                acts.meta.as_mut_ptr(),
+                acts.qk.as_mut_ptr(),
+                acts.kmeta.as_mut_ptr(),
+            )
+        };
+        Ok(())
+    }
+
+    /// The quantizers of [`Self::quantize_acts_for`] on raw storage (the C ABI's caller
+    /// buffers use it too): `m·k/32` per-32 blocks into `q`/`meta` if `blocks.per32`, `m·k/256`
+    /// super-blocks into `qk`/`kmeta` if `blocks.per256`.
+    ///
+    /// # Safety
+    /// `x` valid for `m·k` reads; `k` a multiple of 32 (of 256 if `blocks.per256`); if
+    /// `blocks.per32`, `q` valid for `m·k` and `meta` for `m·k/32` initialized writes; if
+    /// `blocks.per256`, `qk` for `m·k` and `kmeta` for `m·k/256`; none of them overlapping and
+    /// nothing else accessing them during the call.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn quantize_raw(
+        self,
+        x: *const f32,
+        m: usize,
+        k: usize,
+        blocks: ActBlocks,
+        q: *mut i8,
+        meta: *mut BlockMeta,
+        qk: *mut i8,
+        kmeta: *mut SuperMeta,
+    ) {
         // The AMX kernel quantizes activations with its VNNI token (the same integers).
         #[cfg(target_arch = "x86_64")]
         let vector = self.vnni();
@@ -641,22 +679,17 @@ impl Int8Kernel {
             let nb = k / QK;
             match vector {
                 #[cfg(target_arch = "x86_64")]
-                Some(t) => {
-                    // SAFETY: prepare_acts checked x.len() >= m*k and the capacity of q (m*k)
-                    // and meta (m*k/32).
-                    unsafe {
-                        t.quantize(
-                            x.as_ptr(),
-                            m * nb,
-                            acts.q.as_mut_ptr(),
-                            acts.meta.as_mut_ptr(),
-                        )
-                    }
-                }
+                // SAFETY: the caller's contract: x (m*k), q (m*k) and meta (m*k/32).
+                Some(t) => unsafe { t.quantize(x, m * nb, q, meta) },
                 _ => {
                     for blk in 0..m * nb {
-                        let r = blk * QK..(blk + 1) * QK;
-                        acts.meta[blk] = quantize_block(&x[r.clone()], &mut acts.q[r]);
+                        // SAFETY: blk < m*k/32: inside x, q and meta (caller's contract),
+                        // which do not overlap.
+                        unsafe {
+                            let xs = core::slice::from_raw_parts(x.add(blk * QK), QK);
+                            let qs = core::slice::from_raw_parts_mut(q.add(blk * QK), QK);
+                            meta.add(blk).write(quantize_block(xs, qs));
+                        }
                     }
                 }
             }
@@ -665,27 +698,21 @@ impl Int8Kernel {
             let nb = k / QK_K;
             match vector {
                 #[cfg(target_arch = "x86_64")]
-                Some(t) => {
-                    // SAFETY: prepare_acts checked x.len() >= m*k, k % 256 == 0 and the
-                    // capacity of qk (m*k) and kmeta (m*k/256).
-                    unsafe {
-                        t.quantize_super(
-                            x.as_ptr(),
-                            m * nb,
-                            acts.qk.as_mut_ptr(),
-                            acts.kmeta.as_mut_ptr(),
-                        )
-                    }
-                }
+                // SAFETY: the caller's contract: x (m*k), qk (m*k) and kmeta (m*k/256).
+                Some(t) => unsafe { t.quantize_super(x, m * nb, qk, kmeta) },
                 _ => {
                     for blk in 0..m * nb {
-                        let r = blk * QK_K..(blk + 1) * QK_K;
-                        acts.kmeta[blk] = quantize_super(&x[r.clone()], &mut acts.qk[r]);
+                        // SAFETY: blk < m*k/256: inside x, qk and kmeta (caller's contract),
+                        // which do not overlap.
+                        unsafe {
+                            let xs = core::slice::from_raw_parts(x.add(blk * QK_K), QK_K);
+                            let qs = core::slice::from_raw_parts_mut(qk.add(blk * QK_K), QK_K);
+                            kmeta.add(blk).write(quantize_super(xs, qs));
+                        }
                     }
                 }
             }
         }
-        Ok(())
     }
 
     /// `y[M×N] = A·Wᵀ` single-threaded, A quantized in `acts` (M = `acts.m()`). On error nothing
@@ -704,9 +731,9 @@ impl Int8Kernel {
     /// Rows `r0..r0+rows` × groups `g0..g1`.
     ///
     /// # Safety
-    /// `ctx` validated; `r0 + rows <= ctx.m`; `g0 <= g1 <= groups`; exclusive access to that
-    /// region of y.
-    unsafe fn tile(&self, ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
+    /// `ctx` validated; `r0 + rows <= ctx.m`; `rows <= self.tile_rows()`; `g0 <= g1 <= groups`;
+    /// exclusive access to that region of y.
+    pub(crate) unsafe fn tile(&self, ctx: &Ctx, r0: usize, rows: usize, g0: usize, g1: usize) {
         match self {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: forwarded; the token proves the CPU features.

@@ -4,6 +4,8 @@
 mod amx_int8;
 pub mod arch;
 mod blocks;
+#[cfg(feature = "capi")]
+pub mod capi;
 mod error;
 mod f16out;
 mod format;

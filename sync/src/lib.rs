@@ -2,6 +2,8 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 
 mod barrier;
+#[cfg(all(feature = "capi", not(loom)))]
+pub mod capi;
 mod epoch;
 mod error;
 mod flag;

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 mod backing;
+#[cfg(all(feature = "capi", not(loom)))]
+pub mod capi;
 mod error;
 mod pool;
 mod primitive;

@@ -107,6 +107,32 @@ pub struct SlotId {
 }
 
 impl SlotId {
+    /// An id from its parts (the C ABI's copyable handle); checked by every use.
+    #[cfg(feature = "capi")]
+    pub(crate) fn from_parts(pool: u32, slot: u32, generation: u32) -> Self {
+        SlotId {
+            pool,
+            slot,
+            generation,
+        }
+    }
+
+    /// The handle this id names, for the C ABI's release (which checks the generation).
+    #[cfg(feature = "capi")]
+    pub(crate) fn to_handle(self) -> Handle {
+        Handle {
+            pool: self.pool,
+            slot: self.slot,
+            generation: self.generation,
+        }
+    }
+
+    /// The pool id it belongs to.
+    #[cfg(feature = "capi")]
+    pub(crate) fn pool_id(&self) -> u32 {
+        self.pool
+    }
+
     /// The slot's index.
     pub fn slot(&self) -> usize {
         self.slot as usize
