@@ -16,16 +16,18 @@ use real_widths::{case, types, POSITIONS, PROMPT};
 
 // f32-activation kernels (portable, avx512, sme-gemv) use exactly the reference's dequantized
 // weights; they differ by f32 vs f64 accumulation over rows of 2048 and 8192 and two layers.
-// Logits here have magnitude ~1-5. Measured max differences are given in the report printed
-// by the test (eprintln); 1e-3 absolute and TV 1e-4 are forward.rs's f32 tolerances.
+// Logits here have magnitude ~1-5; measured on q4_0 (sme-gemv) max |diff| 4.3e-6 and TV 3.7e-7
+// (each kernel's worst is printed); 1e-3 absolute and TV 1e-4 are forward.rs's f32 tolerances.
 const TOL_F32: f32 = 1e-3;
 const TOL_TV_F32: f64 = 1e-4;
 
 // 8-bit-activation kernels (sme-int8; sme for prompts of 4+ rows) quantize every matmul's
 // input per 32-value block (half a step: ~0.4% of the block's max), over 7 matmuls a layer.
-// Held relative to the row's largest |logit|: 0.05 (forward.rs's 2.5 absolute on logits of
-// ~25 is 0.1 relative) and TV 0.08 as forward.rs.
-const TOL_REL_Q8: f32 = 0.05;
+// Held relative to the row's largest |logit| (here ~4): 0.1, which is forward.rs's 2.5
+// absolute on SmolLM2's logits of ~25; measured on q4_0 2.2e-2 (int8) and 2.1e-2 (sme), TV
+// 8e-3 against forward.rs's 0.08. A structural mistake (a wrong KV head, a stale cache row, a
+// cut tile's rows misplaced) moves logits by about their own size (relative error ~1).
+const TOL_REL_Q8: f32 = 0.1;
 const TOL_TV_Q8: f64 = 0.08;
 
 /// Whether `kernel` computes type `ty` on the CPU backend's f32 path (no packed form: the
@@ -39,10 +41,7 @@ fn on_f32_path(ty: &str, kernel: CpuKernel) -> bool {
 }
 
 fn exact(kernel: CpuKernel) -> bool {
-    match kernel {
-        CpuKernel::Int8 | CpuKernel::Sme => false,
-        _ => true,
-    }
+    !matches!(kernel, CpuKernel::Int8 | CpuKernel::Sme)
 }
 
 #[test]
