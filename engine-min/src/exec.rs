@@ -468,6 +468,14 @@ impl Executor {
             .map(|d| d.get_mut().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// The device memory the resident decoder allocated (weights, KV cache, scratch), when this
+    /// executor runs whole steps on the GPU.
+    pub fn resident_memory(&self) -> Option<hetero_opencl_kernels::decoder::MemoryPlan> {
+        self.resident
+            .as_ref()
+            .map(|d| *d.lock().unwrap_or_else(|e| e.into_inner()).plan())
+    }
+
     /// Whether this executor runs whole steps on the GPU.
     pub fn is_resident(&self) -> bool {
         self.resident.is_some()

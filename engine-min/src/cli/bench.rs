@@ -48,6 +48,8 @@ pub struct BenchArgs {
 }
 
 pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
+    // Start-to-first-token is timed from here: the command's start, after argument parsing.
+    let start = std::time::Instant::now();
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
     let ctx = a.pp.max(a.tg) + 1;
@@ -73,7 +75,17 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         }
     }
     let ctx = ctx.min(context);
+    let loaded = start.elapsed();
     let (mut engine, _, decision) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
+    let built = start.elapsed();
+    // The first token: one step from an empty cache on the mapped (or read) file, weights
+    // touched for the first time (the page faults and the GPU's first launches included).
+    let first = {
+        let mut logits = vec![0f32; model.config.vocab];
+        engine.forward(&[0], &mut logits).map_err(Fail::run)?;
+        engine.reset();
+        start.elapsed()
+    };
     let mut errors = PredictionErrors::default();
     let r = crate::bench::pp_tg_observed(
         &mut engine,
@@ -108,6 +120,8 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
     if let Some(d) = &decision {
         writeln!(out, "{}", d.summary)?;
     }
+    let device = engine.executor().resident_memory();
+    print_startup(out, loaded, built, first, device)?;
     if a.pp > 0 {
         let med = crate::bench::median(&r.pp);
         writeln!(out, "pp{}: {med:.1} tok/s median ({})", a.pp, show(&r.pp))?;
@@ -130,6 +144,51 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The start-up figures: time from the command's start to the model loaded, the engine built
+/// and the first token's logits; the process's peak resident memory; and the device memory the
+/// resident GPU decoder allocated (computed before allocation, checked against the device).
+fn print_startup(
+    out: &mut dyn Write,
+    loaded: std::time::Duration,
+    built: std::time::Duration,
+    first: std::time::Duration,
+    device: Option<hetero_opencl_kernels::decoder::MemoryPlan>,
+) -> Result<(), Fail> {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    writeln!(
+        out,
+        "startup: model loaded {:.3} s, engine built {:.3} s, first token {:.3} s from start; \
+         peak RSS {:.1} MiB",
+        loaded.as_secs_f64(),
+        built.as_secs_f64(),
+        first.as_secs_f64(),
+        mib(peak_rss_bytes())
+    )?;
+    if let Some(p) = device {
+        writeln!(
+            out,
+            "gpu device memory: {:.1} MiB (weights {:.1}, kv cache {:.1}, scratch {:.1})",
+            mib(p.total()),
+            mib(p.weights),
+            mib(p.kv_cache),
+            mib(p.scratch)
+        )?;
+    }
+    Ok(())
+}
+
+/// The process's peak resident set (getrusage's `ru_maxrss`, KiB on Linux), in bytes; 0 where
+/// the call fails.
+fn peak_rss_bytes() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one `rusage` through the valid pointer we pass.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    (ru.ru_maxrss.max(0) as u64) * 1024
 }
 
 /// Median round trip of an empty job on every pool thread, µs.
