@@ -204,8 +204,8 @@ fn json_roundtrip() {
     let s = serde_json::to_string(&sample()).unwrap();
     let back: Profile = serde_json::from_str(&s).unwrap();
     assert_eq!(back, sample());
-    // The README example parses and validates.
-    let readme = include_str!("../README.md");
+    // The documented example (the profile format page, attached to `Profile`) parses and validates.
+    let readme = include_str!("../docs/profile-format.md");
     let start = readme.find("```json").unwrap() + 7;
     let end = start + readme[start..].find("```").unwrap();
     let p = Profile::from_json(&readme[start..end]).unwrap();
