@@ -301,17 +301,171 @@ impl I8Src for BlockQ6K {
     }
 }
 
+/// `(quant bytes, scale words)` of a packed `fmt` weight of `n` rows of `k` (K checked by the
+/// caller).
+fn storage(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
+    let ng = n.div_ceil(INT8_GROUP);
+    let qb = ng
+        .checked_mul(k / QK)
+        .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
+        .ok_or(Error::Overflow)?;
+    let sw = ng
+        .checked_mul(k / fmt.block())
+        .and_then(|x| x.checked_mul(fmt.scale_words()))
+        .ok_or(Error::Overflow)?;
+    Ok((qb, sw))
+}
+
+/// Checks caller storage for a packed weight: exact lengths, 64-byte aligned quants.
+fn check_storage(
+    fmt: Int8Fmt,
+    n: usize,
+    k: usize,
+    quants: &[u8],
+    scales: &[u16],
+) -> Result<(), Error> {
+    let (qb, sw) = storage(fmt, n, k)?;
+    if quants.len() != qb {
+        return Err(Error::ShapeMismatch {
+            what: "packed quant bytes",
+            expected: qb,
+            got: quants.len(),
+        });
+    }
+    if scales.len() != sw {
+        return Err(Error::ShapeMismatch {
+            what: "packed scale words",
+            expected: sw,
+            got: scales.len(),
+        });
+    }
+    if !(quants.as_ptr() as usize).is_multiple_of(64) {
+        return Err(Error::Misaligned {
+            what: "packed quant bytes",
+            align: 64,
+        });
+    }
+    Ok(())
+}
+
+/// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
+    let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
+    ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
+}
+
+/// Sets `u` of (row `r`, element `i`) in packed bytes that start zeroed.
+fn put_u(fmt: Int8Fmt, k: usize, bytes: &mut [u8], r: usize, i: usize, u: u8) {
+    let (base, j, kk) = chunk_at(fmt, k, r, i);
+    if fmt == Int8Fmt::Q8_0 {
+        bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
+        return;
+    }
+    let (hi, st) = (kk / 16, kk % 16);
+    let (v, ii) = (st / 4, st % 4);
+    let at = 4 * j + ii;
+    bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
+    let plane = base + 256;
+    match fmt.high_bits() {
+        1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
+        2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
+        _ => {}
+    }
+}
+
+/// Packs checked `blocks` (`n` rows of `k`) into storage of the exact lengths (zeroed first).
+fn pack_blocks_into<B: I8Src>(
+    blocks: &[B],
+    n: usize,
+    k: usize,
+    quants: &mut [u8],
+    scales: &mut [u16],
+) {
+    let fmt = B::FMT;
+    quants.fill(0);
+    scales.fill(0);
+    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
+    for r in 0..n {
+        for b in 0..nb {
+            let blk = &blocks[r * nb + b];
+            for e in 0..be {
+                put_u(fmt, k, quants, r, b * be + e, blk.u(e));
+            }
+            let rec = (r / INT8_GROUP * nb + b) * sw;
+            blk.put_scales(&mut scales[rec..rec + sw], r % INT8_GROUP);
+        }
+    }
+}
+
+/// A packed int8 weight in caller-owned storage (filled by [`Int8Weight::pack_gguf_into`]):
+/// the same layout and results as an [`Int8Weight`], for engines that keep weights in their own
+/// buffers (a ggml backend buffer, a memory-mapped cache).
+#[derive(Debug, Clone, Copy)]
+pub struct Int8WeightRef<'a> {
+    fmt: Int8Fmt,
+    n: usize,
+    k: usize,
+    quants: &'a [u8],
+    scales: &'a [u16],
+}
+
+impl<'a> Int8WeightRef<'a> {
+    /// Views storage that [`Int8Weight::pack_gguf_into`] filled for `n` rows of `k` elements of
+    /// `ty`; checks the type, the shape, the exact lengths and the 64-byte alignment of `quants`
+    /// (contents are not checked: any bytes compute some finite-or-not result, never out of
+    /// bounds).
+    pub fn new(
+        ty: GgmlType,
+        n: usize,
+        k: usize,
+        quants: &'a [u8],
+        scales: &'a [u16],
+    ) -> Result<Self, Error> {
+        let fmt = Int8Fmt::of(ty)?;
+        check_shape(
+            fmt,
+            n,
+            k,
+            n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?,
+        )?;
+        check_storage(fmt, n, k, quants, scales)?;
+        Ok(Self {
+            fmt,
+            n,
+            k,
+            quants,
+            scales,
+        })
+    }
+    /// The source type.
+    pub fn format(&self) -> GgmlType {
+        self.fmt.ty()
+    }
+    /// The activation quantization this weight needs (see [`Int8Weight::act_blocks`]).
+    pub fn act_blocks(&self) -> ActBlocks {
+        self.fmt.acts()
+    }
+    /// Output features (weight rows).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Reduction length.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// The packed `u` bytes.
+    pub fn quant_bytes(&self) -> &'a [u8] {
+        self.quants
+    }
+    /// The packed scale words.
+    pub fn scale_words(&self) -> &'a [u16] {
+        self.scales
+    }
+}
+
 impl Int8Weight {
     fn alloc(fmt: Int8Fmt, n: usize, k: usize) -> Result<Self, Error> {
-        let ng = n.div_ceil(INT8_GROUP);
-        let qb = ng
-            .checked_mul(k / QK)
-            .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
-            .ok_or(Error::Overflow)?;
-        let sw = ng
-            .checked_mul(k / fmt.block())
-            .and_then(|x| x.checked_mul(fmt.scale_words()))
-            .ok_or(Error::Overflow)?;
+        let (qb, sw) = storage(fmt, n, k)?;
         Ok(Self {
             fmt,
             n,
@@ -341,50 +495,80 @@ impl Int8Weight {
         &self.scales
     }
 
-    /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
-    fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
-        let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
-        ((g * (self.k / QK) + c) * self.fmt.chunk_bytes(), j, kk)
+    /// This weight as a borrowed [`Int8WeightRef`] (what [`Int8Plan::with_view`] takes).
+    pub fn view(&self) -> Int8WeightRef<'_> {
+        Int8WeightRef {
+            fmt: self.fmt,
+            n: self.n,
+            k: self.k,
+            quants: self.quant_bytes(),
+            scales: &self.scales,
+        }
     }
 
-    /// Sets `u` of (row `r`, element `i`); the packed bytes start zeroed.
-    fn put_u(&mut self, r: usize, i: usize, u: u8) {
-        let (base, j, kk) = self.chunk_at(r, i);
-        let f = self.fmt;
-        let bytes = self.bytes_mut();
-        if f == Int8Fmt::Q8_0 {
-            bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
-            return;
-        }
-        let (hi, st) = (kk / 16, kk % 16);
-        let (v, ii) = (st / 4, st % 4);
-        let at = 4 * j + ii;
-        bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
-        let plane = base + 256;
-        match f.high_bits() {
-            1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
-            2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
-            _ => {}
-        }
+    /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+    fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
+        chunk_at(self.fmt, self.k, r, i)
     }
 
     /// The packers' one body, over each block type's `u` and scale record.
     fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
-        let fmt = B::FMT;
-        check_shape(fmt, n, k, blocks.len())?;
-        let mut w = Self::alloc(fmt, n, k)?;
-        let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
-        for r in 0..n {
-            for b in 0..nb {
-                let blk = &blocks[r * nb + b];
-                for e in 0..be {
-                    w.put_u(r, b * be + e, blk.u(e));
-                }
-                let rec = (r / INT8_GROUP * nb + b) * sw;
-                blk.put_scales(&mut w.scales[rec..rec + sw], r % INT8_GROUP);
-            }
-        }
+        check_shape(B::FMT, n, k, blocks.len())?;
+        let mut w = Self::alloc(B::FMT, n, k)?;
+        let mut scales = core::mem::take(&mut w.scales);
+        pack_blocks_into(blocks, n, k, w.bytes_mut(), &mut scales);
+        w.scales = scales;
         Ok(w)
+    }
+
+    /// The storage a packed weight of `n` rows of `k` elements of `ty` takes: `(quant bytes,
+    /// scale words)`, the lengths [`Self::pack_gguf_into`] and [`Int8WeightRef::new`] want
+    /// (quant bytes are a multiple of 64). Errors as [`Self::pack_gguf`] for the type and K.
+    pub fn storage_len(ty: GgmlType, n: usize, k: usize) -> Result<(usize, usize), Error> {
+        let fmt = Int8Fmt::of(ty)?;
+        check_shape(
+            fmt,
+            n,
+            k,
+            n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?,
+        )?;
+        storage(fmt, n, k)
+    }
+
+    /// As [`Self::pack_gguf`], into caller-owned storage (e.g. a host engine's weight buffer):
+    /// `quants` 64-byte aligned, exactly the lengths [`Self::storage_len`] gives; view the result
+    /// with [`Int8WeightRef::new`]. Every check runs before any write; no allocation.
+    pub fn pack_gguf_into(
+        ty: GgmlType,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        quants: &mut [u8],
+        scales: &mut [u16],
+    ) -> Result<(), Error> {
+        fn go<B: I8Src>(
+            bytes: &[u8],
+            n: usize,
+            k: usize,
+            quants: &mut [u8],
+            scales: &mut [u16],
+        ) -> Result<(), Error> {
+            let blocks = B::slice_from_bytes(bytes)?;
+            check_shape(B::FMT, n, k, blocks.len())?;
+            check_storage(B::FMT, n, k, quants, scales)?;
+            pack_blocks_into(blocks, n, k, quants, scales);
+            Ok(())
+        }
+        match Int8Fmt::of(ty)? {
+            Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, quants, scales),
+            Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, quants, scales),
+            Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, quants, scales),
+            Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, quants, scales),
+            Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, quants, scales),
+            Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, quants, scales),
+            Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, quants, scales),
+            Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, quants, scales),
+        }
     }
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q4_0 elements (`blocks.len() == n·k/32`).
@@ -937,7 +1121,7 @@ pub struct Int8Plan<'a> {
     rows: usize,
     /// Groups per tile.
     gc: usize,
-    _b: core::marker::PhantomData<(&'a Int8Weight, &'a QActs, &'a mut [f32])>,
+    _b: core::marker::PhantomData<(&'a [u8], &'a QActs, &'a mut [f32])>,
 }
 
 // SAFETY: raw pointers come from shared borrows (weight, acts: read only) and one exclusive
@@ -965,6 +1149,17 @@ impl<'a> Int8Plan<'a> {
     pub fn with_out(
         kernel: Int8Kernel,
         w: &'a Int8Weight,
+        acts: &'a QActs,
+        y: crate::OutMut<'a>,
+        ldy: usize,
+    ) -> Result<Self, Error> {
+        Self::with_view(kernel, w.view(), acts, y, ldy)
+    }
+
+    /// As [`Int8Plan::with_out`], on a weight in caller-owned storage ([`Int8WeightRef`]).
+    pub fn with_view(
+        kernel: Int8Kernel,
+        w: Int8WeightRef<'a>,
         acts: &'a QActs,
         y: crate::OutMut<'a>,
         ldy: usize,
@@ -1013,8 +1208,8 @@ impl<'a> Int8Plan<'a> {
                 m,
                 n,
                 k: w.k,
-                nb: w.blocks(),
-                u: w.quants.as_ptr().cast(),
+                nb: w.k / w.fmt.block(),
+                u: w.quants.as_ptr(),
                 s: w.scales.as_ptr(),
                 q: acts.q.as_ptr(),
                 meta: acts.meta.as_ptr(),

@@ -34,8 +34,8 @@ pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
-    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Plan, Int8Weight, INT8_GROUP,
-    INT8_TILE_ROWS,
+    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Plan, Int8Weight, Int8WeightRef,
+    INT8_GROUP, INT8_TILE_ROWS,
 };
 pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;
