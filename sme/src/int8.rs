@@ -201,7 +201,7 @@ fn set_byte(rec: &mut [u16], at: usize, v: u8) {
     rec[w] = (rec[w] & !(0xFF << sh)) | (v as u16) << sh;
 }
 
-fn get_byte(rec: &[u16], at: usize) -> u8 {
+pub(crate) fn get_byte(rec: &[u16], at: usize) -> u8 {
     (rec[at / 2] >> (8 * (at % 2))) as u8
 }
 
@@ -349,7 +349,7 @@ fn check_storage(
 }
 
 /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
-fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
+pub(crate) fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
     let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
     ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
 }
@@ -402,11 +402,11 @@ fn pack_blocks_into<B: I8Src>(
 /// buffers (a ggml backend buffer, a memory-mapped cache).
 #[derive(Debug, Clone, Copy)]
 pub struct Int8WeightRef<'a> {
-    fmt: Int8Fmt,
-    n: usize,
-    k: usize,
-    quants: &'a [u8],
-    scales: &'a [u16],
+    pub(crate) fmt: Int8Fmt,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) quants: &'a [u8],
+    pub(crate) scales: &'a [u16],
 }
 
 impl<'a> Int8WeightRef<'a> {
@@ -985,7 +985,7 @@ pub(crate) struct Ctx {
 /// The `u` of element `kk` (0..32) of lane `j` in one 32-k chunk `ub` (layout in
 /// [`Int8Weight`]'s doc).
 #[inline]
-fn chunk_u(fmt: Int8Fmt, ub: &[u8], j: usize, kk: usize) -> i32 {
+pub(crate) fn chunk_u(fmt: Int8Fmt, ub: &[u8], j: usize, kk: usize) -> i32 {
     if fmt == Int8Fmt::Q8_0 {
         return ub[kk / 4 * 64 + 4 * j + kk % 4] as i32;
     }

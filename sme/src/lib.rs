@@ -12,6 +12,7 @@ mod format;
 mod gemm;
 mod int8;
 mod int8_acts;
+mod int8_unpack;
 mod out;
 mod pack;
 mod parallel;

@@ -120,3 +120,34 @@ fn bad_storage_is_refused_before_any_write() {
     ));
     assert!(Int8WeightRef::new(ty, n + 16, k, q.get(), &s).is_err());
 }
+
+#[test]
+fn unpack_is_the_inverse_of_pack_on_any_bytes() {
+    let mut rng = Rng::new(0xdec0de);
+    for ty in FORMATS {
+        let k = if ty.is_k_quant() { 512 } else { 96 };
+        for n in [1, 16, 37] {
+            // Arbitrary bits, NaN and inf scales included: the packers copy bits.
+            let src: Vec<u8> = (0..n * ty.row_bytes(k).unwrap())
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            let (qb, sw) = Int8Weight::storage_len(ty, n, k).unwrap();
+            let mut q = Buf::new(qb, 0);
+            let mut s = vec![0u16; sw];
+            Int8Weight::pack_gguf_into(ty, &src, n, k, q.get_mut(), &mut s).unwrap();
+            let view = Int8WeightRef::new(ty, n, k, q.get(), &s).unwrap();
+            let mut back = vec![0x5Au8; src.len()];
+            view.unpack_gguf(&mut back).unwrap();
+            assert!(back == src, "{ty:?} n={n}: unpack differs from the source");
+            // Owned and borrowed forms agree.
+            let owned = Int8Weight::pack_gguf(ty, &src, n, k).unwrap();
+            let mut back2 = vec![0u8; src.len()];
+            owned.view().unpack_gguf(&mut back2).unwrap();
+            assert!(back2 == src, "{ty:?} n={n}: owned unpack differs");
+            // A short output is refused with nothing written.
+            let mut short = vec![0x5Au8; src.len() - ty.row_bytes(k).unwrap()];
+            assert!(view.unpack_gguf(&mut short).is_err());
+            assert!(short.iter().all(|&b| b == 0x5A));
+        }
+    }
+}
