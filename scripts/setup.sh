@@ -3,7 +3,7 @@
 # x86-64 machine with the Rust toolchain, run as root. Never names a registry host: apt-get and pip
 # are used as this machine configures them.
 #
-#   scripts/setup.sh [all|opencl|aarch64|qnn|model|gguf-py|fixtures]...   # default: all
+#   scripts/setup.sh [all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi|llama-cpp]...   # default: all
 #   eval "$(scripts/setup.sh --env)"                       # the environment the tests use
 #
 # What it installs, and where:
@@ -24,6 +24,16 @@
 #   fixtures the model requantized to Q4_K_M, Q5_K, Q6_K, Q5_0 and Q5_1 by engine-min's
 #            gguf-requantize (built in the ci profile, as the model stage builds engine-min), written
 #            once into $HETERO_CACHE/model/fixtures/ (skipped when present).
+#   llama-cpp llama.cpp as pinned by the llama-cpp-python $LLAMA_CPP_PY sdist (`pip download --no-deps
+#            --no-binary llama-cpp-python`): its vendored source unpacked into
+#            $HETERO_CACHE/llama-cpp/src-$LLAMA_CPP_PY/, built CPU-only (Release, shared libraries,
+#            backends loaded at run time: GGML_BACKEND_DL, with this CPU's instruction sets spelled
+#            out as GGML_NATIVE would pick them) into a build directory keyed by the version, the
+#            flags, the instruction sets and the compiler (a cache made on another CPU is not
+#            reused; a second run builds nothing). Only what the ggml stage runs: libllama,
+#            the CPU backend, llama-simple, and test-backend-ops compiled straight against libggml (its
+#            CMake target would pull in llama-common, a third of the build). cmake, ninja and g++
+#            through apt-get.
 # Nothing fetched lives in the repository.
 set -euo pipefail
 
@@ -40,6 +50,38 @@ GGUF_PY_PINS=(gguf==0.19.0 numpy==2.2.6 PyYAML==6.0.2)
 FIXTURES_DIR=$HETERO_CACHE/model/fixtures
 # gguf-requantize target : file-name tag
 FIXTURES=(q4_k_m:Q4_K_M q5_k:Q5_K q6_k:Q6_K q5_0:Q5_0 q5_1:Q5_1)
+LLAMA_CPP_PY=0.3.36
+LLAMA_CPP_DIR=$HETERO_CACHE/llama-cpp
+LLAMA_CPP_SRC=$LLAMA_CPP_DIR/src-$LLAMA_CPP_PY
+LLAMA_CPP_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON
+  -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF)
+# This CPU's instruction sets as ggml's options: what GGML_NATIVE would enable, spelled out, since
+# a build that loads its backends at run time (GGML_BACKEND_DL, the only kind whose every tool
+# honours GGML_BACKEND_PATH) refuses GGML_NATIVE.
+llama_cpp_isa_flags() {
+  local have f opt
+  have=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  for f in sse4_2:SSE42 avx:AVX avx_vnni:AVX_VNNI avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C \
+      avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 amx_tile:AMX_TILE \
+      amx_int8:AMX_INT8 amx_bf16:AMX_BF16; do
+    opt=${f#*:}
+    if [[ "$have" == *" ${f%%:*} "* ]]; then echo "-DGGML_$opt=ON"; else echo "-DGGML_$opt=OFF"; fi
+  done
+  # GGML_AVX512 compiles for F, CD, VL, DQ and BW together.
+  if [[ "$have" == *" avx512f "* && "$have" == *" avx512cd "* && "$have" == *" avx512vl "* &&
+        "$have" == *" avx512dq "* && "$have" == *" avx512bw "* ]]; then
+    echo "-DGGML_AVX512=ON"
+  else
+    echo "-DGGML_AVX512=OFF"
+  fi
+}
+# The build directory's key: what changes the binaries (version, flags, ISA, compiler).
+llama_cpp_build_dir() {
+  local cxx
+  cxx=$( (c++ --version 2>/dev/null || true) | head -1)
+  echo "$LLAMA_CPP_DIR/build-$LLAMA_CPP_PY-$(printf '%s|' "$LLAMA_CPP_PY" "${LLAMA_CPP_FLAGS[*]}" \
+    "$(llama_cpp_isa_flags | tr '\n' ' ')" "$cxx" | sha256sum | cut -c1-12)"
+}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 if [[ "${1:-}" == "--env" ]]; then
@@ -57,6 +99,8 @@ export RUSTC_AARCH64=/usr/bin/rustc
 export RUSTDOC_AARCH64=/usr/bin/rustdoc
 export CLIPPY_DRIVER_AARCH64=/usr/bin/clippy-driver
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export HETERO_LLAMA_CPP_SRC="$LLAMA_CPP_SRC"
+export HETERO_LLAMA_CPP_BUILD="$(llama_cpp_build_dir)"
 ENV
   exit 0
 fi
@@ -237,11 +281,54 @@ setup_capi() {
   echo "capi: $(gcc --version | head -1), pkg-config $(pkg-config --version)"
 }
 
+# llama.cpp for the ggml stage (see the header). The build directory appears complete or not at
+# all for the stage: `.complete` is written last.
+setup_llama_cpp() {
+  apt_install cmake ninja-build g++
+  local sdist=$LLAMA_CPP_DIR/llama_cpp_python-$LLAMA_CPP_PY.tar.gz build pip isa
+  if [[ ! -f "$LLAMA_CPP_SRC/ggml/src/ggml-backend-impl.h" ]]; then
+    if [[ ! -f "$sdist" ]]; then
+      pip=$(pip_cmd)
+      mkdir -p "$LLAMA_CPP_DIR"
+      $pip download --quiet --no-deps --disable-pip-version-check --no-binary llama-cpp-python \
+        -d "$LLAMA_CPP_DIR" "llama-cpp-python==$LLAMA_CPP_PY" >&2 \
+        || die "the llama-cpp-python $LLAMA_CPP_PY sdist (pip download failed)" \
+          "check the network route to the Python package index pip is configured for ('pip config list')"
+    fi
+    rm -rf "$LLAMA_CPP_SRC.tmp" && mkdir -p "$LLAMA_CPP_SRC.tmp"
+    tar -xzf "$sdist" -C "$LLAMA_CPP_SRC.tmp" --strip-components=3 \
+      "llama_cpp_python-$LLAMA_CPP_PY/vendor/llama.cpp" \
+      || die "a readable llama-cpp-python sdist" "delete $sdist and run again"
+    rm -rf "$LLAMA_CPP_SRC" && mv "$LLAMA_CPP_SRC.tmp" "$LLAMA_CPP_SRC"
+  fi
+  build=$(llama_cpp_build_dir)
+  if [[ ! -f "$build/.complete" ]]; then
+    local t0=$SECONDS
+    echo "llama-cpp: building CPU-only llama.cpp ($LLAMA_CPP_PY) into $build with $(nproc) jobs" >&2
+    rm -rf "$build"
+    [[ $(uname -m) == x86_64 ]] || die "an x86-64 machine for the llama.cpp build" \
+      "llama_cpp_isa_flags in $0 knows x86-64's instruction sets only"
+    mapfile -t isa < <(llama_cpp_isa_flags)
+    # GGML_BACKEND_DIR: every program finds the CPU backend here, wherever it lives.
+    cmake -S "$LLAMA_CPP_SRC" -B "$build" "${LLAMA_CPP_FLAGS[@]}" "${isa[@]}" \
+      -DGGML_BACKEND_DIR="$build/bin" > "$build.configure.log" 2>&1 \
+      || die "a configured llama.cpp build (cmake failed: $build.configure.log)" "see that log"
+    cmake --build "$build" -j"$(nproc)" --target llama-simple ggml-cpu > "$build.build.log" 2>&1 \
+      || die "the llama.cpp build (failed: $build.build.log)" "see that log"
+    # test-backend-ops uses only ggml; -O1: it checks results, its own speed does not matter.
+    c++ -std=c++17 -O1 -I"$LLAMA_CPP_SRC/ggml/include" "$LLAMA_CPP_SRC/tests/test-backend-ops.cpp" \
+      -L"$build/bin" -lggml -lggml-base -Wl,-rpath,"$build/bin" -pthread -o "$build/bin/test-backend-ops" \
+      >> "$build.build.log" 2>&1 || die "test-backend-ops (failed: $build.build.log)" "see that log"
+    echo "built in $((SECONDS - t0)) s on $(nproc) cores" > "$build/.complete"
+  fi
+  echo "llama-cpp: $build ($(cat "$build/.complete"))"
+}
+
 parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(all)
 for part in "${parts[@]}"; do
   case "$part" in
-    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures; setup_capi ;;
+    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures; setup_capi; setup_llama_cpp ;;
     opencl) setup_opencl ;;
     aarch64) setup_aarch64 ;;
     qnn) setup_qnn ;;
@@ -249,6 +336,7 @@ for part in "${parts[@]}"; do
     gguf-py) setup_gguf_py ;;
     fixtures) setup_fixtures ;;
     capi) setup_capi ;;
-    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi)" >&2; exit 2 ;;
+    llama-cpp) setup_llama_cpp ;;
+    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi|llama-cpp)" >&2; exit 2 ;;
   esac
 done

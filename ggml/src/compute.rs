@@ -1,0 +1,179 @@
+//! One backend instance's compute state: hetero-sme's `ThreadPool` and the scratch a MUL_MAT
+//! needs (quantized activations, gathered rows, FP16 activations), grown on first use of a size
+//! and reused, so a steady-state call allocates nothing.
+
+use std::sync::Mutex;
+
+use hetero_sme::{
+    ActBlocks, Gemm, GemmPlan, Int8Kernel, Int8Plan, Kernel, Lhs, OutMut, PackedFormat, QActs,
+    StealState, ThreadPool,
+};
+
+use crate::blob::Weight;
+use crate::Error;
+
+/// Up to this many rows a call is a decode step: it wakes only as many threads as its weight's
+/// bytes are worth (see [`Ctx::threads_for`]).
+const SIZED_ROWS: usize = 16;
+/// Bytes of weight per thread woken at decode sizes: one thread streams a packed weight at
+/// ~10-14 GB/s and each woken thread costs ~0.1-0.2 µs, so `p = ⌈√(bytes / 2048)⌉` minimizes
+/// streaming plus wake-up time (the model engine-min's CPU backend uses).
+const BYTES_PER_WAKE: usize = 2048;
+
+/// How the activations are rounded before the multiply, per weight form.
+///
+/// The int8 forms quantize each row per 32 values (per 256 for the K-quants) to 8 bits, as
+/// ggml's CPU backend quantizes to q8_0/q8_1/q8_K for the same weight types; the F16 form rounds
+/// the activations to FP16, as ggml converts them for an F16 weight (its `vec_dot_type`).
+pub struct Ctx {
+    pool: ThreadPool,
+    int8: Int8Kernel,
+    f16: Kernel,
+    acts: QActs,
+    /// Rows gathered when the caller's rows are not contiguous.
+    gathered: Vec<f32>,
+    /// FP16 activations for the F16 form.
+    x16: Vec<u16>,
+}
+
+impl Ctx {
+    /// A context on `threads` threads (the calling thread and `threads - 1` pool workers).
+    pub fn new(threads: usize) -> Result<Self, Error> {
+        Ok(Self {
+            pool: ThreadPool::new(threads.max(1))?,
+            int8: Int8Kernel::best(),
+            f16: Kernel::best(PackedFormat::F16),
+            acts: QActs::default(),
+            gathered: Vec::new(),
+            x16: Vec::new(),
+        })
+    }
+
+    /// Threads a call runs on.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Changes the thread count (a new pool when it differs; nothing when it does not).
+    pub fn set_threads(&mut self, threads: usize) -> Result<(), Error> {
+        let t = threads.max(1);
+        if t != self.pool.threads() {
+            self.pool = ThreadPool::new(t)?;
+        }
+        Ok(())
+    }
+
+    /// The kernels this context runs: `(int8, fp16)` names.
+    pub fn kernel_names(&self) -> (&'static str, &'static str) {
+        (self.int8.name(), self.f16.name())
+    }
+
+    /// Threads a job of `m` rows streaming `bytes` of weight in `tiles` tiles wakes.
+    fn threads_for(&self, bytes: usize, m: usize, tiles: usize) -> usize {
+        let all = self.pool.threads();
+        let p = if m > SIZED_ROWS {
+            all
+        } else {
+            ((bytes / BYTES_PER_WAKE) as f64).sqrt().ceil() as usize
+        };
+        p.clamp(1, all).min(tiles.max(1))
+    }
+
+    /// `y[m × n] = x[m × k] · Wᵀ`: row `r` of `x` at `x[r·ldx..r·ldx + k]`, of `y` at
+    /// `y[r·ldy..r·ldy + n]`. Checks run before any write; on error `y` is untouched.
+    pub fn mul_mat(
+        &mut self,
+        w: &Weight<'_>,
+        x: &[f32],
+        m: usize,
+        ldx: usize,
+        y: &mut [f32],
+        ldy: usize,
+    ) -> Result<(), Error> {
+        let (n, k) = (w.n(), w.k());
+        if m == 0 {
+            return Ok(());
+        }
+        if ldx < k || ldy < n {
+            return Err(Error::Invalid("row stride shorter than a row"));
+        }
+        let span = |ld: usize, len: usize| (m - 1).checked_mul(ld)?.checked_add(len);
+        if span(ldx, k).is_none_or(|s| x.len() < s) {
+            return Err(Error::Invalid("activations shorter than m rows"));
+        }
+        if span(ldy, n).is_none_or(|s| y.len() < s) {
+            return Err(Error::Invalid("output shorter than m rows"));
+        }
+        let elems = m
+            .checked_mul(k)
+            .ok_or(Error::Invalid("activations too large"))?;
+        // Contiguous rows for the quantizer / the FP16 conversion.
+        let x: &[f32] = if ldx == k {
+            &x[..elems]
+        } else {
+            self.gathered.clear();
+            self.gathered.reserve(elems);
+            for r in 0..m {
+                self.gathered.extend_from_slice(&x[r * ldx..r * ldx + k]);
+            }
+            &self.gathered
+        };
+        match w {
+            Weight::Int8(wr) => {
+                if self.acts.capacity() < elems {
+                    self.acts = QActs::with_capacity(m, k);
+                }
+                let blocks: ActBlocks = wr.act_blocks();
+                self.int8
+                    .quantize_acts_for(x, m, k, blocks, &mut self.acts)?;
+                let threads = self.pool.threads();
+                let plan = Int8Plan::with_view(self.int8, *wr, &self.acts, OutMut::new(y), ldy)?
+                    .with_workers(threads);
+                let bytes = wr.quant_bytes().len() + 2 * wr.scale_words().len();
+                let t = self.threads_for(bytes, m, plan.tiles());
+                run(&self.pool, plan.tiles(), t, &|st, th| {
+                    plan.run_worker(st, th)
+                })
+            }
+            Weight::F16(p) => {
+                // ggml rounds the activations of an F16 weight to FP16 (its vec_dot_type):
+                // the same inputs, then exact FP16 products summed in FP32.
+                self.x16.clear();
+                self.x16
+                    .extend(x.iter().map(|&v| half::f16::from_f32(v).to_bits()));
+                let g = Gemm {
+                    a: Lhs::F16(&self.x16),
+                    m,
+                    lda: k,
+                    w: *p,
+                    bias: None,
+                    accumulate: false,
+                };
+                let plan = GemmPlan::new(self.f16, &g, y, ldy)?;
+                let t = self.threads_for(2 * p.data().len(), m, plan.tiles());
+                run(&self.pool, plan.tiles(), t, &|st, th| {
+                    plan.run_worker(st, th)
+                })
+            }
+        }
+    }
+}
+
+/// Runs `tiles` tiles of a plan on `threads` pool threads; the first tile error is returned.
+fn run(
+    pool: &ThreadPool,
+    tiles: usize,
+    threads: usize,
+    worker: &(dyn Fn(&StealState, usize) -> Result<(), hetero_sme::Error> + Sync),
+) -> Result<(), Error> {
+    let failed: Mutex<Option<hetero_sme::Error>> = Mutex::new(None);
+    pool.run_workers_on(tiles, threads, &|st: &StealState, th| {
+        if let Err(e) = worker(st, th) {
+            *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        }
+    })?;
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
