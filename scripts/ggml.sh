@@ -2,7 +2,8 @@
 # hetero's ggml backend for llama.cpp: build it, and prove it (the `ggml` stage of scripts/test.sh).
 #
 #   scripts/ggml.sh build      # -> target/ggml/libggml-hetero.so (+ the perplexity tool)
-#   scripts/ggml.sh test       # build, then the proof (below); exit status non-zero on a failure
+#   scripts/ggml.sh test       # build, then the proof (ggml/tests/llama/run.sh); non-zero on a failure
+#   scripts/ggml.sh shim OUT [CXXFLAGS...]   # the shim alone into OUT (the stage's test builds)
 #
 # Both need the llama.cpp that `scripts/setup.sh llama-cpp` builds and caches (its source and
 # build directories: $HETERO_LLAMA_CPP_SRC, $HETERO_LLAMA_CPP_BUILD from `scripts/setup.sh --env`,
@@ -56,6 +57,7 @@ build() {
 
 case "${1:-}" in
   build) build ;;
+  shim) llama_dirs; shift; link_shim "$@" ;;
   test) build; exec ggml/tests/llama/run.sh ;;
-  *) echo "usage: scripts/ggml.sh build|test" >&2; exit 2 ;;
+  *) echo "usage: scripts/ggml.sh build|test|shim OUT [CXXFLAGS...]" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 #
 # Stages: fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
 #         aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo
-#         capi
+#         capi ggml
 # (`*-release`: the same tests in the plain `release` profile users build with, whose code
 # generation differs from `ci`'s: register allocation around `asm!` blocks, for one.)
 set -uo pipefail
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 ALL_STAGES=(fmt clippy host host-release loom aarch64-sme2-512 aarch64-sme2-256 aarch64-sme1
-  aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo capi)
+  aarch64-sme2-512-release aarch64-sme2-256-release aarch64-sme1-release opencl qnn model demo capi ggml)
 WANT=("$@")
 [[ ${#WANT[@]} -eq 0 ]] && WANT=("${ALL_STAGES[@]}")
 for w in "${WANT[@]}"; do
@@ -85,6 +85,9 @@ run_stage() { # NAME
     # the libraries built as users link them and the standalone C tests under ASan + UBSan.
     capi) cargo test --profile ci --features "$CAPI_FEATURES" $CAPI_PKGS --test capi &&
           scripts/capi.sh test ;;
+    # llama.cpp (setup part llama-cpp) with and without hetero's ggml backend: test-backend-ops,
+    # placement, perplexity, greedy text, the loader's messages (ggml/tests/llama/run.sh).
+    ggml) scripts/ggml.sh test ;;
   esac
 }
 

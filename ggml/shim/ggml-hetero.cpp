@@ -469,7 +469,7 @@ HETERO_EXPORT ggml_backend_reg_t ggml_backend_init(void) {
         hlog(GGML_LOG_LEVEL_ERROR,
              "HETERO: this backend was built against ggml %s (commit %s) but the process runs "
              "ggml %s (commit %s); not loading it. Rebuild it against this llama.cpp "
-             "(scripts/ggml.sh build LLAMA_CPP_DIR).\n",
+             "(scripts/ggml.sh build, with HETERO_LLAMA_CPP_SRC and HETERO_LLAMA_CPP_BUILD naming it).\n",
              HETERO_BUILT_FOR_VERSION, GGML_COMMIT, running, commit);
         return nullptr;
     }

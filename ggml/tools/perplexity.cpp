@@ -6,6 +6,7 @@
 // llama.cpp's build time); ggml/README.md records that it agrees with llama-perplexity.
 //
 //   hetero-perplexity -m MODEL.gguf -f TEXT [-c N_CTX (512)] [--chunks N (all)] [-t THREADS]
+//                     [-fa on|off|auto (auto)]
 //
 // Prints one line per chunk and then `PPL <value> +/- <standard error>` (the stage parses it).
 // Backends: those ggml loads (GGML_BACKEND_PATH adds one built outside llama.cpp).
@@ -24,7 +25,8 @@
 #include <vector>
 
 static int usage(const char *argv0) {
-    fprintf(stderr, "usage: %s -m MODEL.gguf -f TEXT [-c N_CTX] [--chunks N] [-t THREADS]\n",
+    fprintf(stderr,
+            "usage: %s -m MODEL.gguf -f TEXT [-c N_CTX] [--chunks N] [-t THREADS] [-fa on|off|auto]\n",
             argv0);
     return 2;
 }
@@ -32,6 +34,7 @@ static int usage(const char *argv0) {
 int main(int argc, char **argv) {
     std::string model_path, text_path;
     int n_ctx = 512, n_chunks = -1;
+    llama_flash_attn_type fa = LLAMA_FLASH_ATTN_TYPE_AUTO;
     int n_threads = (int)std::thread::hardware_concurrency();
     for (int i = 1; i < argc; i++) {
         const bool has = i + 1 < argc;
@@ -45,6 +48,11 @@ int main(int argc, char **argv) {
             n_chunks = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "-t") && has) {
             n_threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "-fa") && has) {
+            const char *v = argv[++i];
+            fa = !strcmp(v, "on")    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                 : !strcmp(v, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                     : LLAMA_FLASH_ATTN_TYPE_AUTO;
         } else {
             return usage(argv[0]);
         }
@@ -95,6 +103,7 @@ int main(int argc, char **argv) {
     cp.n_ubatch = (uint32_t)n_ctx;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
+    cp.flash_attn_type = fa;
     llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         fprintf(stderr, "cannot create a context\n");

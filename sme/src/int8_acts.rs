@@ -3,9 +3,12 @@
 //! ([`ActBlocks`]):
 //!
 //! - per 32 values (the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; llama.cpp's Q8_0 /
-//!   Q8_1): `d_x = amax/127`, `q_x = clamp(round_ties_even(x/d_x), ±127)` and a [`BlockMeta`];
-//! - per 256 values (the K-quants Q4_K, Q5_K, Q6_K; llama.cpp's Q8_K): one `d_x` per 256 and
-//!   the sums of `q_x` per 32 and per 16 ([`SuperMeta`]).
+//!   Q8_1): `d_x = amax/127`, `q_x = clamp(round_ties_even(x·(127/amax)), ±127)` and a
+//!   [`BlockMeta`];
+//! - per 256 values (the K-quants Q4_K, Q5_K, Q6_K; llama.cpp's Q8_K): `q_x` likewise, one
+//!   `d_x = 1/(127/amax)` per 256 and the sums of `q_x` per 32 and per 16 ([`SuperMeta`]).
+//!
+//! The operations are ggml's, so the integers equal llama.cpp's CPU backend's.
 //!
 //! The portable quantizers here are the definitions; the AVX-512 ones write identical bytes.
 
@@ -168,6 +171,22 @@ impl QActs {
         }
         &self.kmeta[r * nb..(r + 1) * nb]
     }
+    /// Rounds the per-32 records' scale `d` and scaled sum `s` to FP16 (round to nearest even,
+    /// back to f32), as ggml's q8_0 / q8_1 blocks store them, so that the int8 GEMM then
+    /// computes what ggml's CPU backend computes for the same weights (the integers `q_x` are
+    /// already its own). For an engine that must match llama.cpp's results; the f32 records are
+    /// the more accurate ones. The per-256 records are left as they are (ggml's q8_K keeps an
+    /// f32 scale). No allocation.
+    pub fn round_scales_to_f16(&mut self) {
+        if !self.blocks.per32 {
+            return;
+        }
+        let nb = self.m * self.k / crate::quant::QK;
+        for b in &mut self.meta[..nb] {
+            b.d = half::f16::from_f32(b.d).to_f32();
+            b.s = half::f16::from_f32(b.s).to_f32();
+        }
+    }
 }
 
 /// Checks `x`/`m`/`k`/`blocks` against `acts`' capacity; on success sets the shape and the
@@ -219,11 +238,14 @@ pub(crate) fn prepare_acts(
 }
 
 /// Portable quantization of one 32-element block (the definition the vector one matches bit for
-/// bit): `d = amax/127`, `inv = 1/d`, `q = clamp(round_ties_even(x·inv), -127, 127)`.
+/// bit): `d = amax/127`, `inv = 127/amax`, `q = clamp(round_ties_even(x·inv), -127, 127)`: the
+/// operations of ggml's q8_0 / q8_1 quantizers (the multiplier `127/amax`, not `1/d`, which
+/// rounds differently: real activations hit the ties it moves, ~6 values in 10,000), so the
+/// integers are llama.cpp's own.
 pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> BlockMeta {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let inv = if d > 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
     for (qj, &v) in q.iter_mut().zip(x) {
         let qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i32;
@@ -239,11 +261,13 @@ pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> BlockMeta {
 }
 
 /// Portable quantization of one 256-element super-block (the definition the vector one matches
-/// bit for bit): as [`quantize_block`] over 256 values, then the sums per 32 and per 16.
+/// bit for bit): `inv = 127/amax`, `d = 1/inv` (ggml's q8_K: its `iscale` and `1/iscale`, up to
+/// a sign that cancels in every product), `q` as in [`quantize_block`], then the sums per 32 and
+/// per 16.
 pub(crate) fn quantize_super(x: &[f32], q: &mut [i8]) -> SuperMeta {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let inv = if amax / 127.0 > 0.0 { 127.0 / amax } else { 0.0 };
+    let d = if inv > 0.0 { 1.0 / inv } else { 0.0 };
     let mut s16 = [0i32; 16];
     for (i, (qj, &v)) in q.iter_mut().zip(x).enumerate() {
         let qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i32;

@@ -151,3 +151,24 @@ fn unpack_is_the_inverse_of_pack_on_any_bytes() {
         }
     }
 }
+
+#[test]
+fn round_scales_to_f16_rounds_only_the_per32_scales() {
+    let mut rng = Rng::new(99);
+    let (m, k) = (3, 512);
+    let x = rng.vec(m * k);
+    let mut a = QActs::with_capacity(m, k);
+    quantize_acts_for(&x, m, k, ActBlocks::BOTH, &mut a).unwrap();
+    let before = a.clone();
+    a.round_scales_to_f16();
+    for r in 0..m {
+        assert_eq!(a.q_row(r), before.q_row(r));
+        assert_eq!(a.qk_row(r), before.qk_row(r));
+        assert_eq!(a.super_row(r), before.super_row(r));
+        for (b, o) in a.meta_row(r).iter().zip(before.meta_row(r)) {
+            assert_eq!(b.d, half::f16::from_f32(o.d).to_f32());
+            assert_eq!(b.s, half::f16::from_f32(o.s).to_f32());
+            assert_eq!((b.n8, b.n128), (o.n8, o.n128));
+        }
+    }
+}

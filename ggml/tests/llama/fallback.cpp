@@ -147,12 +147,14 @@ int main() {
         std::vector<uint8_t> back(wb.size());
         ggml_backend_tensor_get(w, back.data(), 0, back.size());
         const bool readback = back == wb;
+        char nmse_s[64];
+        snprintf(nmse_s, sizeof nmse_s, "nmse %.2e against the CPU alone", nmse);
         const bool ok = ran && in_hetero == c.hetero && on_hetero == c.hetero && readback &&
                         (c.hetero ? nmse <= 5e-4 : same);
         printf("%s %-7s k=%-4lld n=%-3lld batch=%lld: weight in %s, run on %s, %s, read-back %s  (%s)\n",
                ok ? "ok  " : "FAIL", ggml_type_name(c.type), (long long)c.k, (long long)c.n,
                (long long)c.batch, in_hetero ? "HETERO" : "CPU", ggml_backend_name(ran_on),
-               c.hetero ? (std::string("nmse ") + std::to_string(nmse)).c_str()
+               c.hetero ? nmse_s
                         : (same ? "bit-identical to the CPU alone" : "DIFFERS from the CPU alone"),
                readback ? "exact" : "DIFFERS", c.why);
         failed += !ok;

@@ -118,7 +118,7 @@ unsafe fn quantize_impl(x: *const f32, blocks: usize, q: *mut i8, meta: *mut Blo
             let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
             // The same scalar operations as the portable `quantize_block`.
             let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let inv = if d > 0.0 { 127.0 / amax } else { 0.0 };
             let vinv = _mm512_set1_ps(inv);
             const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
             let lo = _mm512_set1_epi32(-127);
@@ -155,8 +155,9 @@ unsafe fn quantize_super_impl(x: *const f32, q: *mut i8, meta: *mut SuperMeta) {
             mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(x.add(16 * i))));
         }
         let amax = _mm512_reduce_max_ps(mx);
-        let d = amax / 127.0;
-        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        // The same scalar operations as the portable `quantize_super`.
+        let inv = if amax / 127.0 > 0.0 { 127.0 / amax } else { 0.0 };
+        let d = if inv > 0.0 { 1.0 / inv } else { 0.0 };
         let vinv = _mm512_set1_ps(inv);
         const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         let mut sums = [_mm512_setzero_ps(); 16];
@@ -273,7 +274,7 @@ unsafe fn quantize16(x: *const f32, q: *mut i8, meta: *mut BlockMeta) {
         let amax = reduce16::<false>(&mx);
         let d = _mm512_div_ps(amax, _mm512_set1_ps(127.0));
         let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(d, _mm512_setzero_ps());
-        let inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(1.0), d);
+        let inv = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0), amax);
         let mut invs = [0f32; 16];
         _mm512_storeu_ps(invs.as_mut_ptr(), inv);
         const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
