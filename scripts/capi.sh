@@ -83,7 +83,7 @@ c_test_one() { # PKG DIR LIB
   local san=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
   echo "capi: $pkg: C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
     $(pkg-config --static --cflags "$pkg") "$PREFIX/lib/lib$lib.a" \
     $(pkg-config --static --libs-only-other --libs-only-l "$pkg" | sed "s/-l$lib//") -lm \
     -o "$tdir/${short}_asan"
@@ -93,7 +93,7 @@ c_test_one() { # PKG DIR LIB
     "$tdir/${short}_asan"
   echo "capi: $pkg: the same through pkg-config, shared library"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
     $(pkg-config --cflags --libs "$pkg") -lm -Wl,-rpath,"$PREFIX/lib" -o "$tdir/${short}_shared"
   "$tdir/${short}_shared"
 }
