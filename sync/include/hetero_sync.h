@@ -284,6 +284,24 @@ enum hetero_sync_status hetero_sync_flag_init(void *mem,
                                               struct hetero_sync_flag **out);
 
 /**
+ * The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
+ * `HETERO_SYNC_FLAG_ALIGN`-aligned), unchanged, into `*out` (the same address): for a flag
+ * another party placed, e.g. a uma slot's flag word (`hetero_uma_raw_slot.flag`) or a flag in a
+ * memfd page this process mapped from another process (at any address: waits and publishes
+ * in different processes wake each other). Nothing to free.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `mem` valid for `size` bytes for as long as the flag is used, holding a flag (from
+ * `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
+ * atomically meanwhile; `out` valid for one write.
+ */
+enum hetero_sync_status hetero_sync_flag_attach(void *mem,
+                                                size_t size,
+                                                struct hetero_sync_flag **out);
+
+/**
  * Publishes `epoch` (the "signal"): every write the caller made before is visible to a
  * consumer whose wait for `epoch` (or an earlier one) returns. Wakes blocked waiters.
  * `HETERO_SYNC_STALE_EPOCH` if not after the current epoch, `HETERO_SYNC_INVALID_EPOCH` for

@@ -19,6 +19,7 @@ extern "C" {
     ) -> i32;
     fn ctest_sync_threads(rounds: u32) -> i32;
     fn ctest_sync_bad_inputs() -> i32;
+    fn ctest_sync_cross_process(timeout_s: f64) -> i32;
     fn example_sync_handoff() -> i32;
 }
 
@@ -156,4 +157,15 @@ fn readme_example_runs() {
         readme.contains(body),
         "README's From C example differs from tests/c/sync_example.c"
     );
+}
+
+/// A flag in a memfd page shared with a forked child that maps the fd again (at another
+/// address): the child blocks in `hetero_sync_flag_wait_blocking`, the parent publishes, the
+/// child must wake and see the data (tests/c/sync_process_test.c). With process-private
+/// futexes the child never woke and this failed after its 5 s timeout.
+#[test]
+fn a_publish_wakes_a_blocked_waiter_in_another_process() {
+    // SAFETY: no pointers; the C side forks a child that only waits and exits.
+    let rc = unsafe { ctest_sync_cross_process(5.0) };
+    assert_eq!(rc, 0, "see stderr: 7 = the blocked child was never woken");
 }

@@ -223,6 +223,36 @@ pub unsafe extern "C" fn hetero_sync_flag_init(
     })
 }
 
+/// The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
+/// `HETERO_SYNC_FLAG_ALIGN`-aligned), unchanged, into `*out` (the same address): for a flag
+/// another party placed, e.g. a uma slot's flag word (`hetero_uma_raw_slot.flag`) or a flag in a
+/// memfd page this process mapped from another process (at any address: waits and publishes
+/// in different processes wake each other). Nothing to free.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `mem` valid for `size` bytes for as long as the flag is used, holding a flag (from
+/// `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
+/// atomically meanwhile; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hetero_sync_flag_attach(
+    mem: *mut core::ffi::c_void,
+    size: usize,
+    out: *mut *mut hetero_sync_flag,
+) -> hetero_sync_status {
+    guard(|| {
+        nonnull(mem, "mem")?;
+        nonnull(out, "out")?;
+        aligned(mem, HETERO_SYNC_FLAG_ALIGN, "mem (HETERO_SYNC_FLAG_ALIGN)")?;
+        if size < HETERO_SYNC_FLAG_SIZE {
+            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(out, mem.cast::<hetero_sync_flag>(), "out") }
+    })
+}
+
 /// # Safety
 /// `flag` null or a live flag.
 unsafe fn flag_ref<'a>(flag: *const hetero_sync_flag) -> Result<&'a CompletionFlag, Fail> {

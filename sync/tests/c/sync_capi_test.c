@@ -170,6 +170,10 @@ int ctest_sync_bad_inputs(void) {
     EXPECT(hetero_sync_flag_init(NULL, 4, 0, &f), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_init(mem + 1, 8, 0, &f), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_flag_init(mem, 3, 0, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
+    EXPECT(hetero_sync_flag_attach(NULL, 4, &f), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_attach(mem, 4, NULL), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_attach(mem + 2, 8, &f), HETERO_SYNC_MISALIGNED);
+    EXPECT(hetero_sync_flag_attach(mem, 3, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
     EXPECT(hetero_sync_barrier_init(mem + 4, 16, 2, 0, &b), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_barrier_init(mem, 15, 2, 0, &b), HETERO_SYNC_BUFFER_TOO_SMALL);
     EXPECT(hetero_sync_barrier_new(0, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
@@ -189,6 +193,9 @@ int ctest_sync_bad_inputs(void) {
     EXPECT(hetero_sync_flag_publish(f, 7), HETERO_SYNC_STALE_EPOCH);
     EXPECT(hetero_sync_flag_publish(f, 0x80000009u), HETERO_SYNC_INVALID_EPOCH);
     if (hetero_sync_flag_epoch(f) != 7) bad++;
+    hetero_sync_flag *g = NULL; /* attach: the same flag, unchanged */
+    EXPECT(hetero_sync_flag_attach(mem, 4, &g), HETERO_SYNC_OK);
+    if (g != f || hetero_sync_flag_epoch(g) != 7) bad++;
     hetero_sync_wait_config cfg;
     EXPECT(hetero_sync_wait_config_default(&cfg), HETERO_SYNC_OK);
     cfg.timeout_ns = 2000000; /* 2 ms */
