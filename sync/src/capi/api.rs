@@ -7,17 +7,36 @@ use super::{aligned, guard, guard_value, hetero_sync_status, nonnull, put, Fail}
 use crate::{Arrival, CompletionFlag, DependencyBarrier, Phase, Producer, SiteState, WaitConfig};
 
 /// A completion flag (opaque): one 32-bit epoch word (`HETERO_SYNC_FLAG_SIZE` bytes, aligned
-/// to `HETERO_SYNC_FLAG_ALIGN`), heap-allocated by `hetero_sync_flag_new` or placed in the
-/// caller's memory (e.g. beside a tensor in shared memory) by `hetero_sync_flag_init`.
+/// to `HETERO_SYNC_FLAG_ALIGN`), always in the caller's memory: a `hetero_sync_flag_storage`
+/// (static, on the stack, in a struct, or from `malloc`), or any suitably aligned bytes, e.g.
+/// beside a tensor in memory a device or another process maps. `hetero_sync_flag_init` places
+/// one there, `hetero_sync_flag_attach` names one already there. The library never allocates
+/// or frees a flag, so there is no `_free` to call on the wrong kind of memory.
 pub struct hetero_sync_flag {
     flag: CompletionFlag,
 }
 
-/// A dependency barrier over 1..=32 producers (opaque): `hetero_sync_barrier_new`, or the
-/// caller's memory (`HETERO_SYNC_BARRIER_SIZE` bytes, `HETERO_SYNC_BARRIER_ALIGN`) with
-/// `hetero_sync_barrier_init`.
+/// A dependency barrier over 1..=32 producers (opaque), always in the caller's memory (a
+/// `hetero_sync_barrier_storage`, or `HETERO_SYNC_BARRIER_SIZE` bytes aligned to
+/// `HETERO_SYNC_BARRIER_ALIGN`), placed by `hetero_sync_barrier_init`; nothing to free.
 pub struct hetero_sync_barrier {
     barrier: DependencyBarrier,
+}
+
+/// Memory for one flag with the right size and alignment (`HETERO_SYNC_FLAG_SIZE`,
+/// `HETERO_SYNC_FLAG_ALIGN`): declare one, pass its address to `hetero_sync_flag_init`.
+#[repr(C)]
+pub struct hetero_sync_flag_storage {
+    /// Not for the caller to read or write (the flag's word).
+    pub opaque: [u32; 1],
+}
+
+/// Memory for one barrier with the right size and alignment (`HETERO_SYNC_BARRIER_SIZE`,
+/// `HETERO_SYNC_BARRIER_ALIGN`): declare one, pass its address to `hetero_sync_barrier_init`.
+#[repr(C)]
+pub struct hetero_sync_barrier_storage {
+    /// Not for the caller to read or write.
+    pub opaque: [u64; 2],
 }
 
 /// What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
@@ -40,6 +59,10 @@ const _: () = {
     assert!(core::mem::align_of::<hetero_sync_flag>() == HETERO_SYNC_FLAG_ALIGN);
     assert!(core::mem::size_of::<hetero_sync_barrier>() == HETERO_SYNC_BARRIER_SIZE);
     assert!(core::mem::align_of::<hetero_sync_barrier>() == HETERO_SYNC_BARRIER_ALIGN);
+    assert!(core::mem::size_of::<hetero_sync_flag_storage>() == HETERO_SYNC_FLAG_SIZE);
+    assert!(core::mem::align_of::<hetero_sync_flag_storage>() == HETERO_SYNC_FLAG_ALIGN);
+    assert!(core::mem::size_of::<hetero_sync_barrier_storage>() == HETERO_SYNC_BARRIER_SIZE);
+    assert!(core::mem::align_of::<hetero_sync_barrier_storage>() == HETERO_SYNC_BARRIER_ALIGN);
 };
 
 /// Who publishes the flag (decides the wait's block phase).
@@ -151,45 +174,11 @@ pub unsafe extern "C" fn hetero_sync_wait_config_default(
 
 // ---- flag ---------------------------------------------------------------------------------------
 
-/// A new flag at `epoch` (low 31 bits; 0 = nothing published) into `*out`; free it with
-/// `hetero_sync_flag_free`.
-///
-/// Thread-safe.
-///
-/// # Safety
-/// `out` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_flag_new(
-    epoch: u32,
-    out: *mut *mut hetero_sync_flag,
-) -> hetero_sync_status {
-    guard(|| {
-        nonnull(out, "out")?;
-        let f = Box::into_raw(Box::new(hetero_sync_flag {
-            flag: CompletionFlag::with_epoch(epoch),
-        }));
-        // SAFETY: the caller's contract.
-        unsafe { put(out, f, "out") }
-    })
-}
-
-/// Frees a flag from `hetero_sync_flag_new` (null is ignored). Not for `_init` flags (their
-/// memory is the caller's) and not while any thread uses the flag.
-///
-/// # Safety
-/// `flag` null or from `hetero_sync_flag_new`, freed once, unused afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_flag_free(flag: *mut hetero_sync_flag) {
-    if !flag.is_null() {
-        // SAFETY: the caller's contract: from Box::into_raw, freed once.
-        drop(unsafe { Box::from_raw(flag) });
-    }
-}
-
-/// Places a flag at `epoch` in the caller's memory `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE`
-/// bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned; e.g. the 4 bytes beside a tensor in memory a device
-/// also maps) and gives its handle in `*out` (the same address). Also how to reset a flag to an
-/// epoch: call it again, while no thread uses the flag. Nothing to free.
+/// Places a flag at `epoch` (low 31 bits; 0 = nothing published) in the caller's memory `mem`
+/// (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned: a
+/// `hetero_sync_flag_storage`, or e.g. the 4 bytes beside a tensor in memory a device also maps)
+/// and gives its handle in `*out` (the same address). Also how to reset a flag to an epoch: call
+/// it again, while no thread uses the flag. Nothing to free: the memory is the caller's.
 ///
 /// Not thread-safe with other users of the same memory.
 ///
@@ -403,43 +392,10 @@ pub unsafe extern "C" fn hetero_sync_flag_wait_blocking(
 
 // ---- barrier ------------------------------------------------------------------------------------
 
-/// A new barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive in
-/// is the next), into `*out`. Free with `hetero_sync_barrier_free`.
-///
-/// Thread-safe.
-///
-/// # Safety
-/// `out` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_barrier_new(
-    producers: u32,
-    completed: u32,
-    out: *mut *mut hetero_sync_barrier,
-) -> hetero_sync_status {
-    guard(|| {
-        nonnull(out, "out")?;
-        let barrier = DependencyBarrier::with_epoch(producers, completed)?;
-        let b = Box::into_raw(Box::new(hetero_sync_barrier { barrier }));
-        // SAFETY: the caller's contract.
-        unsafe { put(out, b, "out") }
-    })
-}
-
-/// Frees a barrier from `hetero_sync_barrier_new` (null is ignored); not while in use.
-///
-/// # Safety
-/// `barrier` null or from `hetero_sync_barrier_new`, freed once, unused afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_barrier_free(barrier: *mut hetero_sync_barrier) {
-    if !barrier.is_null() {
-        // SAFETY: the caller's contract.
-        drop(unsafe { Box::from_raw(barrier) });
-    }
-}
-
-/// Places a barrier in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
-/// `HETERO_SYNC_BARRIER_ALIGN`-aligned), handle in `*out` (the same address). Calling it again
-/// resets it (while no thread uses it). Nothing to free.
+/// Places a barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive
+/// in is the next) in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
+/// `HETERO_SYNC_BARRIER_ALIGN`-aligned: a `hetero_sync_barrier_storage`), handle in `*out` (the
+/// same address). Calling it again resets it (while no thread uses it). Nothing to free.
 ///
 /// Not thread-safe with other users of the same memory.
 ///

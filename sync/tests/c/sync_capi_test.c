@@ -17,9 +17,10 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
     alignas(HETERO_SYNC_FLAG_ALIGN) unsigned char fmem[HETERO_SYNC_FLAG_SIZE];
     hetero_sync_flag *flag = NULL;
     hetero_sync_barrier *bar = NULL;
+    hetero_sync_barrier_storage bmem;
     hetero_sync_status st = hetero_sync_flag_init(fmem, sizeof fmem, start_epoch, &flag);
     if (st) return (int)st;
-    st = hetero_sync_barrier_new(producers, start_epoch, &bar);
+    st = hetero_sync_barrier_init(&bmem, sizeof bmem, producers, start_epoch, &bar);
     if (st) return (int)st;
     if ((void *)flag != (void *)fmem) return 900;
     for (size_t i = 0; i < n; i++) {
@@ -47,8 +48,7 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
             return 901;
         }
     }
-    hetero_sync_barrier_free(bar);
-    return 0;
+    return (void *)bar == (void *)&bmem ? 0 : 902;
 }
 
 /* ---- threads: producers write data, then publish / arrive; consumers must see the data ---- */
@@ -56,6 +56,7 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
 #define PRODUCERS 3
 #define CHUNK 256
 struct shared {
+    hetero_sync_flag_storage flag_mem; /* heap memory of the caller's (calloc below) */
     hetero_sync_flag *flag;
     hetero_sync_barrier *bar;
     uint32_t rounds;
@@ -96,7 +97,7 @@ int ctest_sync_threads(uint32_t rounds) {
     int fails = 0;
     s->rounds = rounds;
     /* One flag, a thread producer, the consumer alternating the blocking, timed and spin waits. */
-    if (hetero_sync_flag_new(0, &s->flag) != HETERO_SYNC_OK) return 1;
+    if (hetero_sync_flag_init(&s->flag_mem, sizeof s->flag_mem, 0, &s->flag) != HETERO_SYNC_OK) return 1;
     hetero_sync_site *site = NULL;
     if (hetero_sync_site_new(0, 0, 0, &site) != HETERO_SYNC_OK) return 1;
     hetero_sync_wait_config cfg;
@@ -122,7 +123,6 @@ int ctest_sync_threads(uint32_t rounds) {
     if (rounds >= 3 && !hetero_sync_site_predicted_ns(site, &pred, &samples)) fails++;
     if (rounds >= 3 && samples == 0) fails++;
     hetero_sync_site_free(site);
-    hetero_sync_flag_free(s->flag);
     /* A barrier (in caller memory) over three producers writing disjoint ranges. */
     memset(s->data, 0, sizeof s->data);
     alignas(HETERO_SYNC_BARRIER_ALIGN) unsigned char bmem[HETERO_SYNC_BARRIER_SIZE];
@@ -166,7 +166,7 @@ int ctest_sync_bad_inputs(void) {
     hetero_sync_flag *f = NULL;
     hetero_sync_barrier *b = NULL;
     alignas(8) unsigned char mem[32];
-    EXPECT(hetero_sync_flag_new(5, NULL), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_init(mem, 4, 5, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_init(NULL, 4, 0, &f), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_init(mem + 1, 8, 0, &f), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_flag_init(mem, 3, 0, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
@@ -176,8 +176,10 @@ int ctest_sync_bad_inputs(void) {
     EXPECT(hetero_sync_flag_attach(mem, 3, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
     EXPECT(hetero_sync_barrier_init(mem + 4, 16, 2, 0, &b), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_barrier_init(mem, 15, 2, 0, &b), HETERO_SYNC_BUFFER_TOO_SMALL);
-    EXPECT(hetero_sync_barrier_new(0, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
-    EXPECT(hetero_sync_barrier_new(33, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 0, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 33, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(NULL, 16, 2, 0, &b), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 2, 0, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_publish(NULL, 1), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_wait(NULL, 1, NULL, NULL, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_barrier_arrive(NULL, 0, 1, NULL), HETERO_SYNC_NULL_POINTER);
@@ -185,9 +187,12 @@ int ctest_sync_bad_inputs(void) {
     if (hetero_sync_flag_epoch(NULL) != 0 || hetero_sync_flag_is_reached(NULL, 0) ||
         hetero_sync_barrier_flag(NULL) != NULL || hetero_sync_site_predicted_ns(NULL, NULL, NULL))
         bad++;
-    hetero_sync_flag_free(NULL);
-    hetero_sync_barrier_free(NULL);
     hetero_sync_site_free(NULL);
+    if (sizeof(hetero_sync_flag_storage) != HETERO_SYNC_FLAG_SIZE ||
+        alignof(hetero_sync_flag_storage) != HETERO_SYNC_FLAG_ALIGN ||
+        sizeof(hetero_sync_barrier_storage) != HETERO_SYNC_BARRIER_SIZE ||
+        alignof(hetero_sync_barrier_storage) != HETERO_SYNC_BARRIER_ALIGN)
+        bad++;
 
     EXPECT(hetero_sync_flag_init(mem, 4, 7, &f), HETERO_SYNC_OK);
     EXPECT(hetero_sync_flag_publish(f, 7), HETERO_SYNC_STALE_EPOCH);
@@ -209,7 +214,8 @@ int ctest_sync_bad_inputs(void) {
     EXPECT(hetero_sync_flag_wait(f, 7, NULL, NULL, &rep), HETERO_SYNC_OK);
     if (rep.phase != HETERO_SYNC_PHASE_IMMEDIATE) bad++;
 
-    EXPECT(hetero_sync_barrier_new(2, 0, &b), HETERO_SYNC_OK);
+    hetero_sync_barrier_storage bs;
+    EXPECT(hetero_sync_barrier_init(&bs, sizeof bs, 2, 0, &b), HETERO_SYNC_OK);
     EXPECT(hetero_sync_barrier_arrive(b, 2, 1, NULL), HETERO_SYNC_UNKNOWN_PRODUCER);
     EXPECT(hetero_sync_barrier_arrive(b, 0, 2, NULL), HETERO_SYNC_EPOCH_NOT_OPEN);
     EXPECT(hetero_sync_barrier_arrive(b, 0, 0, NULL), HETERO_SYNC_STALE_EPOCH);
@@ -221,7 +227,6 @@ int ctest_sync_bad_inputs(void) {
     if (rem != 1) bad++; /* untouched on error */
     EXPECT(hetero_sync_barrier_arrive(b, 1, 1, &rem), HETERO_SYNC_OK);
     if (rem != 0 || hetero_sync_barrier_completed_epoch(b) != 1) bad++;
-    hetero_sync_barrier_free(b);
 
     EXPECT(hetero_sync_selftest_panic(), HETERO_SYNC_PANIC);
     for (int32_t s = -3; s < 200; s++)
