@@ -153,6 +153,11 @@ typedef struct hetero_sync_flag hetero_sync_flag;
 /**
  * What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
  * wait of one call site so the wait sleeps until just before the predicted completion.
+ *
+ * Safe to share between threads: each wait copies the state out at its start and stores what
+ * it learned when it returns, each under a short internal lock (never held during the wait).
+ * Two waits on one site at once both run with the prediction of their start; the state of the
+ * one that returns last is kept (the other's sample is lost, nothing else).
  */
 typedef struct hetero_sync_site hetero_sync_site;
 
@@ -361,11 +366,12 @@ bool hetero_sync_flag_wait_spin(const struct hetero_sync_flag *flag,
  * `cfg` null = defaults; `site` (null = no prediction) learns from each wait; `report` (may be
  * null) says what the wait did. `HETERO_SYNC_TIMEOUT` after `cfg->timeout_ns`.
  *
- * Thread-safe (several waiters on one flag are fine; one `site` per waiting thread).
+ * Thread-safe (several waiters on one flag are fine, and one `site` may be shared by waits
+ * on several threads: see `hetero_sync_site`).
  *
  * # Safety
- * `flag` a live flag; `cfg`, `site`, `report` null or valid (the site used by this thread
- * only during the call).
+ * `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
+ * only).
  */
 enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
                                               uint32_t target,
@@ -480,7 +486,7 @@ void hetero_sync_site_free(struct hetero_sync_site *site);
  * The site's predicted wait in ns into `*ns` (false, nothing written, before any sample);
  * `*samples` (may be null) gets how many waits it learned from.
  *
- * Not thread-safe with a wait using the same site.
+ * Thread-safe (also while waits use the same site: a consistent snapshot).
  *
  * # Safety
  * `site` a live site; `ns_out` valid for one write; `samples` null or valid for one write.

@@ -20,6 +20,7 @@ extern "C" {
     fn ctest_sync_threads(rounds: u32) -> i32;
     fn ctest_sync_bad_inputs() -> i32;
     fn ctest_sync_cross_process(timeout_s: f64) -> i32;
+    fn ctest_sync_shared_site(rounds: u32) -> i32;
     fn example_sync_handoff() -> i32;
 }
 
@@ -168,4 +169,13 @@ fn a_publish_wakes_a_blocked_waiter_in_another_process() {
     // SAFETY: no pointers; the C side forks a child that only waits and exits.
     let rc = unsafe { ctest_sync_cross_process(5.0) };
     assert_eq!(rc, 0, "see stderr: 7 = the blocked child was never woken");
+}
+
+/// One wait site shared by two waiting pthreads while a third reads it (tests/c/sync_capi_test.c
+/// `ctest_sync_shared_site`): every wait succeeds and every snapshot is a whole state. Before
+/// the site had its own lock, two waits on one site made two `&mut` to it.
+#[test]
+fn one_site_shared_by_two_waiting_threads() {
+    // SAFETY: no pointers.
+    assert_eq!(unsafe { ctest_sync_shared_site(100) }, 0, "see stderr");
 }

@@ -1,5 +1,7 @@
 //! The flag, the barrier and the wait-time predictor from C.
 
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::hetero_sync_status as St;
@@ -41,8 +43,75 @@ pub struct hetero_sync_barrier_storage {
 
 /// What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
 /// wait of one call site so the wait sleeps until just before the predicted completion.
+///
+/// Safe to share between threads: each wait copies the state out at its start and stores what
+/// it learned when it returns, each under a short internal lock (never held during the wait).
+/// Two waits on one site at once both run with the prediction of their start; the state of the
+/// one that returns last is kept (the other's sample is lost, nothing else).
 pub struct hetero_sync_site {
-    site: SiteState,
+    lock: AtomicBool,
+    site: UnsafeCell<SiteState>,
+}
+
+impl hetero_sync_site {
+    fn new(site: SiteState) -> Self {
+        hetero_sync_site {
+            lock: AtomicBool::new(false),
+            site: UnsafeCell::new(site),
+        }
+    }
+
+    /// Runs `f` on the state under the lock (a few nanoseconds: a copy in or out).
+    fn with<R>(&self, f: impl FnOnce(&mut SiteState) -> R) -> R {
+        let mut spins = 0u32;
+        // Acquire pairs with the Release below: the previous holder's writes are visible.
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                // The holder may have been preempted inside its copy: give it the core.
+                std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        // SAFETY: the lock is held, so this is the only reference to the state until the
+        // Release store below.
+        let r = f(unsafe { &mut *self.site.get() });
+        self.lock.store(false, Ordering::Release);
+        r
+    }
+
+    fn load(&self) -> SiteState {
+        self.with(|s| *s)
+    }
+
+    fn store(&self, v: SiteState) {
+        self.with(|s| *s = v);
+    }
+}
+
+/// Runs a wait with a copy of `site`'s state (if any), then stores what it learned.
+///
+/// # Safety
+/// `site` null or a live site.
+unsafe fn with_site<R>(
+    site: *const hetero_sync_site,
+    wait: impl FnOnce(Option<&mut SiteState>) -> R,
+) -> R {
+    // SAFETY: null or live (the caller's contract); only shared references are made.
+    match unsafe { site.as_ref() } {
+        None => wait(None),
+        Some(s) => {
+            let mut local = s.load();
+            let r = wait(Some(&mut local));
+            s.store(local);
+            r
+        }
+    }
 }
 
 /// Bytes of a flag.
@@ -327,11 +396,12 @@ pub unsafe extern "C" fn hetero_sync_flag_wait_spin(
 /// `cfg` null = defaults; `site` (null = no prediction) learns from each wait; `report` (may be
 /// null) says what the wait did. `HETERO_SYNC_TIMEOUT` after `cfg->timeout_ns`.
 ///
-/// Thread-safe (several waiters on one flag are fine; one `site` per waiting thread).
+/// Thread-safe (several waiters on one flag are fine, and one `site` may be shared by waits
+/// on several threads: see `hetero_sync_site`).
 ///
 /// # Safety
-/// `flag` a live flag; `cfg`, `site`, `report` null or valid (the site used by this thread
-/// only during the call).
+/// `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
+/// only).
 #[no_mangle]
 pub unsafe extern "C" fn hetero_sync_flag_wait(
     flag: *const hetero_sync_flag,
@@ -344,9 +414,8 @@ pub unsafe extern "C" fn hetero_sync_flag_wait(
         // SAFETY: forwarded.
         let f = unsafe { flag_ref(flag)? };
         let c = config(cfg)?;
-        // SAFETY: null or a live site used only by this call (contract).
-        let s = unsafe { site.as_mut() }.map(|s| &mut s.site);
-        let r = f.wait(target, &c, s)?;
+        // SAFETY: null or a live site (contract); shared use is synchronized inside.
+        let r = unsafe { with_site(site, |s| f.wait(target, &c, s)) }?;
         write_report(report, r);
         Ok(())
     })
@@ -487,9 +556,8 @@ pub unsafe extern "C" fn hetero_sync_barrier_wait(
         // SAFETY: forwarded.
         let b = unsafe { barrier_ref(barrier)? };
         let c = config(cfg)?;
-        // SAFETY: null or a live site used only by this call (contract).
-        let s = unsafe { site.as_mut() }.map(|s| &mut s.site);
-        let r = b.wait(epoch, &c, s)?;
+        // SAFETY: null or a live site (contract); shared use is synchronized inside.
+        let r = unsafe { with_site(site, |s| b.wait(epoch, &c, s)) }?;
         write_report(report, r);
         Ok(())
     })
@@ -555,7 +623,7 @@ pub unsafe extern "C" fn hetero_sync_site_new(
         } else {
             SiteState::seeded(mean_ns, jitter_ns, overshoot_ns)
         };
-        let s = Box::into_raw(Box::new(hetero_sync_site { site }));
+        let s = Box::into_raw(Box::new(hetero_sync_site::new(site)));
         // SAFETY: the caller's contract.
         unsafe { put(out, s, "out") }
     })
@@ -576,7 +644,7 @@ pub unsafe extern "C" fn hetero_sync_site_free(site: *mut hetero_sync_site) {
 /// The site's predicted wait in ns into `*ns` (false, nothing written, before any sample);
 /// `*samples` (may be null) gets how many waits it learned from.
 ///
-/// Not thread-safe with a wait using the same site.
+/// Thread-safe (also while waits use the same site: a consistent snapshot).
 ///
 /// # Safety
 /// `site` a live site; `ns_out` valid for one write; `samples` null or valid for one write.
@@ -591,11 +659,12 @@ pub unsafe extern "C" fn hetero_sync_site_predicted_ns(
         let Some(s) = (unsafe { site.as_ref() }) else {
             return false;
         };
+        let st = s.load();
         if !samples.is_null() {
             // SAFETY: valid (contract).
-            unsafe { samples.write(s.site.samples()) };
+            unsafe { samples.write(st.samples()) };
         }
-        match (s.site.predicted_ns(), ns_out.is_null()) {
+        match (st.predicted_ns(), ns_out.is_null()) {
             (Some(p), false) => {
                 // SAFETY: valid (contract).
                 unsafe { ns_out.write(p) };

@@ -1,12 +1,15 @@
 /* C side of hetero-sync's C API tests. tests/capi.rs compares ctest_sync_sequence's results
  * with the same operations on the Rust API; tests/c/sync_main.c runs everything standalone
  * under AddressSanitizer and UndefinedBehaviorSanitizer (scripts/capi.sh test). */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <pthread.h>
+#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sync_capi_test.h"
 
@@ -235,4 +238,80 @@ int ctest_sync_bad_inputs(void) {
                                   HETERO_SYNC_VERSION_PATCH))
         bad++;
     return bad;
+}
+
+/* ---- one wait site shared by two waiting threads (issue 32, finding 5) ---- */
+
+struct site_share {
+    hetero_sync_flag_storage mem[2];
+    hetero_sync_flag *flag[2];
+    hetero_sync_site *site;
+    uint32_t rounds;
+    atomic_uint acked[2];
+    atomic_int stop, failures;
+};
+struct site_waiter {
+    struct site_share *s;
+    int which;
+};
+
+static void *site_waiter_main(void *arg) {
+    struct site_waiter *w = arg;
+    struct site_share *s = w->s;
+    hetero_sync_wait_config cfg;
+    hetero_sync_wait_config_default(&cfg);
+    cfg.timeout_ns = 5000000000ull;
+    for (uint32_t e = 1; e <= s->rounds; e++) {
+        hetero_sync_wait_report rep;
+        if (hetero_sync_flag_wait(s->flag[w->which], e, &cfg, s->site, &rep) != HETERO_SYNC_OK) {
+            atomic_fetch_add(&s->failures, 1);
+            break;
+        }
+        atomic_store_explicit(&s->acked[w->which], e, memory_order_release);
+    }
+    return NULL;
+}
+
+/* Two threads wait (sleep, poll, block) on their own flags with one shared site while a producer
+ * publishes both every ~30 us and a reader takes snapshots of the site: every wait must succeed
+ * and every snapshot must be a state some wait stored (samples within the waits made, the
+ * prediction within the waits' range), never a torn one. Returns the number of failures. */
+int ctest_sync_shared_site(uint32_t rounds) {
+    static struct site_share s;
+    memset(&s, 0, sizeof s);
+    s.rounds = rounds;
+    for (int i = 0; i < 2; i++)
+        if (hetero_sync_flag_init(&s.mem[i], sizeof s.mem[i], 0, &s.flag[i]) != HETERO_SYNC_OK) return 100;
+    if (hetero_sync_site_new(0, 0, 0, &s.site) != HETERO_SYNC_OK) return 101;
+    struct site_waiter w[2] = {{&s, 0}, {&s, 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, site_waiter_main, &w[i])) return 102;
+    int bad_snap = 0;
+    for (uint32_t e = 1; e <= rounds && !atomic_load(&s.failures); e++) {
+        struct timespec ts = {0, 30000};
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < 2; i++)
+            if (hetero_sync_flag_publish(s.flag[i], e) != HETERO_SYNC_OK) atomic_fetch_add(&s.failures, 1);
+        while ((atomic_load_explicit(&s.acked[0], memory_order_acquire) != e ||
+                atomic_load_explicit(&s.acked[1], memory_order_acquire) != e) &&
+               !atomic_load(&s.failures)) {
+            uint64_t ns = 0;
+            uint32_t samples = 0;
+            if (hetero_sync_site_predicted_ns(s.site, &ns, &samples) &&
+                (samples == 0 || samples > 2 * e || ns > 5000000000ull))
+                bad_snap++;
+            sched_yield(); /* 2 shared cores: leave them to the waiters */
+        }
+    }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    uint64_t ns = 0;
+    uint32_t samples = 0;
+    int learned = hetero_sync_site_predicted_ns(s.site, &ns, &samples);
+    hetero_sync_site_free(s.site);
+    int fails = atomic_load(&s.failures) + bad_snap + (!learned || samples == 0 || samples > 2 * rounds);
+    if (fails)
+        fprintf(stderr, "shared site: %d failed waits, %d bad snapshots, learned %d (%u samples, %llu ns)\n",
+                atomic_load(&s.failures), bad_snap, learned, samples, (unsigned long long)ns);
+    return fails;
 }

@@ -20,6 +20,9 @@ int main(void) {
     r = ctest_sync_bad_inputs();
     r == 0 ? passed++ : failed++;
     if (r) fprintf(stderr, "FAIL bad inputs: %d\n", r);
+    r = ctest_sync_shared_site(100);
+    r == 0 ? passed++ : failed++;
+    if (r) fprintf(stderr, "FAIL shared site: %d\n", r);
     r = ctest_sync_cross_process(5.0);
     r == 0 ? passed++ : failed++;
     if (r) fprintf(stderr, "FAIL cross-process wait: %d\n", r);
