@@ -34,69 +34,6 @@
 #define HETERO_SYNC_BARRIER_ALIGN 8
 
 /**
- * Outcome of a call. 0 is success; 1..=99 mean the same in every `hetero_*` library; 100 and
- * up are this library's own.
- */
-typedef enum hetero_sync_status {
-  /**
-   * Success.
-   */
-  HETERO_SYNC_OK = 0,
-  /**
-   * A required pointer was null.
-   */
-  HETERO_SYNC_NULL_POINTER = 1,
-  /**
-   * An argument is out of its domain.
-   */
-  HETERO_SYNC_INVALID_ARGUMENT = 2,
-  /**
-   * A buffer is shorter than needed (query the size first).
-   */
-  HETERO_SYNC_BUFFER_TOO_SMALL = 3,
-  /**
-   * A size computation overflowed.
-   */
-  HETERO_SYNC_OVERFLOW = 4,
-  /**
-   * A buffer is not aligned as the call requires.
-   */
-  HETERO_SYNC_MISALIGNED = 5,
-  /**
-   * Rust panicked inside the call (a bug: please report it).
-   */
-  HETERO_SYNC_PANIC = 6,
-  /**
-   * The wait's deadline passed before the flag reached the target epoch.
-   */
-  HETERO_SYNC_TIMEOUT = 100,
-  /**
-   * A publish or arrival named an epoch that is not after the current one.
-   */
-  HETERO_SYNC_STALE_EPOCH = 101,
-  /**
-   * An epoch with bit 31 set (epochs are 31-bit).
-   */
-  HETERO_SYNC_INVALID_EPOCH = 102,
-  /**
-   * A barrier arrival for an epoch that is not the next one.
-   */
-  HETERO_SYNC_EPOCH_NOT_OPEN = 103,
-  /**
-   * A barrier over 0 or more than 32 producers.
-   */
-  HETERO_SYNC_BAD_PRODUCER_COUNT = 104,
-  /**
-   * A barrier arrival from a producer index outside 0..producers.
-   */
-  HETERO_SYNC_UNKNOWN_PRODUCER = 105,
-  /**
-   * A producer arrived twice in one epoch.
-   */
-  HETERO_SYNC_DUPLICATE_PUBLISH = 106,
-} hetero_sync_status;
-
-/**
  * Who publishes the flag (decides the wait's block phase).
  */
 typedef enum hetero_sync_producer {
@@ -160,6 +97,12 @@ typedef struct hetero_sync_flag hetero_sync_flag;
  * one that returns last is kept (the other's sample is lost, nothing else).
  */
 typedef struct hetero_sync_site hetero_sync_site;
+
+/**
+ * Outcome of a call (an `int32_t`: a fixed width, unlike a C enum). 0 is success; 1..=99 mean
+ * the same in every `hetero_*` library; 100 and up are this library's own.
+ */
+typedef int32_t hetero_sync_status;
 
 /**
  * How a wait behaves (`hetero_sync_wait_config_default` fills the defaults: thread producer,
@@ -228,17 +171,87 @@ typedef struct hetero_sync_barrier_storage {
   uint64_t opaque[2];
 } hetero_sync_barrier_storage;
 
+/**
+ * Success.
+ */
+#define HETERO_SYNC_OK 0
+
+/**
+ * A required pointer was null.
+ */
+#define HETERO_SYNC_NULL_POINTER 1
+
+/**
+ * An argument is out of its domain.
+ */
+#define HETERO_SYNC_INVALID_ARGUMENT 2
+
+/**
+ * A buffer is shorter than needed (query the size first).
+ */
+#define HETERO_SYNC_BUFFER_TOO_SMALL 3
+
+/**
+ * A size computation overflowed.
+ */
+#define HETERO_SYNC_OVERFLOW 4
+
+/**
+ * A buffer is not aligned as the call requires.
+ */
+#define HETERO_SYNC_MISALIGNED 5
+
+/**
+ * Rust panicked inside the call (a bug: please report it).
+ */
+#define HETERO_SYNC_PANIC 6
+
+/**
+ * The wait's deadline passed before the flag reached the target epoch.
+ */
+#define HETERO_SYNC_TIMEOUT 100
+
+/**
+ * A publish or arrival named an epoch that is not after the current one.
+ */
+#define HETERO_SYNC_STALE_EPOCH 101
+
+/**
+ * An epoch with bit 31 set (epochs are 31-bit).
+ */
+#define HETERO_SYNC_INVALID_EPOCH 102
+
+/**
+ * A barrier arrival for an epoch that is not the next one.
+ */
+#define HETERO_SYNC_EPOCH_NOT_OPEN 103
+
+/**
+ * A barrier over 0 or more than 32 producers.
+ */
+#define HETERO_SYNC_BAD_PRODUCER_COUNT 104
+
+/**
+ * A barrier arrival from a producer index outside 0..producers.
+ */
+#define HETERO_SYNC_UNKNOWN_PRODUCER 105
+
+/**
+ * A producer arrived twice in one epoch.
+ */
+#define HETERO_SYNC_DUPLICATE_PUBLISH 106
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
  * Static text for a status (a `hetero_sync_status` value; never null: values no status has give
- * "unknown status"). Takes an `int32_t` so that any value is safe to pass.
+ * "unknown status").
  *
  * Thread-safe.
  */
-const char *hetero_sync_status_message(int32_t status);
+const char *hetero_sync_status_message(hetero_sync_status status);
 
 /**
  * Text of this thread's last failed call (NUL-terminated, at most 255 bytes; empty if none).
@@ -263,7 +276,7 @@ uint32_t hetero_sync_version(void);
  *
  * Thread-safe.
  */
-enum hetero_sync_status hetero_sync_selftest_panic(void);
+hetero_sync_status hetero_sync_selftest_panic(void);
 
 /**
  * Fills `*out` with the default wait configuration.
@@ -273,7 +286,7 @@ enum hetero_sync_status hetero_sync_selftest_panic(void);
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_config *out);
+hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_config *out);
 
 /**
  * Places a flag at `epoch` (low 31 bits; 0 = nothing published) in the caller's memory `mem`
@@ -289,10 +302,10 @@ enum hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_
  * through the flag's functions (or a device's atomic 32-bit stores) meanwhile; `out` valid
  * for one write.
  */
-enum hetero_sync_status hetero_sync_flag_init(void *mem,
-                                              size_t size,
-                                              uint32_t epoch,
-                                              struct hetero_sync_flag **out);
+hetero_sync_status hetero_sync_flag_init(void *mem,
+                                         size_t size,
+                                         uint32_t epoch,
+                                         struct hetero_sync_flag **out);
 
 /**
  * The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
@@ -308,9 +321,7 @@ enum hetero_sync_status hetero_sync_flag_init(void *mem,
  * `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
  * atomically meanwhile; `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_flag_attach(void *mem,
-                                                size_t size,
-                                                struct hetero_sync_flag **out);
+hetero_sync_status hetero_sync_flag_attach(void *mem, size_t size, struct hetero_sync_flag **out);
 
 /**
  * Publishes `epoch` (the "signal"): every write the caller made before is visible to a
@@ -323,8 +334,7 @@ enum hetero_sync_status hetero_sync_flag_attach(void *mem,
  * # Safety
  * `flag` a live flag.
  */
-enum hetero_sync_status hetero_sync_flag_publish(const struct hetero_sync_flag *flag,
-                                                 uint32_t epoch);
+hetero_sync_status hetero_sync_flag_publish(const struct hetero_sync_flag *flag, uint32_t epoch);
 
 /**
  * The flag's epoch now (acquire); 0 for null.
@@ -373,11 +383,11 @@ bool hetero_sync_flag_wait_spin(const struct hetero_sync_flag *flag,
  * `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
  * only).
  */
-enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
-                                              uint32_t target,
-                                              const struct hetero_sync_wait_config *cfg,
-                                              struct hetero_sync_site *site,
-                                              struct hetero_sync_wait_report *report);
+hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
+                                         uint32_t target,
+                                         const struct hetero_sync_wait_config *cfg,
+                                         struct hetero_sync_site *site,
+                                         struct hetero_sync_wait_report *report);
 
 /**
  * Waits with no time limit for a thread producer: a short poll, then blocking in the kernel.
@@ -387,8 +397,8 @@ enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *fla
  * # Safety
  * `flag` a live flag.
  */
-enum hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_flag *flag,
-                                                       uint32_t target);
+hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_flag *flag,
+                                                  uint32_t target);
 
 /**
  * Places a barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive
@@ -402,11 +412,11 @@ enum hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_
  * `mem` valid for `size` byte writes while the barrier is used, accessed only through these
  * functions; `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_barrier_init(void *mem,
-                                                 size_t size,
-                                                 uint32_t producers,
-                                                 uint32_t completed,
-                                                 struct hetero_sync_barrier **out);
+hetero_sync_status hetero_sync_barrier_init(void *mem,
+                                            size_t size,
+                                            uint32_t producers,
+                                            uint32_t completed,
+                                            struct hetero_sync_barrier **out);
 
 /**
  * Producer `producer` finished its writes for `epoch`; `*remaining` (may be null) gets how
@@ -419,10 +429,10 @@ enum hetero_sync_status hetero_sync_barrier_init(void *mem,
  * # Safety
  * `barrier` a live barrier; `remaining` null or valid for one write.
  */
-enum hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barrier *barrier,
-                                                   uint32_t producer,
-                                                   uint32_t epoch,
-                                                   uint32_t *remaining);
+hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barrier *barrier,
+                                              uint32_t producer,
+                                              uint32_t epoch,
+                                              uint32_t *remaining);
 
 /**
  * Waits until `epoch` is complete (every producer arrived); as `hetero_sync_flag_wait`.
@@ -432,11 +442,11 @@ enum hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barr
  * # Safety
  * As `hetero_sync_flag_wait`, with a live barrier.
  */
-enum hetero_sync_status hetero_sync_barrier_wait(const struct hetero_sync_barrier *barrier,
-                                                 uint32_t epoch,
-                                                 const struct hetero_sync_wait_config *cfg,
-                                                 struct hetero_sync_site *site,
-                                                 struct hetero_sync_wait_report *report);
+hetero_sync_status hetero_sync_barrier_wait(const struct hetero_sync_barrier *barrier,
+                                            uint32_t epoch,
+                                            const struct hetero_sync_wait_config *cfg,
+                                            struct hetero_sync_site *site,
+                                            struct hetero_sync_wait_report *report);
 
 /**
  * The barrier's last completed epoch (acquire); 0 for null.
@@ -469,10 +479,10 @@ const struct hetero_sync_flag *hetero_sync_barrier_flag(const struct hetero_sync
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_site_new(uint64_t mean_ns,
-                                             uint64_t jitter_ns,
-                                             uint64_t overshoot_ns,
-                                             struct hetero_sync_site **out);
+hetero_sync_status hetero_sync_site_new(uint64_t mean_ns,
+                                        uint64_t jitter_ns,
+                                        uint64_t overshoot_ns,
+                                        struct hetero_sync_site **out);
 
 /**
  * Frees a site (null is ignored).

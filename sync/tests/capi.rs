@@ -1,11 +1,11 @@
-//! The C ABI from C (feature `capi`): `tests/c/sync_capi_test.c` (compiled by build.rs with
+//! The C ABI from C (feature `capi-tests`): `tests/c/sync_capi_test.c` (compiled by build.rs with
 //! the `cc` crate) drives every exported function; random operation sequences run through the
 //! C API and through the Rust API must give the same results. Run: `cargo test --profile ci -p
-//! hetero-sync --features capi --test capi`. The same C runs standalone under ASan + UBSan in
+//! hetero-sync --features capi-tests --test capi`. The same C runs standalone under ASan + UBSan in
 //! `scripts/capi.sh test` (CI stage `capi`).
-#![cfg(all(feature = "capi", not(loom)))]
+#![cfg(all(feature = "capi-tests", not(loom)))]
 
-use hetero_sync::capi::hetero_sync_status as St;
+use hetero_sync::capi::*;
 use hetero_sync::{Arrival, CompletionFlag, DependencyBarrier, SyncError};
 
 #[link(name = "hetero_sync_ctest", kind = "static")]
@@ -46,15 +46,13 @@ impl Rng {
 
 fn status(e: SyncError) -> i64 {
     -(match e {
-        SyncError::Timeout { .. } => St::HETERO_SYNC_TIMEOUT,
-        SyncError::StaleEpoch { .. } => St::HETERO_SYNC_STALE_EPOCH,
-        SyncError::InvalidEpoch(_) => St::HETERO_SYNC_INVALID_EPOCH,
-        SyncError::EpochNotOpen { .. } => St::HETERO_SYNC_EPOCH_NOT_OPEN,
-        SyncError::ZeroProducers | SyncError::TooManyProducers(_) => {
-            St::HETERO_SYNC_BAD_PRODUCER_COUNT
-        }
-        SyncError::UnknownProducer { .. } => St::HETERO_SYNC_UNKNOWN_PRODUCER,
-        SyncError::DuplicatePublish { .. } => St::HETERO_SYNC_DUPLICATE_PUBLISH,
+        SyncError::Timeout { .. } => HETERO_SYNC_TIMEOUT,
+        SyncError::StaleEpoch { .. } => HETERO_SYNC_STALE_EPOCH,
+        SyncError::InvalidEpoch(_) => HETERO_SYNC_INVALID_EPOCH,
+        SyncError::EpochNotOpen { .. } => HETERO_SYNC_EPOCH_NOT_OPEN,
+        SyncError::ZeroProducers | SyncError::TooManyProducers(_) => HETERO_SYNC_BAD_PRODUCER_COUNT,
+        SyncError::UnknownProducer { .. } => HETERO_SYNC_UNKNOWN_PRODUCER,
+        SyncError::DuplicatePublish { .. } => HETERO_SYNC_DUPLICATE_PUBLISH,
     } as i64)
 }
 

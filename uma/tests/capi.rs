@@ -1,11 +1,11 @@
-//! The C ABI from C (feature `capi`): `tests/c/uma_capi_test.c` (compiled by build.rs with the
+//! The C ABI from C (feature `capi-tests`): `tests/c/uma_capi_test.c` (compiled by build.rs with the
 //! `cc` crate) drives every exported function; random acquire/release sequences through the C
 //! API must give the Rust API's slots, generations and refusals. Run: `cargo test --profile ci
-//! -p hetero-uma --features capi --test capi`. The same C runs standalone under ASan + UBSan in
+//! -p hetero-uma --features capi-tests --test capi`. The same C runs standalone under ASan + UBSan in
 //! `scripts/capi.sh test` (CI stage `capi`).
-#![cfg(all(feature = "capi", not(loom)))]
+#![cfg(all(feature = "capi-tests", not(loom)))]
 
-use hetero_uma::capi::hetero_uma_status as St;
+use hetero_uma::capi::{HETERO_UMA_EXHAUSTED, HETERO_UMA_STALE_HANDLE};
 use hetero_uma::{Handle, Pool, PoolConfig, UmaError};
 
 #[link(name = "hetero_uma_ctest", kind = "static")]
@@ -55,7 +55,7 @@ fn random_sequences_from_c_equal_the_rust_api() {
                     }
                     Err(e) => {
                         assert_eq!(e, UmaError::Exhausted);
-                        -(St::HETERO_UMA_EXHAUSTED as i64)
+                        -(HETERO_UMA_EXHAUSTED as i64)
                     }
                 });
             } else {
@@ -66,7 +66,7 @@ fn random_sequences_from_c_equal_the_rust_api() {
                         pool.release(h).expect("release");
                         0
                     }
-                    None => -(St::HETERO_UMA_STALE_HANDLE as i64),
+                    None => -(HETERO_UMA_STALE_HANDLE as i64),
                 });
             }
         }

@@ -99,7 +99,9 @@ int ctest_sme_matmul(uint32_t v, uint32_t type, size_t m, size_t n, size_t k, co
         uk.get_n_step() != hetero_sme_matmul_get_n_step(v) || uk.get_mr() != hetero_sme_matmul_get_mr(v) ||
         uk.get_nr() != hetero_sme_matmul_get_nr(v) || uk.get_kr() != hetero_sme_matmul_get_kr(v) ||
         uk.get_sr() != hetero_sme_matmul_get_sr(v) ||
-        uk.get_dst_offset(3, 16, 400) != 3 * 400 + 16 * 4 || uk.get_dst_size(2, 5, 400) != 400 + 20) {
+        uk.get_dst_offset(3, 16, 100) != 3 * 100 + 16 || uk.get_dst_size(2, 5, 100) != 100 + 5 ||
+        uk.get_dst_size(m, n, ldd) != out_len(m, n, ldd) || uk.get_dst_size(0, 5, 100) != 0 ||
+        uk.get_dst_offset(SIZE_MAX, 2, 2) != SIZE_MAX) {
         rc = 1004;
         goto done;
     }

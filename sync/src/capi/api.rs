@@ -4,8 +4,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::hetero_sync_status as St;
-use super::{aligned, guard, guard_value, hetero_sync_status, nonnull, put, Fail};
+use super::*;
 use crate::{Arrival, CompletionFlag, DependencyBarrier, Phase, Producer, SiteState, WaitConfig};
 
 /// A completion flag (opaque): one 32-bit epoch word (`HETERO_SYNC_FLAG_SIZE` bytes, aligned
@@ -199,7 +198,7 @@ fn config(cfg: *const hetero_sync_wait_config) -> Result<WaitConfig, Fail> {
         1 => Producer::Device,
         _ => {
             return Err(Fail::new(
-                St::HETERO_SYNC_INVALID_ARGUMENT,
+                HETERO_SYNC_INVALID_ARGUMENT,
                 "unknown producer kind",
             ))
         }
@@ -267,7 +266,7 @@ pub unsafe extern "C" fn hetero_sync_flag_init(
         nonnull(out, "out")?;
         aligned(mem, HETERO_SYNC_FLAG_ALIGN, "mem (HETERO_SYNC_FLAG_ALIGN)")?;
         if size < HETERO_SYNC_FLAG_SIZE {
-            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
         }
         let f = mem.cast::<hetero_sync_flag>();
         // SAFETY: aligned, large enough, exclusively the caller's now (contract).
@@ -304,7 +303,7 @@ pub unsafe extern "C" fn hetero_sync_flag_attach(
         nonnull(out, "out")?;
         aligned(mem, HETERO_SYNC_FLAG_ALIGN, "mem (HETERO_SYNC_FLAG_ALIGN)")?;
         if size < HETERO_SYNC_FLAG_SIZE {
-            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
         }
         // SAFETY: the caller's contract.
         unsafe { put(out, mem.cast::<hetero_sync_flag>(), "out") }
@@ -488,7 +487,7 @@ pub unsafe extern "C" fn hetero_sync_barrier_init(
             "mem (HETERO_SYNC_BARRIER_ALIGN)",
         )?;
         if size < HETERO_SYNC_BARRIER_SIZE {
-            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
         }
         let barrier = DependencyBarrier::with_epoch(producers, completed)?;
         let b = mem.cast::<hetero_sync_barrier>();

@@ -1,8 +1,7 @@
 //! The slot pool from C: a pool handle, copyable slot handles with generations, raw slot
 //! access for device layers, and checked column views.
 
-use super::hetero_uma_status as St;
-use super::{guard, guard_value, hetero_uma_status, nonnull, put, Fail};
+use super::*;
 use crate::{round_slot_size, Pool, PoolConfig, SlotId};
 
 /// A fixed-slot buffer pool (opaque): one memfd-backed mapping made at `hetero_uma_pool_new`.
@@ -104,7 +103,7 @@ pub unsafe extern "C" fn hetero_uma_round_slot_size(
 ) -> hetero_uma_status {
     guard(|| {
         let r = round_slot_size(bytes)
-            .ok_or_else(|| Fail::new(St::HETERO_UMA_OVERFLOW, "slot size overflow"))?;
+            .ok_or_else(|| Fail::new(HETERO_UMA_OVERFLOW, "slot size overflow"))?;
         // SAFETY: the caller's contract.
         unsafe { put(out, r, "out") }
     })
@@ -303,8 +302,8 @@ pub unsafe extern "C" fn hetero_uma_slot_columns(
         // SAFETY: non-null, valid (contract).
         let l = unsafe { *layout };
         p.resolve(id(&slot))?;
-        let bad = |t| Err(Fail::new(St::HETERO_UMA_INVALID_ARGUMENT, t));
-        let ovf = || Fail::new(St::HETERO_UMA_OVERFLOW, "layout size overflow");
+        let bad = |t| Err(Fail::new(HETERO_UMA_INVALID_ARGUMENT, t));
+        let ovf = || Fail::new(HETERO_UMA_OVERFLOW, "layout size overflow");
         if l.elem_size == 0 {
             return bad("elem_size is 0");
         }
