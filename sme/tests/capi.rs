@@ -602,3 +602,12 @@ fn c_variants_and_best_match_the_rust_dispatch() {
         assert_eq!(hetero_sme_variant_family(id), 0, "reserved id {id}");
     }
 }
+
+/// A tile that fails inside `hetero_sme_matmul_pool`'s pool reports its own status and text
+/// (here a weight payload too short for its shape: BUFFER_TOO_SMALL), not HETERO_SME_PANIC.
+#[test]
+fn a_failing_pool_tile_reports_its_error() {
+    let (st, text) = hetero_sme::capi::failing_tile_for_test();
+    assert_eq!(st, HETERO_SME_BUFFER_TOO_SMALL, "{text}");
+    assert!(!text.contains("panic"), "{text}");
+}

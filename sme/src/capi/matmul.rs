@@ -1079,7 +1079,7 @@ impl Job {
     ///
     /// # Safety
     /// `lhs` holds 64 + 128 readable bytes, `rhs` 64, `dst` 16 writable floats, for the job's use.
-    #[cfg(test)]
+    #[cfg(feature = "capi-tests")]
     pub(crate) unsafe fn bogus_gemv_for_test(lhs: *const u8, rhs: *const u8, dst: *mut f32) -> Job {
         Job {
             runner: Runner::Qgemv(Kernel::new(KernelKind::Portable).expect("portable")),

@@ -210,29 +210,24 @@ pub unsafe extern "C" fn hetero_sme_matmul_f32_pool(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A tile that fails inside the pool reports its own status and text, not
-    /// `HETERO_SME_PANIC` (a GEMV job whose weight payload is too short for its shape).
-    #[test]
-    fn a_failing_tile_reports_its_error() {
-        let pool = ThreadPool::new(2).expect("pool");
-        let lhs = [0f32; 16 + 32];
-        let rhs = [0u64; 8 + 8];
-        let mut dst = [f32::NAN; 64];
-        // SAFETY: the buffers outlive the job; the bogus payload length is what is tested.
-        let job = unsafe {
-            Job::bogus_gemv_for_test(lhs.as_ptr().cast(), rhs.as_ptr().cast(), dst.as_mut_ptr())
-        };
-        // SAFETY: the job's output is `dst`, owned here.
-        let err = unsafe { run_on(&pool, &job) }.expect_err("the tile must fail");
-        assert_eq!(err.status, HETERO_SME_BUFFER_TOO_SMALL);
-        assert!(
-            matches!(err.detail, hetero_ffi::Detail::Err(SmeErr::Rust(_))),
-            "{:?}",
-            err.detail
-        );
-    }
+/// Test hook (feature `capi-tests` only): runs a GEMV job whose weight payload is too short
+/// for its shape (Q4_0, M = 1, N = 16, K = 32) on a 2-thread pool and returns the status and
+/// last-error text the refusal records, as a C caller of `hetero_sme_matmul_pool` would see
+/// them for a failing tile. Not part of the C API.
+#[cfg(feature = "capi-tests")]
+#[doc(hidden)]
+pub fn failing_tile_for_test() -> (hetero_sme_status, String) {
+    let pool = ThreadPool::new(2).expect("pool");
+    let lhs = [0f32; 16 + 32];
+    let rhs = [0u64; 8 + 8];
+    let mut dst = [f32::NAN; 64];
+    // SAFETY: the buffers outlive the job; the bogus payload length is what is tested.
+    let job = unsafe {
+        Job::bogus_gemv_for_test(lhs.as_ptr().cast(), rhs.as_ptr().cast(), dst.as_mut_ptr())
+    };
+    // SAFETY: the job's output is `dst`, owned here.
+    let st = guard(|| unsafe { run_on(&pool, &job) });
+    // SAFETY: NUL-terminated text of this thread's last refusal.
+    let text = unsafe { core::ffi::CStr::from_ptr(hetero_sme_last_error()) };
+    (st, text.to_string_lossy().into_owned())
 }
