@@ -19,9 +19,10 @@ ROOT=$(pwd)
 
 # package folder library-name features
 CRATES=("hetero-sme sme hetero_sme capi" "hetero-sync sync hetero_sync capi" "hetero-uma uma hetero_uma capi"
-  "hetero-capi capi/hetero hetero all")
+  "hetero-partition partition hetero_partition capi" "hetero-capi capi/hetero hetero all")
 # The headers the combined library installs (its own hetero.h includes them).
-ALL_HEADERS=(sme/include/hetero_sme.h sync/include/hetero_sync.h uma/include/hetero_uma.h)
+ALL_HEADERS=(sme/include/hetero_sme.h sync/include/hetero_sync.h uma/include/hetero_uma.h
+  partition/include/hetero_partition.h)
 PREFIX=${PREFIX:-$ROOT/target/capi/prefix}
 PROFILE=${PROFILE:-release}
 CC=${CC:-cc}
@@ -66,7 +67,7 @@ build_one() { # PKG DIR LIB FEATURES
   ln -sf "$soname" "$PREFIX/lib/lib$lib.so"
   local pc desc="C API of the Rust crate $pkg (hetero)"
   pc=$(pcname "$pkg")
-  [[ $pc == hetero ]] && desc="every hetero C API (sme, sync, uma) in one library"
+  [[ $pc == hetero ]] && desc="every hetero C API (sme, sync, uma, partition) in one library"
   cat >"$PREFIX/lib/pkgconfig/$pc.pc" <<PC
 prefix=$PREFIX
 libdir=\${prefix}/lib
@@ -119,7 +120,7 @@ c_test_one() { # PKG DIR LIB FEATURES
     # The shared library exports every function of each crate's own library, under the same
     # names (compared with the per-crate libraries when they were built in this run).
     local part want got
-    for part in sme sync uma; do
+    for part in sme sync uma partition; do
       got=$(nm -D --defined-only "$PREFIX/lib/libhetero.so" | awk -v p="hetero_${part}_" '$2 == "T" && index($3, p) == 1 {print $3}' | sort)
       [[ -n $got ]] || die "libhetero.so exports no hetero_${part}_ function"
       if [[ -f $PREFIX/lib/libhetero_$part.so ]]; then

@@ -49,8 +49,8 @@ aarch64_test() { # PROFILE RUNNER REQUIRE
 
 # The crates with a C API (feature `capi`; scripts/capi.sh lists the same). `capi-tests` adds
 # the C tests (compiled with -Werror) that tests/capi.rs links; plain `capi` builds no C.
-CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma"
-CAPI_FEATURES="hetero-sme/capi-tests,hetero-sync/capi-tests,hetero-uma/capi-tests"
+CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma -p hetero-partition"
+CAPI_FEATURES="hetero-sme/capi-tests,hetero-sync/capi-tests,hetero-uma/capi-tests,hetero-partition/capi-tests"
 
 run_stage() { # NAME
   case "$1" in

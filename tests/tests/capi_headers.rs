@@ -27,6 +27,12 @@ const CRATES: &[(&str, &str, &str, &str)] = &[
         "HETERO_UMA",
         "fixed-slot shared buffer pool with generation handles and column views",
     ),
+    (
+        "partition",
+        "hetero_partition",
+        "HETERO_PARTITION",
+        "pure-function planner: a profile (JSON) and weight shapes in, a plan table out",
+    ),
 ];
 
 fn root() -> PathBuf {
@@ -67,6 +73,9 @@ fn generate(folder: &str, lib: &str, upper: &str, what: &str) -> String {
                 format!("{lib}_phase"),
                 format!("{lib}_flag_storage"),
                 format!("{lib}_barrier_storage"),
+                format!("{lib}_backend"),
+                format!("{lib}_policy_kind"),
+                format!("{lib}_strategy"),
             ],
             ..Default::default()
         },

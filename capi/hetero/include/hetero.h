@@ -15,5 +15,7 @@
 #include "hetero_sync.h"
 /* fixed-slot shared buffer pool with generation handles and column views */
 #include "hetero_uma.h"
+/* pure-function planner: a profile (JSON) and weight shapes in, a plan table out */
+#include "hetero_partition.h"
 
 #endif /* HETERO_H */

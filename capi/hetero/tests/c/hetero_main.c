@@ -3,7 +3,8 @@
  * runs it under AddressSanitizer + UndefinedBehaviorSanitizer against libhetero.a, then against
  * libhetero.so through pkg-config):
  *
- *   a uma pool holds the packed activations (slot A) and the output (slot B); two producer
+ *   hetero-partition's planner splits the matmul's columns between two processors (EdgeAgent's
+ *   CPU-GPU column split, on a small profile); a uma pool holds the packed activations (slot A) and the output (slot B); two producer
  *   threads each compute one column range of the output with hetero-sme's int8 GEMM tiles and
  *   arrive on a hetero-sync barrier; the main thread waits on the barrier and publishes slot B's
  *   own completion flag (attached from the slot's raw flag word); a consumer thread blocked on
@@ -19,7 +20,7 @@
 #include "hetero.h"
 
 #define M 9
-#define N 96
+#define N 128
 #define K 128
 #define Q4_0 2u
 
@@ -72,6 +73,7 @@ int main(void) {
     CHECK(hetero_sme_version() == ((HETERO_SME_VERSION_MAJOR << 16) | (HETERO_SME_VERSION_MINOR << 8) | HETERO_SME_VERSION_PATCH), "sme version");
     CHECK(hetero_sync_version() == ((HETERO_SYNC_VERSION_MAJOR << 16) | (HETERO_SYNC_VERSION_MINOR << 8) | HETERO_SYNC_VERSION_PATCH), "sync version");
     CHECK(hetero_uma_version() == ((HETERO_UMA_VERSION_MAJOR << 16) | (HETERO_UMA_VERSION_MINOR << 8) | HETERO_UMA_VERSION_PATCH), "uma version");
+    CHECK(hetero_partition_version() == ((HETERO_PARTITION_VERSION_MAJOR << 16) | (HETERO_PARTITION_VERSION_MINOR << 8) | HETERO_PARTITION_VERSION_PATCH), "partition version");
 
     /* a Q4_0 weight of N rows x K, quantized from smooth values; activations M x K */
     size_t row = 0;
@@ -114,8 +116,24 @@ int main(void) {
     CHECK(hetero_sme_matmul_run_matmul(v, 0, M, 0, N, ra.ptr, ra.len, rhs, rs, want, (size_t)M * N, N) ==
               HETERO_SME_OK, "reference matmul");
 
-    /* the producers' column ranges, split at a multiple of n_step; uma's views of the same ranges */
-    size_t step = hetero_sme_matmul_get_n_step(v), split = (N / 2 + step - 1) / step * step;
+    /* the producers' column ranges: the planner's split (a multiple of 64 columns, so of n_step);
+     * uma's views of the same ranges */
+    static const char profile[] =
+        "{ \"backends\": [\n"
+        "  { \"backend\": \"cpu\", \"points\": [ { \"k\": 128, \"n\": 128, \"m\": 1, \"us\": 10 },\n"
+        "                                      { \"k\": 128, \"n\": 128, \"m\": 16, \"us\": 20 } ] },\n"
+        "  { \"backend\": \"gpu\", \"points\": [ { \"k\": 128, \"n\": 128, \"m\": 1, \"us\": 10 },\n"
+        "                                      { \"k\": 128, \"n\": 128, \"m\": 16, \"us\": 20 } ] } ] }";
+    hetero_partition_policy cols = {HETERO_PARTITION_POLICY_CPU_GPU_COLUMNS, 0, 0, 0.0};
+    hetero_partition_plan plan;
+    CHECK(hetero_partition_plan_op(profile, sizeof profile - 1, HETERO_PARTITION_PHASE_PREFILL, &cols, K, N, M, &plan) ==
+              HETERO_PARTITION_OK, "plan: %s", hetero_partition_last_error());
+    size_t step = hetero_sme_matmul_get_n_step(v), split = plan.cols;
+    CHECK(plan.a == HETERO_PARTITION_BACKEND_CPU && plan.b == HETERO_PARTITION_BACKEND_GPU && plan.rows == M &&
+              split > 0 && split < N && split % step == 0,
+          "the planner's split: %s on %s + %s, %u x %u", hetero_partition_strategy_name(plan.strategy),
+          hetero_partition_backend_name(plan.a), hetero_partition_backend_name(plan.b), plan.rows, plan.cols);
+    if (split % step != 0 || split > N) split = N / 2;
     hetero_uma_layout lay = {.rows = M, .cols = N, .elem_size = 4, .row_stride = N * 4, .offset = 0};
     hetero_uma_view va, vb;
     CHECK(hetero_uma_slot_columns(pool, b, &lay, 0, split, &va) == HETERO_UMA_OK &&
@@ -165,7 +183,8 @@ int main(void) {
     free(x);
     free(rhs);
     free(want);
-    printf("capi-c hetero (combined library): sme %s, sync, uma: %s\n", hetero_sme_variant_name(v),
+    printf("capi-c hetero (combined library): partition (%s, columns 0..%zu | %zu..%d), sme %s, sync, uma: %s\n",
+           hetero_partition_strategy_name(plan.strategy), split, split, N, hetero_sme_variant_name(v),
            fails ? "FAILED" : "passed");
     return fails != 0;
 }
