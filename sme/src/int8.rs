@@ -301,9 +301,8 @@ impl I8Src for BlockQ6K {
     }
 }
 
-/// `(quant bytes, scale words)` of a packed `fmt` weight of `n` rows of `k` (K checked by the
-/// caller).
-fn storage(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
+/// Quant bytes and scale words of the packed form of `n` rows × `k` of `fmt`.
+fn packed_sizes(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
     let ng = n.div_ceil(INT8_GROUP);
     let qb = ng
         .checked_mul(k / QK)
@@ -316,6 +315,100 @@ fn storage(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
     Ok((qb, sw))
 }
 
+/// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+pub(crate) fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
+    let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
+    ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
+}
+
+/// Sets `u` of (row `r`, element `i`) in packed quant bytes that start zeroed.
+fn put_u(fmt: Int8Fmt, k: usize, bytes: &mut [u8], r: usize, i: usize, u: u8) {
+    let (base, j, kk) = chunk_at(fmt, k, r, i);
+    if fmt == Int8Fmt::Q8_0 {
+        bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
+        return;
+    }
+    let (hi, st) = (kk / 16, kk % 16);
+    let (v, ii) = (st / 4, st % 4);
+    let at = 4 * j + ii;
+    bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
+    let plane = base + 256;
+    match fmt.high_bits() {
+        1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
+        2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
+        _ => {}
+    }
+}
+
+/// The packers' one body, over each block type's `u` and scale record, into the caller's
+/// `quants` and `scales` (exactly [`packed_sizes`] long; zeroed here first). Every check runs
+/// before the first write.
+fn pack_blocks_into<B: I8Src>(
+    blocks: &[B],
+    n: usize,
+    k: usize,
+    quants: &mut [u8],
+    scales: &mut [u16],
+) -> Result<(), Error> {
+    let fmt = B::FMT;
+    check_shape(fmt, n, k, blocks.len())?;
+    let (qb, sw_all) = packed_sizes(fmt, n, k)?;
+    if quants.len() != qb || scales.len() != sw_all {
+        return Err(Error::BufferTooSmall {
+            what: "packed int8 weight storage",
+            needed: qb + 2 * sw_all,
+            got: quants.len() + 2 * scales.len(),
+        });
+    }
+    quants.fill(0);
+    scales.fill(0);
+    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
+    for r in 0..n {
+        for b in 0..nb {
+            let blk = &blocks[r * nb + b];
+            for e in 0..be {
+                put_u(fmt, k, quants, r, b * be + e, blk.u(e));
+            }
+            let rec = (r / INT8_GROUP * nb + b) * sw;
+            blk.put_scales(&mut scales[rec..rec + sw], r % INT8_GROUP);
+        }
+    }
+    Ok(())
+}
+
+/// Packs GGUF tensor bytes of `ty` (as [`Int8Weight::pack_gguf`]) into the caller's storage:
+/// `quants` and `scales` exactly as long as the packed form's quant bytes and scale words (else
+/// [`Error::BufferTooSmall`]). No allocation (the C API's and [`Int8Weight::pack_gguf_into`]'s
+/// packer); every check runs before the first write.
+pub(crate) fn pack_gguf_into(
+    ty: GgmlType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    quants: &mut [u8],
+    scales: &mut [u16],
+) -> Result<(), Error> {
+    fn go<B: I8Src>(
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        q: &mut [u8],
+        s: &mut [u16],
+    ) -> Result<(), Error> {
+        pack_blocks_into(B::slice_from_bytes(bytes)?, n, k, q, s)
+    }
+    match Int8Fmt::of(ty)? {
+        Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, quants, scales),
+        Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, quants, scales),
+        Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, quants, scales),
+    }
+}
+
 /// Checks caller storage for a packed weight: exact lengths, 64-byte aligned quants.
 fn check_storage(
     fmt: Int8Fmt,
@@ -324,7 +417,7 @@ fn check_storage(
     quants: &[u8],
     scales: &[u16],
 ) -> Result<(), Error> {
-    let (qb, sw) = storage(fmt, n, k)?;
+    let (qb, sw) = packed_sizes(fmt, n, k)?;
     if quants.len() != qb {
         return Err(Error::ShapeMismatch {
             what: "packed quant bytes",
@@ -346,55 +439,6 @@ fn check_storage(
         });
     }
     Ok(())
-}
-
-/// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
-pub(crate) fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
-    let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
-    ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
-}
-
-/// Sets `u` of (row `r`, element `i`) in packed bytes that start zeroed.
-fn put_u(fmt: Int8Fmt, k: usize, bytes: &mut [u8], r: usize, i: usize, u: u8) {
-    let (base, j, kk) = chunk_at(fmt, k, r, i);
-    if fmt == Int8Fmt::Q8_0 {
-        bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
-        return;
-    }
-    let (hi, st) = (kk / 16, kk % 16);
-    let (v, ii) = (st / 4, st % 4);
-    let at = 4 * j + ii;
-    bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
-    let plane = base + 256;
-    match fmt.high_bits() {
-        1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
-        2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
-        _ => {}
-    }
-}
-
-/// Packs checked `blocks` (`n` rows of `k`) into storage of the exact lengths (zeroed first).
-fn pack_blocks_into<B: I8Src>(
-    blocks: &[B],
-    n: usize,
-    k: usize,
-    quants: &mut [u8],
-    scales: &mut [u16],
-) {
-    let fmt = B::FMT;
-    quants.fill(0);
-    scales.fill(0);
-    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
-    for r in 0..n {
-        for b in 0..nb {
-            let blk = &blocks[r * nb + b];
-            for e in 0..be {
-                put_u(fmt, k, quants, r, b * be + e, blk.u(e));
-            }
-            let rec = (r / INT8_GROUP * nb + b) * sw;
-            blk.put_scales(&mut scales[rec..rec + sw], r % INT8_GROUP);
-        }
-    }
 }
 
 /// A packed int8 weight in caller-owned storage (filled by [`Int8Weight::pack_gguf_into`]):
@@ -465,7 +509,7 @@ impl<'a> Int8WeightRef<'a> {
 
 impl Int8Weight {
     fn alloc(fmt: Int8Fmt, n: usize, k: usize) -> Result<Self, Error> {
-        let (qb, sw) = storage(fmt, n, k)?;
+        let (qb, sw) = packed_sizes(fmt, n, k)?;
         Ok(Self {
             fmt,
             n,
@@ -473,13 +517,6 @@ impl Int8Weight {
             quants: vec![Chunk64([0; 64]); qb / 64],
             scales: vec![0; sw],
         })
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.quants.len() * 64;
-        // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is
-        // `len` initialized bytes, borrowed exclusively through `&mut self`.
-        unsafe { core::slice::from_raw_parts_mut(self.quants.as_mut_ptr().cast::<u8>(), len) }
     }
 
     /// The packed `u` bytes (layout in the type's doc).
@@ -506,33 +543,13 @@ impl Int8Weight {
         }
     }
 
-    /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
-    fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
-        chunk_at(self.fmt, self.k, r, i)
-    }
-
-    /// The packers' one body, over each block type's `u` and scale record.
-    fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
-        check_shape(B::FMT, n, k, blocks.len())?;
-        let mut w = Self::alloc(B::FMT, n, k)?;
-        let mut scales = core::mem::take(&mut w.scales);
-        pack_blocks_into(blocks, n, k, w.bytes_mut(), &mut scales);
-        w.scales = scales;
-        Ok(w)
-    }
-
     /// The storage a packed weight of `n` rows of `k` elements of `ty` takes: `(quant bytes,
     /// scale words)`, the lengths [`Self::pack_gguf_into`] and [`Int8WeightRef::new`] want
     /// (quant bytes are a multiple of 64). Errors as [`Self::pack_gguf`] for the type and K.
     pub fn storage_len(ty: GgmlType, n: usize, k: usize) -> Result<(usize, usize), Error> {
         let fmt = Int8Fmt::of(ty)?;
-        check_shape(
-            fmt,
-            n,
-            k,
-            n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?,
-        )?;
-        storage(fmt, n, k)
+        check_shape(fmt, n, k, n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?)?;
+        packed_sizes(fmt, n, k)
     }
 
     /// As [`Self::pack_gguf`], into caller-owned storage (e.g. a host engine's weight buffer):
@@ -546,29 +563,28 @@ impl Int8Weight {
         quants: &mut [u8],
         scales: &mut [u16],
     ) -> Result<(), Error> {
-        fn go<B: I8Src>(
-            bytes: &[u8],
-            n: usize,
-            k: usize,
-            quants: &mut [u8],
-            scales: &mut [u16],
-        ) -> Result<(), Error> {
-            let blocks = B::slice_from_bytes(bytes)?;
-            check_shape(B::FMT, n, k, blocks.len())?;
-            check_storage(B::FMT, n, k, quants, scales)?;
-            pack_blocks_into(blocks, n, k, quants, scales);
-            Ok(())
-        }
-        match Int8Fmt::of(ty)? {
-            Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, quants, scales),
-            Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, quants, scales),
-            Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, quants, scales),
-            Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, quants, scales),
-            Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, quants, scales),
-            Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, quants, scales),
-            Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, quants, scales),
-            Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, quants, scales),
-        }
+        let fmt = Int8Fmt::of(ty)?;
+        check_shape(fmt, n, k, n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?)?;
+        check_storage(fmt, n, k, quants, scales)?;
+        pack_gguf_into(ty, bytes, n, k, quants, scales)
+    }
+
+    /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+    fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
+        chunk_at(self.fmt, self.k, r, i)
+    }
+
+    /// The packers' one body (see [`pack_blocks_into`]) into a new weight's own storage.
+    fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
+        check_shape(B::FMT, n, k, blocks.len())?;
+        let mut w = Self::alloc(B::FMT, n, k)?;
+        let len = w.quants.len() * 64;
+        // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is `len`
+        // initialized bytes; `quants` and `scales` are distinct fields borrowed exclusively.
+        let quants =
+            unsafe { core::slice::from_raw_parts_mut(w.quants.as_mut_ptr().cast::<u8>(), len) };
+        pack_blocks_into(blocks, n, k, quants, &mut w.scales)?;
+        Ok(w)
     }
 
     /// Repacks `n` rows of `k` (a multiple of 32) Q4_0 elements (`blocks.len() == n·k/32`).
