@@ -272,7 +272,7 @@ pub unsafe extern "C" fn hetero_ggml_mul_mat(
         if !x_row_bytes.is_multiple_of(4) || !y_row_bytes.is_multiple_of(4) {
             return Err(Error::Invalid("row strides must be whole floats"));
         }
-        if (x as usize) % 4 != 0 || (y as usize) % 4 != 0 {
+        if !(x as usize).is_multiple_of(4) || !(y as usize).is_multiple_of(4) {
             return Err(Error::Invalid("x and y must be 4-byte aligned"));
         }
         if m == 0 {

@@ -548,7 +548,12 @@ impl Int8Weight {
     /// (quant bytes are a multiple of 64). Errors as [`Self::pack_gguf`] for the type and K.
     pub fn storage_len(ty: GgmlType, n: usize, k: usize) -> Result<(usize, usize), Error> {
         let fmt = Int8Fmt::of(ty)?;
-        check_shape(fmt, n, k, n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?)?;
+        check_shape(
+            fmt,
+            n,
+            k,
+            n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?,
+        )?;
         packed_sizes(fmt, n, k)
     }
 
@@ -564,7 +569,12 @@ impl Int8Weight {
         scales: &mut [u16],
     ) -> Result<(), Error> {
         let fmt = Int8Fmt::of(ty)?;
-        check_shape(fmt, n, k, n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?)?;
+        check_shape(
+            fmt,
+            n,
+            k,
+            n.checked_mul(k / fmt.block()).ok_or(Error::Overflow)?,
+        )?;
         check_storage(fmt, n, k, quants, scales)?;
         pack_gguf_into(ty, bytes, n, k, quants, scales)
     }

@@ -266,7 +266,11 @@ pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> BlockMeta {
 /// per 16.
 pub(crate) fn quantize_super(x: &[f32], q: &mut [i8]) -> SuperMeta {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let inv = if amax / 127.0 > 0.0 { 127.0 / amax } else { 0.0 };
+    let inv = if amax / 127.0 > 0.0 {
+        127.0 / amax
+    } else {
+        0.0
+    };
     let d = if inv > 0.0 { 1.0 / inv } else { 0.0 };
     let mut s16 = [0i32; 16];
     for (i, (qj, &v)) in q.iter_mut().zip(x).enumerate() {

@@ -156,7 +156,11 @@ unsafe fn quantize_super_impl(x: *const f32, q: *mut i8, meta: *mut SuperMeta) {
         }
         let amax = _mm512_reduce_max_ps(mx);
         // The same scalar operations as the portable `quantize_super`.
-        let inv = if amax / 127.0 > 0.0 { 127.0 / amax } else { 0.0 };
+        let inv = if amax / 127.0 > 0.0 {
+            127.0 / amax
+        } else {
+            0.0
+        };
         let d = if inv > 0.0 { 1.0 / inv } else { 0.0 };
         let vinv = _mm512_set1_ps(inv);
         const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
