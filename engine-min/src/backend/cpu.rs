@@ -1,6 +1,8 @@
 //! The CPU backend: hetero-sme's quantized kernels on weights repacked once at `prepare`,
-//! their tiles spread over the thread pool by work stealing; F32/F16/BF16 weights are
-//! dequantized once to f32 and take a small f32 micro-kernel.
+//! their tiles spread over the thread pool by work stealing; F16/BF16 weights are packed once
+//! into hetero-sme's FP16/BF16 panels and take its tile GEMM (at any K); F32 weights (and
+//! every weight under the portable/avx512 oracle kernels) are dequantized once to f32 and take
+//! a small f32 micro-kernel.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +12,6 @@ use hetero_uma::ColumnsMut;
 use super::{check_ld, Backend, BackendError, WeightId, WeightView};
 use hetero_sme::ThreadPool as Pool;
 
-/// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
-pub const MAX_K: usize = 4096;
 /// Weight rows dequantized together by the f32 fallback (its micro-kernel's row block).
 const NR: usize = 4;
 /// Tokens per f32 micro-kernel call.
@@ -162,8 +162,16 @@ enum Form {
         gemv: Option<(Aligned64, GgmlType)>,
         int8: Option<hetero_sme::Int8Weight>,
     },
-    /// The rows dequantized to f32 (F32/F16/BF16 weights, and quantized ones under the
-    /// portable/avx512 kernels).
+    /// F16/BF16 weights under the hetero-sme kernels: packed once into 64-column panels of
+    /// their own format (the bits copied, exact), run by hetero-sme's tile GEMM on the best
+    /// kernel for the format (AVX-512, AVX2+F16C, AMX-BF16 for BF16, SME on aarch64); at M ≤ 16
+    /// that GEMM is the FP16 decode GEMV. Any K: the kernels cut K into chunks.
+    Packed {
+        data: Vec<u16>,
+        format: hetero_sme::PackedFormat,
+    },
+    /// The rows dequantized to f32 (F32 weights, and every weight under the portable/avx512
+    /// kernels).
     F32(Vec<f32>),
 }
 
@@ -196,10 +204,12 @@ impl Prepared {
                 None
             };
             Form::Quant { gemv, int8 }
+        } else if let (Some(format), true) = (packed_format(ty), gemv || int8) {
+            let len = hetero_sme::packed_len_checked(k, n).ok_or(BackendError::Shape("weight"))?;
+            let mut data = vec![0u16; len];
+            hetero_sme::pack_gguf(ty, w.data, k, n, 0..n, format, &mut data)?;
+            Form::Packed { data, format }
         } else {
-            if k > MAX_K {
-                return Err(BackendError::TooWide { k, max: MAX_K });
-            }
             let mut f = vec![0f32; n * k];
             for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
                 hetero_sme::dequantize_row(ty, &w.data[r * rb..(r + 1) * rb], row)?;
@@ -207,6 +217,15 @@ impl Prepared {
             Form::F32(f)
         };
         Ok(Prepared { n, k, form })
+    }
+}
+
+/// The packed panel format that holds a GGUF type exactly: F16 and BF16 (others: `None`).
+fn packed_format(ty: GgmlType) -> Option<hetero_sme::PackedFormat> {
+    match ty {
+        GgmlType::F16 => Some(hetero_sme::PackedFormat::F16),
+        GgmlType::BF16 => Some(hetero_sme::PackedFormat::Bf16),
+        _ => None,
     }
 }
 
@@ -282,6 +301,7 @@ impl CpuBackend {
                 self.matmul_f32(w, n, k, x, m, out.as_mut_ptr(), ldo);
                 Ok(())
             }
+            Path::Packed(w) => self.matmul_packed([(w?, out, ldo)], x, m),
             Path::Empty => Err(BackendError::Shape("empty CPU form")),
         }
     }
@@ -304,6 +324,9 @@ impl CpuBackend {
                     (_, None, None) => Path::Empty,
                 }
             }
+            Form::Packed { data, format } => Path::Packed(
+                hetero_sme::PackedRef::new(data, p.k, p.n, *format).map_err(BackendError::from),
+            ),
             Form::F32(w) => Path::F32(w),
         }
     }
@@ -351,7 +374,16 @@ impl CpuBackend {
                 Some(Some(Path::Gemv(Ok(w)))) => Some(*w),
                 _ => None,
             });
+        let packed: [Option<hetero_sme::PackedRef<'_>>; MAX_GROUP] =
+            std::array::from_fn(|i| match paths.get(i) {
+                Some(Some(Path::Packed(Ok(w)))) => Some(*w),
+                _ => None,
+            });
         let n = group.len();
+        if n > 1 && packed[..n].iter().all(Option::is_some) {
+            let jobs = packed.into_iter().flatten().zip(group.iter_mut());
+            return self.matmul_packed(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
+        }
         if n > 1 && int8[..n].iter().all(Option::is_some) {
             let jobs = int8.into_iter().flatten().zip(group.iter_mut());
             return self.matmul_int8(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
@@ -387,6 +419,7 @@ impl CpuBackend {
 enum Path<'p> {
     Int8(&'p hetero_sme::Int8Weight),
     Gemv(Result<hetero_sme::QPackedRef<'p>, BackendError>),
+    Packed(Result<hetero_sme::PackedRef<'p>, BackendError>),
     F32(&'p [f32]),
     Empty,
 }
@@ -561,6 +594,37 @@ impl CpuBackend {
             *plan = Some(
                 hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?.with_workers(threads),
             );
+        }
+        self.run_set(&plans, bytes, m)
+    }
+
+    /// hetero-sme's tile GEMM on packed FP16/BF16 panels for each `(weight, out, ldo)` of
+    /// `jobs` (all on the input `x`), the best kernel for each weight's format, every plan's
+    /// tiles in one pool job.
+    fn matmul_packed<'o>(
+        &self,
+        jobs: impl IntoIterator<Item = (hetero_sme::PackedRef<'o>, OutMut<'o>, usize)>,
+        x: &[f32],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let mut jobs = up_to_group(jobs)?;
+        let mut plans: [Option<hetero_sme::GemmPlan<'_>>; MAX_GROUP] = Default::default();
+        let mut bytes = 0;
+        for (plan, job) in plans.iter_mut().zip(jobs.iter_mut()) {
+            let Some((w, out, ldo)) = job.take() else {
+                continue;
+            };
+            let g = hetero_sme::Gemm {
+                a: hetero_sme::Lhs::F32(x),
+                m,
+                lda: w.k(),
+                w,
+                bias: None,
+                accumulate: false,
+            };
+            bytes += 2 * w.data().len();
+            let kernel = hetero_sme::Kernel::best(w.format());
+            *plan = Some(hetero_sme::GemmPlan::with_out(kernel, &g, out, ldo)?);
         }
         self.run_set(&plans, bytes, m)
     }

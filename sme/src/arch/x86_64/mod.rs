@@ -1,8 +1,9 @@
-//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX2, AVX-512 VNNI and AMX-INT8 (int8 GEMM),
+//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX2 (FP16 GEMM and int8 GEMM), AVX-512 VNNI and AMX-INT8 (int8 GEMM),
 //! AVX512-FP16 (packed Q4 GEMV in FP16 arithmetic).
 
 mod amx;
 mod amx_int8;
+mod avx2_gemm;
 mod avx2_int8;
 mod avx512;
 mod qgemv_fp16;
@@ -14,6 +15,7 @@ pub(crate) use amx::GROUP as AMX_GROUP;
 #[cfg(test)]
 pub(crate) use amx_int8::amx_int8_model_tile;
 pub use amx_int8::{AmxInt8, AMX_INT8_TILE_ROWS};
+pub(crate) use avx2_gemm::AVX2_TILE_ROWS;
 pub use avx2_int8::Avx2;
 pub(crate) use avx512::AVX512_TILE_ROWS;
 pub use qgemv_fp16::Avx512Fp16;
