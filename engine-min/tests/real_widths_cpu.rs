@@ -30,12 +30,20 @@ const TOL_TV_F32: f64 = 1e-4;
 const TOL_REL_Q8: f32 = 0.1;
 const TOL_TV_Q8: f64 = 0.08;
 
+// The decompression GEMM (sme-dq, forced from 16 rows below) rounds weights and activations to
+// BF16 (2^-8 relative each, ~2-3 decimal digits) instead of quantizing activations to 8 bits:
+// no worse than the int8 kernels', so it is held to their tolerance.
 fn exact(kernel: CpuKernel) -> bool {
-    !matches!(kernel, CpuKernel::Int8 | CpuKernel::Sme)
+    !matches!(kernel, CpuKernel::Int8 | CpuKernel::Sme | CpuKernel::Dq)
 }
 
 #[test]
 fn every_cpu_kernel_at_real_widths_in_every_type() {
+    // sme-dq runs the decompression GEMM from 16 rows on every CPU here (its measured crossover
+    // may be "never" on this CPU, which would leave it untested): the prompt's 16-row chunk
+    // takes it, the 3-row tail and decode the int8 GEMM. Set before any backend reads it (this
+    // binary has this one test).
+    std::env::set_var("HETERO_DQ_MIN_ROWS", "16");
     for ty in types() {
         let Some(c) = case(ty, POSITIONS) else { return };
         let vocab = c.model.config.vocab;
