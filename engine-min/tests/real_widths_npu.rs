@@ -50,7 +50,10 @@ fn npu_plan_at_real_widths_in_every_type() {
     // cap is gone) every type runs the whole NPU plan here, ~70 s each on the 2-core VM under
     // load: all ten would add ~10 minutes to the model stage. The CPU side of every type is
     // real_widths_cpu.rs's.
-    for ty in types().into_iter().filter(|t| ["f16", "q4_k_m"].contains(t)) {
+    for ty in types()
+        .into_iter()
+        .filter(|t| ["f16", "q4_k_m"].contains(t))
+    {
         let Some(c) = case(ty, LEN) else { return };
         let vocab = c.model.config.vocab;
         let opts = ComposeOptions {

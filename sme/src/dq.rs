@@ -60,7 +60,10 @@ impl DqKernel {
     /// Every decompression kernel this CPU runs, worst to best: `Tile` of each
     /// [`Kernel::available`], then AVX512-BF16, then AMX-BF16.
     pub fn available() -> Vec<DqKernel> {
-        let mut v: Vec<DqKernel> = Kernel::available().into_iter().map(DqKernel::Tile).collect();
+        let mut v: Vec<DqKernel> = Kernel::available()
+            .into_iter()
+            .map(DqKernel::Tile)
+            .collect();
         #[cfg(target_arch = "x86_64")]
         if let Some(b) = Avx512Bf16::try_new() {
             v.push(DqKernel::Avx512Bf16(b));
@@ -221,7 +224,13 @@ impl DqActs {
 
     /// Converts `x` (`m` rows of `k`, row-major) for `kernel` on this thread. Errors (nothing
     /// changed): `BufferTooSmall` (x, or the capacity), `Overflow`.
-    pub fn convert(&mut self, kernel: DqKernel, x: &[f32], m: usize, k: usize) -> Result<(), Error> {
+    pub fn convert(
+        &mut self,
+        kernel: DqKernel,
+        x: &[f32],
+        m: usize,
+        k: usize,
+    ) -> Result<(), Error> {
         let need = self.check(kernel, x, m, k)?;
         let blk = 16 * k.next_multiple_of(DQ_K_ALIGN);
         if need > 0 {
@@ -247,8 +256,10 @@ impl DqActs {
         let blk = 16 * k.next_multiple_of(DQ_K_ALIGN);
         if need > 0 {
             let e = self.elems_mut(need);
-            pool.run_chunks_mut(e, blk, &|b, _, chunk| convert_block(kernel, x, m, k, b, chunk))
-                .map_err(|_| Error::Overflow)?;
+            pool.run_chunks_mut(e, blk, &|b, _, chunk| {
+                convert_block(kernel, x, m, k, b, chunk)
+            })
+            .map_err(|_| Error::Overflow)?;
         }
         (self.m, self.k, self.bf16) = (m, k, kernel.bf16_acts());
         Ok(())
@@ -528,7 +539,13 @@ struct Panel([u16; DQ_KB * PAIR_ELEMS / 2]);
 /// `D`, `M` (f32, `w = fma(D, u, M)`) of rows `0..16` of group `g` for the 32-value chunk `c`
 /// (index of the chunk in the row), per half (values 0..16, 16..32: Q6_K's sub-blocks of 16;
 /// the same for the others).
-pub(crate) fn chunk_scales(w: &Int8Weight, g: usize, c: usize, d: &mut [[f32; 16]; 2], mm: &mut [[f32; 16]; 2]) {
+pub(crate) fn chunk_scales(
+    w: &Int8Weight,
+    g: usize,
+    c: usize,
+    d: &mut [[f32; 16]; 2],
+    mm: &mut [[f32; 16]; 2],
+) {
     let fmt = w.fmt();
     let sw = fmt.scale_words();
     let per = fmt.block() / 32;
@@ -572,11 +589,12 @@ fn dequant_panel(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        let fast = match kernel {
-            DqKernel::Avx512Bf16(_) | DqKernel::AmxBf16(..) => true,
-            DqKernel::Tile(Kernel::Avx512(_) | Kernel::Amx(_)) => true,
-            _ => false,
-        };
+        let fast = matches!(
+            kernel,
+            DqKernel::Avx512Bf16(_)
+                | DqKernel::AmxBf16(..)
+                | DqKernel::Tile(Kernel::Avx512(_) | Kernel::Amx(_))
+        );
         if fast {
             // SAFETY: every kernel above proves AVX-512F (the Avx512Bf16 token, the Avx512 and
             // Amx tokens); `dst` holds kn/2 pair rows (the tile's scratch).
@@ -661,7 +679,11 @@ mod tests {
             GgmlType::Q5K,
             GgmlType::Q6K,
         ] {
-            let k = if ty.is_k_quant() { DQ_KB + 256 } else { DQ_KB + 32 };
+            let k = if ty.is_k_quant() {
+                DQ_KB + 256
+            } else {
+                DQ_KB + 32
+            };
             let vals: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
             let rb = ty.row_bytes(k).unwrap();
             let mut bytes = vec![0u8; n * rb + 1];
@@ -685,6 +707,16 @@ mod tests {
                             crate::arch::x86_64::dq_panel_avx512(&w, p, k0, kn, format, &mut b)
                         };
                         assert!(a == b, "{ty:?} panel {p} k0 {k0} {format:?}");
+                        if format == PackedFormat::Bf16 {
+                            let mut c = vec![0x5555u16; kn / 2 * PAIR_ELEMS];
+                            // SAFETY: as above.
+                            unsafe {
+                                crate::arch::x86_64::dq_panel_avx512_int_round(
+                                    &w, p, k0, kn, &mut c,
+                                )
+                            };
+                            assert!(a == c, "{ty:?} panel {p} k0 {k0}: integer BF16 rounding");
+                        }
                     }
                     k0 += kn;
                 }

@@ -4,9 +4,9 @@
 mod amx_int8;
 pub mod arch;
 mod blocks;
-mod dq;
 #[cfg(feature = "capi")]
 pub mod capi;
+mod dq;
 mod error;
 mod f16out;
 mod format;
@@ -42,8 +42,8 @@ pub use int8::{
 pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;
 pub use pack::{
-    k_pairs, pack_f16, pack_f32, pack_gguf, packed_len, packed_len_checked, panels, Layout, PackedFormat,
-    PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
+    k_pairs, pack_f16, pack_f32, pack_gguf, packed_len, packed_len_checked, panels, Layout,
+    PackedFormat, PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
 pub use plans::{PlanSet, TiledPlan};

@@ -518,7 +518,8 @@ impl Backend for CpuBackend {
         }
         if self.kernel == CpuKernel::Dq {
             let d = self.dq_acts.get_mut().unwrap_or_else(|e| e.into_inner());
-            let need = hetero_sme::dq_acts_len(max_rows, max_k).ok_or(BackendError::Shape("reserve"))?;
+            let need =
+                hetero_sme::dq_acts_len(max_rows, max_k).ok_or(BackendError::Shape("reserve"))?;
             if d.capacity() < need {
                 *d = hetero_sme::DqActs::with_capacity(max_rows, max_k);
             }
@@ -691,9 +692,8 @@ impl CpuBackend {
                 continue;
             };
             bytes += w.packed_bytes();
-            *plan = Some(
-                hetero_sme::DqPlan::new(kernel, w, x, &acts, out, ldo)?.with_workers(threads),
-            );
+            *plan =
+                Some(hetero_sme::DqPlan::new(kernel, w, x, &acts, out, ldo)?.with_workers(threads));
         }
         self.run_set(&plans, bytes, m)
     }

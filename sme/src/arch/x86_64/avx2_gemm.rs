@@ -188,6 +188,7 @@ unsafe fn load_w<const BF16: bool>(p: *const u16) -> __m256 {
 /// `a` readable for R rows (stride lda) of `2*pairs` (+1 if tail) f32; `w` readable for
 /// `pairs + tail` k-pair rows (stride 128 u16) of `8 * NW` u16; `c` writable (and readable if
 /// load_c) for R rows (stride ldc) of `cols <= 4·NW` f32; bias null or `cols` readable f32.
+#[allow(clippy::needless_range_loop)] // acc[r][j] pairs two arrays' indices
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn uk<const R: usize, const NW: usize, const BF16: bool>(u: &Uk) {
     let mut acc = [[_mm256_setzero_ps(); NW]; R];
@@ -222,9 +223,8 @@ unsafe fn uk<const R: usize, const NW: usize, const BF16: bool>(u: &Uk) {
                 }
                 // Lanes (k0, k1) of 4 + 4 columns → 8 column sums in order.
                 let s = _mm256_hadd_ps(acc_r[2 * h], acc_r[2 * h + 1]);
-                let mut s = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
-                    _mm256_castps_pd(s),
-                ));
+                let mut s =
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(s)));
                 let mut tmp = [0f32; 8];
                 if !u.bias.is_null() {
                     core::ptr::copy_nonoverlapping(u.bias.add(8 * h), tmp.as_mut_ptr(), cnt);
