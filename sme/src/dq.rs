@@ -45,7 +45,7 @@ const DQ_K_ALIGN: usize = 32;
 pub enum DqKernel {
     /// A packed-panel GEMM kernel ([`Kernel`]) on the dequantized FP16 panel (BF16 for AMX,
     /// the one kernel that reads BF16 only), A read as FP32 (converted by the kernel as it
-    /// converts it for [`crate::gemm`]).
+    /// converts it for the GEMM).
     Tile(Kernel),
     /// AVX512-BF16 `vdpbf16ps` on a BF16 panel and BF16 activations ([`DqActs`]).
     #[cfg(target_arch = "x86_64")]
