@@ -3,12 +3,14 @@
 //! then multiplied by every row of the activations with the accumulators held in
 //! registers/tiles across the K block.
 //!
-//! - **Tiles** of the plan: one 64-column panel of W (four 16-row groups of the int8 layout) ×
-//!   a chunk of M rows (all of M unless [`DqPlan::with_workers`] cuts M so that every thread
-//!   gets tiles). Per tile and K block of [`DQ_KB`] values: the panel's block is dequantized
-//!   into a 64 KiB stack scratch in the packed panel layout (k-pair rows of 64 columns × 2 k,
-//!   [`crate::pack`]), then the kernel runs over all the tile's rows, `=` on the first block and
-//!   `+=` on the next ones (C is the accumulator between K blocks).
+//! - **Tiles** of the plan: [`DQ_GROUP`] 64-column panels of W (one for the `Tile` kernels;
+//!   four 16-row groups of the int8 layout each) × a chunk of M rows (all of M unless
+//!   [`DqPlan::with_workers`] cuts M so that every thread gets tiles). Per tile and K block of
+//!   [`DQ_KB`] values: the panels' blocks are dequantized into a 128 KiB stack scratch in the
+//!   packed panel layout (k-pair rows of 64 columns × 2 k, `crate::pack`), then the kernel runs
+//!   over the tile's rows, a row step at a time over all the panels (the step's A block stays
+//!   in L1), `=` on the first block and `+=` on the next ones (C is the accumulator between K
+//!   blocks).
 //! - **Dequantization** is exact in FP32 (`w = fma(D, u, M)` with `D`, `M` per row and 32 (Q6_K:
 //!   16) values, which is ggml's value bit for bit, see [`Int8Weight::value_at`]), then rounded
 //!   to nearest even into the panel's FP16 or BF16.
@@ -32,8 +34,14 @@ use crate::{Error, Int8Weight, Kernel, OutMut, StealState, ThreadPool};
 use crate::arch::x86_64::{Amx, Avx512Bf16};
 
 /// K values per dequantized block: a multiple of 256 (no K-quant super-block straddles two
-/// blocks); 64 columns × 512 × 2 bytes = 64 KiB of panel scratch per tile, L2-resident.
-pub const DQ_KB: usize = 512;
+/// blocks); [`DQ_GROUP`] panels × 64 columns × 256 × 2 bytes = 128 KiB of panel scratch per
+/// tile (on the stack), L2-resident.
+pub const DQ_KB: usize = 256;
+/// Panels per tile for the BF16 kernels: the A rows of a row step (32 for AMX, 96 for
+/// AVX512-BF16) × one K block stay in L1 while they multiply all the group's panels (and both
+/// halves of each, for AMX, whose eight tiles hold two A × two B), so A is read from L2/L3
+/// once per 256 output columns instead of once per 32. The `Tile` kernels take one panel.
+pub const DQ_GROUP: usize = 4;
 /// Rows of [`DqActs`] are padded to a multiple of this (two 16-row AMX A tiles).
 pub const DQ_ROW_ALIGN: usize = 32;
 /// K of [`DqActs`] is padded to a multiple of this (one 32-value AMX A tile row).
@@ -391,7 +399,7 @@ impl<'a> DqPlan<'a> {
     /// about two tiles per worker (each chunk dequantizes its panel again: a small cost against
     /// an idle thread).
     pub fn with_workers(self, workers: usize) -> Self {
-        let panels = self.n.div_ceil(PANEL_COLS).max(1);
+        let panels = self.col_groups().max(1);
         let want = (2 * workers.max(1)).div_ceil(panels);
         let chunks = want.clamp(1, self.m.div_ceil(DQ_ROW_ALIGN).max(1));
         let rows = self
@@ -411,12 +419,36 @@ impl<'a> DqPlan<'a> {
         self.m.div_ceil(self.rows)
     }
 
-    /// Number of tiles: panels × row chunks.
+    /// Panels per tile: [`DQ_GROUP`] for the BF16 kernels, 1 for `Tile`.
+    fn group(&self) -> usize {
+        if self.kernel.bf16_acts() {
+            DQ_GROUP
+        } else {
+            1
+        }
+    }
+
+    fn col_groups(&self) -> usize {
+        self.n.div_ceil(PANEL_COLS).div_ceil(self.group())
+    }
+
+    /// Rows multiplied per pass over the tile's panels (a multiple of 32).
+    fn row_step(&self) -> usize {
+        match self.kernel {
+            DqKernel::Tile(_) => usize::MAX,
+            #[cfg(target_arch = "x86_64")]
+            DqKernel::Avx512Bf16(_) => 96,
+            #[cfg(target_arch = "x86_64")]
+            DqKernel::AmxBf16(..) => 32,
+        }
+    }
+
+    /// Number of tiles: panel groups × row chunks.
     pub fn tiles(&self) -> usize {
         if self.m == 0 {
             return 0;
         }
-        self.n.div_ceil(PANEL_COLS) * self.row_chunks()
+        self.col_groups() * self.row_chunks()
     }
 
     /// # Safety
@@ -426,31 +458,57 @@ impl<'a> DqPlan<'a> {
             return;
         }
         let rc = self.row_chunks();
-        let (p, ch) = (t / rc, t % rc);
+        let (pg, ch) = (t / rc, t % rc);
         let row0 = ch * self.rows;
         let rows = (self.m - row0).min(self.rows);
-        let col0 = p * PANEL_COLS;
-        let cols = (self.n - col0).min(PANEL_COLS);
+        let np = self.n.div_ceil(PANEL_COLS);
+        let p0 = pg * self.group();
+        let p1 = (p0 + self.group()).min(np);
         let format = self.kernel.panel_format();
-        let mut scratch = Panel([0; DQ_KB * PAIR_ELEMS / 2]);
+        let mut scratch = Panel([0; DQ_GROUP * PANEL_ELEMS]);
+        let step = self.row_step();
+        #[cfg(target_arch = "x86_64")]
+        if let DqKernel::AmxBf16(a, _) = self.kernel {
+            // SAFETY: the token proves AMX and the permission; released below on this thread,
+            // and nothing between uses other tile state (the dequantizer is AVX-512 only).
+            unsafe { crate::arch::x86_64::amx_configure(a) };
+        }
         let mut k0 = 0;
         while k0 < self.k {
             let kn = (self.k - k0).min(DQ_KB);
-            dequant_panel(self.kernel, self.w, p, k0, kn, format, &mut scratch.0);
-            let blk = Block {
-                k0,
-                kn,
-                row0,
-                rows,
-                col0,
-                cols,
-                first: k0 == 0,
-                w: scratch.0.as_ptr(),
-            };
-            // SAFETY: the block lies inside the validated extents (rows of x/acts < m, columns
-            // of y < n); the tile's region of y is exclusively this call's (forwarded).
-            unsafe { self.multiply(&blk) };
+            for p in p0..p1 {
+                let dst = &mut scratch.0[(p - p0) * PANEL_ELEMS..(p - p0 + 1) * PANEL_ELEMS];
+                dequant_panel(self.kernel, self.w, p, k0, kn, format, dst);
+            }
+            // Row steps outside, panels inside: a step's A block serves every panel from L1.
+            let mut r = row0;
+            while r < row0 + rows {
+                let rr = (row0 + rows - r).min(step);
+                for p in p0..p1 {
+                    let col0 = p * PANEL_COLS;
+                    let blk = Block {
+                        k0,
+                        kn,
+                        row0: r,
+                        rows: rr,
+                        col0,
+                        cols: (self.n - col0).min(PANEL_COLS),
+                        first: k0 == 0,
+                        w: scratch.0[(p - p0) * PANEL_ELEMS..].as_ptr(),
+                    };
+                    // SAFETY: the block lies inside the validated extents (rows of x/acts < m,
+                    // columns of y < n; r is row0 plus a multiple of 32); the tile's region of
+                    // y is exclusively this call's (forwarded).
+                    unsafe { self.multiply(&blk) };
+                }
+                r += rr;
+            }
             k0 += kn;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let DqKernel::AmxBf16(a, _) = self.kernel {
+            // SAFETY: configured above on this thread.
+            unsafe { crate::arch::x86_64::amx_release(a) };
         }
     }
 
@@ -533,8 +591,11 @@ pub(crate) struct Block {
     pub w: *const u16,
 }
 
+/// Elements of one panel's dequantized K block.
+const PANEL_ELEMS: usize = DQ_KB * PAIR_ELEMS / 2;
+
 #[repr(C, align(64))]
-struct Panel([u16; DQ_KB * PAIR_ELEMS / 2]);
+struct Panel([u16; DQ_GROUP * PANEL_ELEMS]);
 
 /// `D`, `M` (f32, `w = fma(D, u, M)`) of rows `0..16` of group `g` for the 32-value chunk `c`
 /// (index of the chunk in the row), per half (values 0..16, 16..32: Q6_K's sub-blocks of 16;

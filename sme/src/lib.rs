@@ -31,7 +31,7 @@ mod sme_driver;
 pub use blocks::{
     scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, QK_K,
 };
-pub use dq::{dq_acts_len, DqActs, DqKernel, DqPlan, DQ_KB, DQ_ROW_ALIGN};
+pub use dq::{dq_acts_len, DqActs, DqKernel, DqPlan, DQ_GROUP, DQ_KB, DQ_ROW_ALIGN};
 pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};

@@ -193,7 +193,7 @@ fn every_kernel_every_format_edge_shapes() {
     let (ms, ns): (&[usize], &[usize]) = if EMULATED {
         (&[1, 33], &[17, 65])
     } else {
-        (&[1, 2, 17, 33, 70], &[1, 17, 64, 65, 130])
+        (&[1, 2, 17, 33, 70], &[1, 17, 64, 65, 130, 300])
     };
     let mut rng = Rng::new(7);
     for ty in FORMATS {

@@ -360,8 +360,9 @@ impl Avx512Bf16 {
     /// (past M or N) go through a 32×32 stack copy.
     ///
     /// # Safety
-    /// As [`Avx512Bf16::dq_block`]; `amx` proves AMX with the tile-data permission; acts rows
-    /// are padded to a multiple of 32 (`DqActs`); `m`, `n` are y's extents.
+    /// As [`Avx512Bf16::dq_block`]; `amx` proves AMX with the tile-data permission and this
+    /// thread holds the tile configuration of [`amx_configure`]; acts rows are padded to a
+    /// multiple of 32 (`DqActs`); `m`, `n` are y's extents.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn dq_block_amx(
         self,
@@ -478,15 +479,7 @@ unsafe fn amx_block(
     n: usize,
 ) {
     let kt = k.div_ceil(32);
-    let mut cfg = TileCfg([0; 64]);
-    cfg.0[0] = 1;
-    for t in 0..8 {
-        cfg.0[16 + 2 * t] = 64;
-        cfg.0[48 + t] = 16;
-    }
     let mut edge = Edge([0.0; 32 * 32]);
-    // SAFETY: a valid palette-1 configuration (8 tiles of 16 rows × 64 bytes).
-    unsafe { asm!("ldtilecfg [{c}]", c = in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
     let steps = b.kn / 32;
     for h in 0..2 {
         if b.cols <= 32 * h {
@@ -589,6 +582,31 @@ unsafe fn amx_block(
             r += 32;
         }
     }
-    // SAFETY: releases the tile state (no memory access).
+}
+
+/// Loads the tile configuration every AMX block of a tile uses (palette 1, tiles 0-7 all 16
+/// rows × 64 bytes), once per plan tile rather than once per block.
+///
+/// # Safety
+/// `_amx` proves AMX-TILE with the tile-data permission; pair with [`amx_release`] on the same
+/// thread before anything else uses tiles.
+pub(crate) unsafe fn amx_configure(_amx: Amx) {
+    let mut cfg = TileCfg([0; 64]);
+    cfg.0[0] = 1;
+    for t in 0..8 {
+        cfg.0[16 + 2 * t] = 64;
+        cfg.0[48 + t] = 16;
+    }
+    // SAFETY: a valid palette-1 configuration (8 tiles of 16 rows × 64 bytes); the token
+    // proves the instruction exists and the state is granted.
+    unsafe { asm!("ldtilecfg [{c}]", c = in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
+}
+
+/// Releases the tile state loaded by [`amx_configure`].
+///
+/// # Safety
+/// As [`amx_configure`].
+pub(crate) unsafe fn amx_release(_amx: Amx) {
+    // SAFETY: releases the tile state (no memory access); the token proves the instruction.
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }

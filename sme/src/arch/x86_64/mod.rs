@@ -19,9 +19,9 @@ pub use amx_int8::{AmxInt8, AMX_INT8_TILE_ROWS};
 pub(crate) use avx2_gemm::AVX2_TILE_ROWS;
 pub use avx2_int8::Avx2;
 pub(crate) use avx512::AVX512_TILE_ROWS;
-pub(crate) use dq::dq_panel_avx512;
 #[cfg(test)]
 pub(crate) use dq::dq_panel_avx512_int_round;
+pub(crate) use dq::{amx_configure, amx_release, dq_panel_avx512};
 pub use qgemv_fp16::Avx512Fp16;
 pub use vnni::Vnni;
 
