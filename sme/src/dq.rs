@@ -68,6 +68,7 @@ impl DqKernel {
     /// Every decompression kernel this CPU runs, worst to best: `Tile` of each
     /// [`Kernel::available`], then AVX512-BF16, then AMX-BF16.
     pub fn available() -> Vec<DqKernel> {
+        #[allow(unused_mut)] // only x86-64 adds the BF16 kernels
         let mut v: Vec<DqKernel> = Kernel::available()
             .into_iter()
             .map(DqKernel::Tile)
@@ -135,6 +136,7 @@ impl DqKernel {
                 crate::KernelKind::Sme1 | crate::KernelKind::Sme2 => Some(PackedFormat::F16),
                 _ => None,
             },
+            #[allow(unreachable_patterns)] // the BF16 kernels exist on x86-64 only
             _ => Some(PackedFormat::Bf16),
         }
     }
@@ -311,6 +313,8 @@ pub struct DqPlan<'a> {
     kernel: DqKernel,
     w: &'a Int8Weight,
     x: *const f32,
+    /// Read by the BF16 kernels (x86-64 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     acts: *const u16,
     m: usize,
     n: usize,
