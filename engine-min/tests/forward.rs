@@ -105,8 +105,10 @@ fn tol(kernel: CpuKernel) -> f32 {
         CpuKernel::Portable => TOL_F32,
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx512 => TOL_F32,
-        // 8-bit activations (the `sme` kernel uses the int8 GEMM for prompts of 4+ tokens).
-        CpuKernel::Int8 | CpuKernel::Sme => TOL_Q8,
+        // 8-bit activations (the `sme` kernel uses the int8 GEMM for prompts of 4+ tokens);
+        // `sme-dq` is the int8 GEMM below its crossover and BF16 weights and activations
+        // (2^-8 relative each) above it: the same accuracy class.
+        CpuKernel::Int8 | CpuKernel::Sme | CpuKernel::Dq => TOL_Q8,
         // f32 activations, weights dequantized exactly: same accuracy class as the f32 kernels.
         CpuKernel::SmeGemv => TOL_F32,
     }

@@ -1,6 +1,6 @@
 //! The NPU path's FP16 conversion at real widths: the `npu` plan (chunks of 32 rows on the QNN
 //! HTP simulator, the rest on the CPU) on 2-layer `llama-1b` synth files (width 2048, FFN
-//! 8192) in every type, against the f32 reference. Needs `HETERO_MODEL` (`model`) and the QNN
+//! 8192) in F16 and Q4_K_M, against the f32 reference. Needs `HETERO_MODEL` (`model`) and the QNN
 //! HTP (`qnn`). One test function: qnn-sys allows one session per process.
 
 use std::sync::Arc;
@@ -45,7 +45,15 @@ fn npu_plan_at_real_widths_in_every_type() {
     };
     let session = Arc::clone(npu.session());
     drop(npu);
-    for ty in types() {
+    // Two types: F16 weights (converted to the HTP's FP16 as they are) and the Q4_K_M mix
+    // (dequantized from two K-quants). Since the CPU's f32 path takes the FFN's 8192 (its 4096
+    // cap is gone) every type runs the whole NPU plan here, ~70 s each on the 2-core VM under
+    // load: all ten would add ~10 minutes to the model stage. The CPU side of every type is
+    // real_widths_cpu.rs's.
+    for ty in types()
+        .into_iter()
+        .filter(|t| ["f16", "q4_k_m"].contains(t))
+    {
         let Some(c) = case(ty, LEN) else { return };
         let vocab = c.model.config.vocab;
         let opts = ComposeOptions {
@@ -61,20 +69,9 @@ fn npu_plan_at_real_widths_in_every_type() {
             ..ComposeOptions::default()
         };
         // The NPU plan keeps the rows the HTP graph does not take on the CPU's f32 path, which
-        // caps rows at 4096 (real_widths_cpu.rs asserts the same limit): at the FFN's 8192 it
-        // must be refused with that typed error before anything runs, never computed wrongly.
-        let x = match engine_min::compose::executor(&c.model, &opts) {
-            Ok(x) => x,
-            Err(e) => {
-                let msg = format!("{e:?}");
-                assert!(
-                    msg.contains("TooWide") && msg.contains("8192") && msg.contains("4096"),
-                    "{ty}: unexpected executor error {msg}"
-                );
-                eprintln!("{ty} npu: refused as expected: {msg}");
-                continue;
-            }
-        };
+        // takes every width (its former 4096 cap is gone; real_widths_cpu.rs checks it).
+        let x = engine_min::compose::executor(&c.model, &opts)
+            .unwrap_or_else(|e| panic!("{ty}: executor: {e:?}"));
         let mut e = Engine::new(Arc::clone(&c.model), x.exec, EngineOptions { context: 64 })
             .expect("engine");
         let mut logits = vec![f32::NAN; LEN * vocab];

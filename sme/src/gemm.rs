@@ -196,6 +196,20 @@ impl<'a> GemmPlan<'a> {
         Ok(Self::from_ctx(kernel, ctx))
     }
 
+    /// As [`GemmPlan::new`] writing through an [`crate::OutMut`] (rows `0..m`, columns `0..n`
+    /// at stride `ldc` of a claim that may cover only those columns: a column split).
+    pub fn with_out(
+        kernel: Kernel,
+        g: &Gemm<'a>,
+        mut c: crate::OutMut<'a>,
+        ldc: usize,
+    ) -> Result<Self, Error> {
+        let mut ctx = validate(kernel, g, c.len(), ldc)?;
+        // The claim covers every float the plan writes (OutMut's contract).
+        ctx.c = c.as_mut_ptr();
+        Ok(Self::from_ctx(kernel, ctx))
+    }
+
     /// As [`GemmPlan::new`] with C in FP16 (IEEE binary16 bits, row stride `ldc`): each output is
     /// computed in FP32 exactly as for an FP32 C (for `+=`, the old FP16 value widened to FP32 is
     /// added), then rounded once to FP16 (round to nearest even; beyond ±65504 it becomes ±inf).

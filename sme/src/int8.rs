@@ -662,6 +662,31 @@ impl Int8Weight {
         self.quants.len() * 64 + self.scales.len() * 2
     }
 
+    /// The packed layout's format.
+    pub(crate) fn fmt(&self) -> Int8Fmt {
+        self.fmt
+    }
+
+    /// `u` of row `j` of group `g`, element `e` of 32-value chunk `c` (rows past N read 0;
+    /// `g < groups()`, `c < K/32`, `j < 16`, `e < 32`).
+    pub(crate) fn u_in_group(&self, g: usize, j: usize, c: usize, e: usize) -> u8 {
+        let base = (g * (self.k / QK) + c) * self.fmt.chunk_bytes();
+        let bytes = self.quant_bytes();
+        if self.fmt == Int8Fmt::Q8_0 {
+            return bytes[base + e / 4 * 64 + 4 * j + e % 4];
+        }
+        let (hi, st) = (e / 16, e % 16);
+        let (v, at) = (st / 4, 4 * j + st % 4);
+        let lo = (bytes[base + v * 64 + at] >> (4 * hi)) & 15;
+        let plane = base + 256;
+        let top = match self.fmt.high_bits() {
+            1 => (bytes[plane + at] >> (v + 4 * hi)) & 1,
+            2 => (bytes[plane + 64 * hi + at] >> (2 * v)) & 3,
+            _ => 0,
+        };
+        lo | top << 4
+    }
+
     /// `u` of (row `r`, element `i`), read back from the packed layout (`None` out of range).
     pub fn u_at(&self, r: usize, i: usize) -> Option<u8> {
         if r >= self.n || i >= self.k {

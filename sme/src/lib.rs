@@ -6,6 +6,7 @@ pub mod arch;
 mod blocks;
 #[cfg(feature = "capi")]
 pub mod capi;
+mod dq;
 mod error;
 mod f16out;
 mod format;
@@ -31,6 +32,7 @@ mod sme_driver;
 pub use blocks::{
     scale_min_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, QK_K,
 };
+pub use dq::{dq_acts_len, DqActs, DqKernel, DqPlan, DQ_GROUP, DQ_KB, DQ_ROW_ALIGN};
 pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
@@ -41,8 +43,8 @@ pub use int8::{
 pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;
 pub use pack::{
-    k_pairs, pack_f16, pack_f32, packed_len, packed_len_checked, panels, Layout, PackedFormat,
-    PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
+    k_pairs, pack_f16, pack_f32, pack_gguf, packed_len, packed_len_checked, panels, Layout,
+    PackedFormat, PackedRef, WeightSource, PAIR_ELEMS, PANEL_COLS,
 };
 pub use parallel::StealState;
 pub use plans::{PlanSet, TiledPlan};
@@ -63,13 +65,15 @@ pub use quantize::{can_quantize, quantize_row};
 #[cfg(target_arch = "aarch64")]
 use arch::aarch64::{Neon, Sme1, Sme2};
 #[cfg(target_arch = "x86_64")]
-use arch::x86_64::{Amx, Avx512};
+use arch::x86_64::{Amx, Avx2, Avx512};
 
 /// Names of the implementations, for asking for one explicitly with [`Kernel::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKind {
     /// Plain Rust, every CPU.
     Portable,
+    /// x86-64 AVX2 + FMA + F16C (CPUs without AVX-512).
+    Avx2,
     /// x86-64 AVX-512F + F16C + FMA.
     Avx512,
     /// x86-64 AMX-BF16 (reads [`PackedFormat::Bf16`] weights only).
@@ -83,8 +87,9 @@ pub enum KernelKind {
 }
 
 /// Every kind, worst to best.
-const KINDS: [KernelKind; 6] = [
+const KINDS: [KernelKind; 7] = [
     KernelKind::Portable,
+    KernelKind::Avx2,
     KernelKind::Neon,
     KernelKind::Avx512,
     KernelKind::Amx,
@@ -100,6 +105,9 @@ const KINDS: [KernelKind; 6] = [
 pub enum Kernel {
     /// See [`Portable`].
     Portable(Portable),
+    /// See [`arch::x86_64::Avx2`] (the FP16 GEMM in `src/arch/x86_64/avx2_gemm.rs`).
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2),
     /// See [`arch::x86_64::Avx512`].
     #[cfg(target_arch = "x86_64")]
     Avx512(Avx512),
@@ -122,6 +130,8 @@ impl Kernel {
     pub fn new(kind: KernelKind) -> Result<Kernel, Error> {
         let k = match kind {
             KernelKind::Portable => Some(Kernel::Portable(Portable)),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => Avx2::try_new().map(Kernel::Avx2),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Avx512 => Avx512::try_new().map(Kernel::Avx512),
             #[cfg(target_arch = "x86_64")]
@@ -189,6 +199,8 @@ impl Kernel {
         match self {
             Kernel::Portable(_) => KernelKind::Portable,
             #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2(_) => KernelKind::Avx2,
+            #[cfg(target_arch = "x86_64")]
             Kernel::Avx512(_) => KernelKind::Avx512,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => KernelKind::Amx,
@@ -206,7 +218,7 @@ impl Kernel {
         match self {
             Kernel::Portable(_) => true,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512(_) => true,
+            Kernel::Avx2(_) | Kernel::Avx512(_) => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx(_) => format == PackedFormat::Bf16,
             #[cfg(target_arch = "aarch64")]
@@ -223,7 +235,7 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512(_) => true,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Amx(_) => false,
+            Kernel::Avx2(_) | Kernel::Amx(_) => false,
             #[cfg(target_arch = "aarch64")]
             Kernel::Sme1(_) | Kernel::Sme2(_) => false,
             #[cfg(target_arch = "aarch64")]
@@ -235,6 +247,8 @@ impl Kernel {
     pub fn tile_rows(&self) -> usize {
         match self {
             Kernel::Portable(_) => 16,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2(_) => arch::x86_64::AVX2_TILE_ROWS,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512(_) => arch::x86_64::AVX512_TILE_ROWS,
             #[cfg(target_arch = "x86_64")]
@@ -310,6 +324,8 @@ impl Kernel {
             match self {
                 Kernel::Portable(_) => portable::gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2(t) => t.gemm_tile(ctx, row0, rows, p),
+                #[cfg(target_arch = "x86_64")]
                 Kernel::Avx512(t) => t.gemm_tile(ctx, row0, rows, p),
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Amx(t) => t.gemm_tile(ctx, row0, rows, p),
@@ -365,6 +381,7 @@ impl Kernel {
 fn kind_name(k: KernelKind) -> &'static str {
     match k {
         KernelKind::Portable => "portable",
+        KernelKind::Avx2 => "avx2",
         KernelKind::Avx512 => "avx512",
         KernelKind::Amx => "amx-bf16",
         KernelKind::Neon => "neon",

@@ -251,3 +251,82 @@ pub fn pack_f16(
         }),
     }
 }
+
+/// Packs rows `rows` (outputs) of a GGUF matmul weight as stored — N rows of K values of type
+/// `ty`, [`crate::GgmlType::row_bytes`] each, no alignment needed — into `dst` (at least
+/// `packed_len(k, rows.len())` elements) as a standalone weight of `rows.len()` columns in
+/// `format`. F16 into [`PackedFormat::F16`] and BF16 into [`PackedFormat::Bf16`] copy the bits
+/// (exact); every other pairing rounds the dequantized value ([`crate::dequantize_row`]) to
+/// nearest even. A load-time tool: it allocates one row of K f32 for the types it
+/// dequantizes. Errors (nothing written): `UnsupportedFormat`, `BadRange`, `BufferTooSmall`,
+/// `ShapeMismatch` (K not a whole number of blocks), `Overflow`.
+pub fn pack_gguf(
+    ty: crate::GgmlType,
+    bytes: &[u8],
+    k: usize,
+    n: usize,
+    rows: Range<usize>,
+    format: PackedFormat,
+    dst: &mut [u16],
+) -> Result<(), Error> {
+    use crate::GgmlType;
+    if !ty.can_dequantize() {
+        return Err(Error::UnsupportedFormat { format: ty });
+    }
+    if rows.start > rows.end || rows.end > n {
+        return Err(Error::BadRange {
+            start: rows.start,
+            end: rows.end,
+            n,
+        });
+    }
+    let rb = ty.row_bytes(k).ok_or(Error::ShapeMismatch {
+        what: "K modulo the type's block",
+        expected: 0,
+        got: k % ty.block().map_or(1, |b| b.0),
+    })?;
+    let need_src = n.checked_mul(rb).ok_or(Error::Overflow)?;
+    if bytes.len() < need_src {
+        return Err(Error::BufferTooSmall {
+            what: "GGUF weight bytes",
+            needed: need_src,
+            got: bytes.len(),
+        });
+    }
+    let cols = rows.end - rows.start;
+    let needed = packed_len_checked(k, cols).ok_or(Error::Overflow)?;
+    if dst.len() < needed {
+        return Err(Error::BufferTooSmall {
+            what: "packed destination",
+            needed,
+            got: dst.len(),
+        });
+    }
+    let dst = &mut dst[..needed];
+    dst.fill(0);
+    let kp = k_pairs(k);
+    let copy_bits = matches!(
+        (ty, format),
+        (GgmlType::F16, PackedFormat::F16) | (GgmlType::BF16, PackedFormat::Bf16)
+    );
+    let mut row = if copy_bits { Vec::new() } else { vec![0f32; k] };
+    for c in 0..cols {
+        let src = &bytes[(rows.start + c) * rb..(rows.start + c + 1) * rb];
+        let (p, cc) = (c / PANEL_COLS, c % PANEL_COLS);
+        let base = p * kp * PAIR_ELEMS + 2 * cc;
+        if copy_bits {
+            for (kk, b) in src.chunks_exact(2).enumerate() {
+                dst[base + (kk / 2) * PAIR_ELEMS + kk % 2] = u16::from_le_bytes([b[0], b[1]]);
+            }
+        } else {
+            crate::dequantize_row(ty, src, &mut row)?;
+            for (kk, &v) in row.iter().enumerate() {
+                dst[base + (kk / 2) * PAIR_ELEMS + kk % 2] = match format {
+                    PackedFormat::F16 => half::f16::from_f32(v).to_bits(),
+                    PackedFormat::Bf16 => half::bf16::from_f32(v).to_bits(),
+                };
+            }
+        }
+    }
+    Ok(())
+}

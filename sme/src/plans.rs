@@ -3,14 +3,15 @@
 //! and up) with one dispatch instead of one each. Each plan's tiles compute exactly what they
 //! compute alone, so the results are bit-identical to running the plans one by one.
 
-use crate::{Error, Int8Plan, QPackedPlan, StealState};
+use crate::{DqPlan, Error, GemmPlan, Int8Plan, QPackedPlan, StealState};
 
 mod sealed {
     /// Only hetero-sme's plans are [`super::TiledPlan`]s.
     pub trait Sealed {}
 }
 
-/// A plan whose tiles can run in a [`PlanSet`]: [`Int8Plan`] and [`QPackedPlan`].
+/// A plan whose tiles can run in a [`PlanSet`]: [`Int8Plan`], [`QPackedPlan`], [`GemmPlan`]
+/// and [`DqPlan`].
 pub trait TiledPlan: sealed::Sealed + Sync {
     /// Number of tiles (the plan's own `tiles()`).
     fn tile_count(&self) -> usize;
@@ -27,6 +28,28 @@ pub trait TiledPlan: sealed::Sealed + Sync {
 
 impl sealed::Sealed for Int8Plan<'_> {}
 impl TiledPlan for Int8Plan<'_> {
+    fn tile_count(&self) -> usize {
+        self.tiles()
+    }
+    unsafe fn run_tile_once(&self, t: usize) {
+        // SAFETY: forwarded from the contract.
+        unsafe { self.run_tile(t) }
+    }
+}
+
+impl sealed::Sealed for GemmPlan<'_> {}
+impl TiledPlan for GemmPlan<'_> {
+    fn tile_count(&self) -> usize {
+        self.tiles()
+    }
+    unsafe fn run_tile_once(&self, t: usize) {
+        // SAFETY: forwarded from the contract.
+        unsafe { self.run_tile(t) }
+    }
+}
+
+impl sealed::Sealed for DqPlan<'_> {}
+impl TiledPlan for DqPlan<'_> {
     fn tile_count(&self) -> usize {
         self.tiles()
     }

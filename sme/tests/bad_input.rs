@@ -184,6 +184,7 @@ fn gemv_rejects_bad_input_without_writing() {
 fn unsupported_kernel_is_a_typed_error() {
     for kind in [
         KernelKind::Portable,
+        KernelKind::Avx2,
         KernelKind::Avx512,
         KernelKind::Amx,
         KernelKind::Neon,

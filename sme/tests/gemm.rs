@@ -215,8 +215,13 @@ fn large_shapes_every_kernel() {
         (1, 1536, 1536),
         (576, 65, 576),
         (17, 576, 129),
+        // Rows past engine-min's former 4096 cap (llama-1b's FFN down is 8192; 8B's 14336):
+        // decode, an odd K, and a prefill tile of 20 rows.
+        (1, 130, 8192),
+        (3, 65, 8193),
+        (20, 64, 14336),
     ];
-    let emulated = [(17, 576, 129), (2, 65, 1536)];
+    let emulated = [(17, 576, 129), (2, 65, 1536), (1, 64, 8193)];
     let shapes = if cfg!(target_arch = "x86_64") {
         &shapes[..]
     } else {

@@ -1,6 +1,8 @@
 //! The CPU backend: hetero-sme's quantized kernels on weights repacked once at `prepare`,
-//! their tiles spread over the thread pool by work stealing; F32/F16/BF16 weights are
-//! dequantized once to f32 and take a small f32 micro-kernel.
+//! their tiles spread over the thread pool by work stealing; F16/BF16 weights are packed once
+//! into hetero-sme's FP16/BF16 panels and take its tile GEMM (at any K); F32 weights (and
+//! every weight under the portable/avx512 oracle kernels) are dequantized once to f32 and take
+//! a small f32 micro-kernel.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +12,6 @@ use hetero_uma::ColumnsMut;
 use super::{check_ld, Backend, BackendError, WeightId, WeightView};
 use hetero_sme::ThreadPool as Pool;
 
-/// Longest row the f32 fallback path handles (its per-task scratch lives on the stack).
-pub const MAX_K: usize = 4096;
 /// Weight rows dequantized together by the f32 fallback (its micro-kernel's row block).
 const NR: usize = 4;
 /// Tokens per f32 micro-kernel call.
@@ -32,6 +32,32 @@ const BYTES_PER_WAKE: usize = 2048;
 /// either way); above it the GEMV re-reads the weight for every 16 tokens while the int8 GEMM
 /// does four multiply-adds per instruction per lane.
 pub const SME_GEMM_MIN_ROWS: usize = 4;
+
+/// Rows (tokens) from which [`CpuKernel::Dq`] runs hetero-sme's decompression GEMM instead of
+/// the int8 GEMM, per decompression kernel, as measured (`sme/examples/dq_gemm.rs`,
+/// benches/results/sme.md): `None` where it never wins. AVX512-BF16 on Zen 4 (the dev VM):
+/// never — `vdpbf16ps` peaks at ~150-180 GFLOP/s per core there against the VNNI int8 GEMM's
+/// ~280-340 GOP/s at every M. AMX-BF16: see [`DQ_MIN_ROWS_AMX`].
+/// The environment variable `HETERO_DQ_MIN_ROWS=N` (read once) overrides it for every kernel
+/// (`off`: never), to measure the crossover on another CPU or to test the path where it does
+/// not win.
+pub fn dq_min_rows(kernel: hetero_sme::DqKernel) -> Option<usize> {
+    static OVERRIDE: std::sync::OnceLock<Option<Option<usize>>> = std::sync::OnceLock::new();
+    let o = OVERRIDE.get_or_init(|| {
+        let v = std::env::var("HETERO_DQ_MIN_ROWS").ok()?;
+        Some(v.trim().parse().ok())
+    });
+    if let Some(o) = o {
+        return *o;
+    }
+    match kernel.name() {
+        "amx-bf16" => Some(DQ_MIN_ROWS_AMX),
+        _ => None,
+    }
+}
+
+/// [`dq_min_rows`] for AMX-BF16 (the H200 machine's Xeon).
+pub const DQ_MIN_ROWS_AMX: usize = 64;
 
 /// The CPU kernels; all are public so tests can run every one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +80,12 @@ pub enum CpuKernel {
     /// [`CpuKernel::Int8`] from there (prefill). A token's result depends on how many tokens
     /// share its call, so it is not batch-invariant.
     Sme,
+    /// [`CpuKernel::Int8`] below [`dq_min_rows`] rows, hetero-sme's decompression GEMM
+    /// ([`hetero_sme::DqPlan`]: the int8 weight dequantized once per matmul into BF16/FP16
+    /// panels, BF16 activations, AMX-BF16 or AVX512-BF16 tiles) from there: prefill on the
+    /// matrix units. Not batch-invariant. Where the decompression GEMM never wins on this CPU
+    /// it is the int8 GEMM at every row count.
+    Dq,
 }
 
 impl CpuKernel {
@@ -76,6 +108,7 @@ impl CpuKernel {
     pub fn all() -> Vec<CpuKernel> {
         let mut v = Self::available();
         v.push(CpuKernel::Sme);
+        v.push(CpuKernel::Dq);
         v
     }
 
@@ -83,7 +116,10 @@ impl CpuKernel {
     /// VNNI that is the int8 GEMM for every row count: on the dev VM's one thread it decodes
     /// 2.7x faster than the f32-activation GEMV (170 vs 62 tok/s), at llama.cpp's numerics.
     pub fn default_for_run() -> CpuKernel {
-        Self::best()
+        match Self::best() {
+            CpuKernel::Int8 if dq_min_rows(hetero_sme::DqKernel::best()).is_some() => CpuKernel::Dq,
+            k => k,
+        }
     }
 
     /// The best batch-invariant kernel (the batched agents engine, `profile`): the int8 GEMM
@@ -106,6 +142,7 @@ impl CpuKernel {
             CpuKernel::Int8 => "sme-int8",
             CpuKernel::SmeGemv => "sme-gemv",
             CpuKernel::Sme => "sme",
+            CpuKernel::Dq => "sme-dq",
         }
     }
 
@@ -119,7 +156,7 @@ impl CpuKernel {
     }
 
     fn uses_int8(self) -> bool {
-        matches!(self, CpuKernel::Int8 | CpuKernel::Sme)
+        matches!(self, CpuKernel::Int8 | CpuKernel::Sme | CpuKernel::Dq)
     }
 
     /// The f32 micro-kernel for weights without a hetero-sme form (F32, F16, BF16 tensors).
@@ -162,8 +199,16 @@ enum Form {
         gemv: Option<(Aligned64, GgmlType)>,
         int8: Option<hetero_sme::Int8Weight>,
     },
-    /// The rows dequantized to f32 (F32/F16/BF16 weights, and quantized ones under the
-    /// portable/avx512 kernels).
+    /// F16/BF16 weights under the hetero-sme kernels: packed once into 64-column panels of
+    /// their own format (the bits copied, exact), run by hetero-sme's tile GEMM on the best
+    /// kernel for the format (AVX-512, AVX2+F16C, AMX-BF16 for BF16, SME on aarch64); at M ≤ 16
+    /// that GEMM is the FP16 decode GEMV. Any K: the kernels cut K into chunks.
+    Packed {
+        data: Vec<u16>,
+        format: hetero_sme::PackedFormat,
+    },
+    /// The rows dequantized to f32 (F32 weights, and every weight under the portable/avx512
+    /// kernels).
     F32(Vec<f32>),
 }
 
@@ -196,10 +241,12 @@ impl Prepared {
                 None
             };
             Form::Quant { gemv, int8 }
+        } else if let (Some(format), true) = (packed_format(ty), gemv || int8) {
+            let len = hetero_sme::packed_len_checked(k, n).ok_or(BackendError::Shape("weight"))?;
+            let mut data = vec![0u16; len];
+            hetero_sme::pack_gguf(ty, w.data, k, n, 0..n, format, &mut data)?;
+            Form::Packed { data, format }
         } else {
-            if k > MAX_K {
-                return Err(BackendError::TooWide { k, max: MAX_K });
-            }
             let mut f = vec![0f32; n * k];
             for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
                 hetero_sme::dequantize_row(ty, &w.data[r * rb..(r + 1) * rb], row)?;
@@ -207,6 +254,15 @@ impl Prepared {
             Form::F32(f)
         };
         Ok(Prepared { n, k, form })
+    }
+}
+
+/// The packed panel format that holds a GGUF type exactly: F16 and BF16 (others: `None`).
+fn packed_format(ty: GgmlType) -> Option<hetero_sme::PackedFormat> {
+    match ty {
+        GgmlType::F16 => Some(hetero_sme::PackedFormat::F16),
+        GgmlType::BF16 => Some(hetero_sme::PackedFormat::Bf16),
+        _ => None,
     }
 }
 
@@ -219,6 +275,8 @@ pub struct CpuBackend {
     prepared: Vec<Prepared>,
     /// Quantized activations of the int8 GEMM, sized in `reserve`.
     acts: Mutex<hetero_sme::QActs>,
+    /// BF16 activations of the decompression GEMM ([`CpuKernel::Dq`]), sized in `reserve`.
+    dq_acts: Mutex<hetero_sme::DqActs>,
 }
 
 impl CpuBackend {
@@ -235,6 +293,7 @@ impl CpuBackend {
             kernel,
             prepared: Vec::new(),
             acts: Mutex::new(hetero_sme::QActs::default()),
+            dq_acts: Mutex::new(hetero_sme::DqActs::default()),
         }
     }
 
@@ -277,11 +336,13 @@ impl CpuBackend {
         }
         match self.path(p, m) {
             Path::Int8(iw) => self.matmul_int8([(iw, out, ldo)], x, m),
+            Path::Dq(iw) => self.matmul_dq([(iw, out, ldo)], x, m),
             Path::Gemv(pw) => self.matmul_gemv([(pw?, out, ldo)], x, m),
             Path::F32(w) => {
                 self.matmul_f32(w, n, k, x, m, out.as_mut_ptr(), ldo);
                 Ok(())
             }
+            Path::Packed(w) => self.matmul_packed([(w?, out, ldo)], x, m),
             Path::Empty => Err(BackendError::Shape("empty CPU form")),
         }
     }
@@ -291,11 +352,14 @@ impl CpuBackend {
         match &p.form {
             Form::Quant { gemv, int8 } => {
                 let use_int8 = match self.kernel {
-                    CpuKernel::Int8 => true,
+                    CpuKernel::Int8 | CpuKernel::Dq => true,
                     CpuKernel::Sme => m >= SME_GEMM_MIN_ROWS,
                     _ => false,
                 };
+                let dq = self.kernel == CpuKernel::Dq
+                    && dq_min_rows(hetero_sme::DqKernel::best()).is_some_and(|t| m >= t);
                 match (use_int8, int8, gemv) {
+                    (_, Some(iw), _) if dq => Path::Dq(iw),
                     (true, Some(iw), _) | (false, Some(iw), None) => Path::Int8(iw),
                     (_, _, Some((buf, ty))) => Path::Gemv(
                         hetero_sme::QPackedRef::new(buf.bytes(), *ty, p.k, p.n)
@@ -304,6 +368,9 @@ impl CpuBackend {
                     (_, None, None) => Path::Empty,
                 }
             }
+            Form::Packed { data, format } => Path::Packed(
+                hetero_sme::PackedRef::new(data, p.k, p.n, *format).map_err(BackendError::from),
+            ),
             Form::F32(w) => Path::F32(w),
         }
     }
@@ -351,7 +418,25 @@ impl CpuBackend {
                 Some(Some(Path::Gemv(Ok(w)))) => Some(*w),
                 _ => None,
             });
+        let packed: [Option<hetero_sme::PackedRef<'_>>; MAX_GROUP] =
+            std::array::from_fn(|i| match paths.get(i) {
+                Some(Some(Path::Packed(Ok(w)))) => Some(*w),
+                _ => None,
+            });
+        let dq: [Option<&hetero_sme::Int8Weight>; MAX_GROUP] =
+            std::array::from_fn(|i| match paths.get(i) {
+                Some(Some(Path::Dq(w))) => Some(*w),
+                _ => None,
+            });
         let n = group.len();
+        if n > 1 && dq[..n].iter().all(Option::is_some) {
+            let jobs = dq.into_iter().flatten().zip(group.iter_mut());
+            return self.matmul_dq(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
+        }
+        if n > 1 && packed[..n].iter().all(Option::is_some) {
+            let jobs = packed.into_iter().flatten().zip(group.iter_mut());
+            return self.matmul_packed(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
+        }
         if n > 1 && int8[..n].iter().all(Option::is_some) {
             let jobs = int8.into_iter().flatten().zip(group.iter_mut());
             return self.matmul_int8(jobs.map(|(w, o)| (w, OutMut::new(o.1), w.n())), x, m);
@@ -386,7 +471,9 @@ impl CpuBackend {
 /// The kernel a weight takes for a row count (see [`CpuBackend::path`]).
 enum Path<'p> {
     Int8(&'p hetero_sme::Int8Weight),
+    Dq(&'p hetero_sme::Int8Weight),
     Gemv(Result<hetero_sme::QPackedRef<'p>, BackendError>),
+    Packed(Result<hetero_sme::PackedRef<'p>, BackendError>),
     F32(&'p [f32]),
     Empty,
 }
@@ -428,6 +515,14 @@ impl Backend for CpuBackend {
         let a = self.acts.get_mut().unwrap_or_else(|e| e.into_inner());
         if a.capacity() < need {
             *a = hetero_sme::QActs::with_capacity(max_rows, max_k);
+        }
+        if self.kernel == CpuKernel::Dq {
+            let d = self.dq_acts.get_mut().unwrap_or_else(|e| e.into_inner());
+            let need =
+                hetero_sme::dq_acts_len(max_rows, max_k).ok_or(BackendError::Shape("reserve"))?;
+            if d.capacity() < need {
+                *d = hetero_sme::DqActs::with_capacity(max_rows, max_k);
+            }
         }
         Ok(())
     }
@@ -561,6 +656,75 @@ impl CpuBackend {
             *plan = Some(
                 hetero_sme::Int8Plan::with_out(kernel, w, &acts, out, ldo)?.with_workers(threads),
             );
+        }
+        self.run_set(&plans, bytes, m)
+    }
+
+    /// hetero-sme's decompression GEMM for each `(weight, out, ldo)` of `jobs` (all on the
+    /// input `x`): the activations converted once, in parallel on the pool, into the reserved
+    /// BF16 scratch, then every weight's tiles (64-column panels × row chunks) in one pool job.
+    fn matmul_dq<'o>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'o hetero_sme::Int8Weight, OutMut<'o>, usize)>,
+        x: &[f32],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let mut jobs = up_to_group(jobs)?;
+        let Some(k) = jobs.iter().flatten().map(|j| j.0.k()).next() else {
+            return Ok(());
+        };
+        if jobs.iter().flatten().any(|j| j.0.k() != k) {
+            return Err(BackendError::Shape("x"));
+        }
+        let kernel = hetero_sme::DqKernel::best();
+        let mut acts = self.dq_acts.lock().unwrap_or_else(|e| e.into_inner());
+        let need = hetero_sme::dq_acts_len(m, k).ok_or(BackendError::Shape("x"))?;
+        if acts.capacity() < need {
+            // Only when `reserve` was not told about this size (not on the engine's path).
+            *acts = hetero_sme::DqActs::with_capacity(m, k);
+        }
+        acts.convert_on(kernel, x, m, k, &self.pool)?;
+        let threads = self.pool.threads();
+        let mut plans: [Option<hetero_sme::DqPlan<'_>>; MAX_GROUP] = Default::default();
+        let mut bytes = 0;
+        for (plan, job) in plans.iter_mut().zip(jobs.iter_mut()) {
+            let Some((w, out, ldo)) = job.take() else {
+                continue;
+            };
+            bytes += w.packed_bytes();
+            *plan =
+                Some(hetero_sme::DqPlan::new(kernel, w, x, &acts, out, ldo)?.with_workers(threads));
+        }
+        self.run_set(&plans, bytes, m)
+    }
+
+    /// hetero-sme's tile GEMM on packed FP16/BF16 panels for each `(weight, out, ldo)` of
+    /// `jobs` (all on the input `x`), the best kernel for each weight's format, every plan's
+    /// tiles in one pool job.
+    fn matmul_packed<'o>(
+        &self,
+        jobs: impl IntoIterator<Item = (hetero_sme::PackedRef<'o>, OutMut<'o>, usize)>,
+        x: &[f32],
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let mut jobs = up_to_group(jobs)?;
+        let mut plans: [Option<hetero_sme::GemmPlan<'_>>; MAX_GROUP] = Default::default();
+        let mut bytes = 0;
+        for (plan, job) in plans.iter_mut().zip(jobs.iter_mut()) {
+            let Some((w, out, ldo)) = job.take() else {
+                continue;
+            };
+            let g = hetero_sme::Gemm {
+                a: hetero_sme::Lhs::F32(x),
+                m,
+                lda: w.k(),
+                w,
+                bias: None,
+                accumulate: false,
+            };
+            bytes += 2 * w.data().len();
+            let kernel = hetero_sme::Kernel::best(w.format());
+            *plan = Some(hetero_sme::GemmPlan::with_out(kernel, &g, out, ldo)?);
         }
         self.run_set(&plans, bytes, m)
     }

@@ -24,7 +24,7 @@ pub mod gpu;
 pub mod npu;
 pub mod resident;
 
-pub use cpu::{CpuBackend, CpuKernel, MAX_K, SME_GEMM_MIN_ROWS};
+pub use cpu::{CpuBackend, CpuKernel, SME_GEMM_MIN_ROWS};
 
 /// A weight prepared by one backend: an index into that backend's prepared forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

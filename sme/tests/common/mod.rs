@@ -47,6 +47,7 @@ pub fn kernels() -> Vec<Kernel> {
     let mut v = Vec::new();
     for kind in [
         KernelKind::Portable,
+        KernelKind::Avx2,
         KernelKind::Avx512,
         KernelKind::Amx,
         KernelKind::Neon,

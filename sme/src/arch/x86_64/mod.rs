@@ -1,10 +1,12 @@
-//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX2, AVX-512 VNNI and AMX-INT8 (int8 GEMM),
+//! x86-64 kernels: AVX-512 (F16C + FMA), AMX-BF16, AVX2 (FP16 GEMM and int8 GEMM), AVX-512 VNNI and AMX-INT8 (int8 GEMM),
 //! AVX512-FP16 (packed Q4 GEMV in FP16 arithmetic).
 
 mod amx;
 mod amx_int8;
+mod avx2_gemm;
 mod avx2_int8;
 mod avx512;
+mod dq;
 mod qgemv_fp16;
 mod vnni;
 mod vnni_k;
@@ -14,8 +16,12 @@ pub(crate) use amx::GROUP as AMX_GROUP;
 #[cfg(test)]
 pub(crate) use amx_int8::amx_int8_model_tile;
 pub use amx_int8::{AmxInt8, AMX_INT8_TILE_ROWS};
+pub(crate) use avx2_gemm::AVX2_TILE_ROWS;
 pub use avx2_int8::Avx2;
 pub(crate) use avx512::AVX512_TILE_ROWS;
+#[cfg(test)]
+pub(crate) use dq::dq_panel_avx512_int_round;
+pub(crate) use dq::{amx_configure, amx_release, dq_panel_avx512};
 pub use qgemv_fp16::Avx512Fp16;
 pub use vnni::Vnni;
 
@@ -69,5 +75,29 @@ impl Amx {
             _p: (),
             blocking: AmxBlocking::default(),
         }
+    }
+}
+
+/// Capability token: proves AVX-512F, F16C and AVX512-BF16 (`vdpbf16ps`, `vcvtneps2bf16`): the
+/// decompression GEMM's BF16 kernels ([`crate::DqKernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Avx512Bf16 {
+    _p: (),
+}
+
+impl Avx512Bf16 {
+    /// `Some` when the CPU (and OS, through XCR0) supports AVX-512F, F16C and AVX512-BF16.
+    pub fn try_new() -> Option<Self> {
+        (std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("f16c")
+            && std::arch::is_x86_feature_detected!("avx512bf16"))
+        .then_some(Self { _p: () })
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F, F16C and AVX512-BF16, with AVX-512 state enabled by the
+    /// OS.
+    pub unsafe fn new_unchecked() -> Self {
+        Self { _p: () }
     }
 }
