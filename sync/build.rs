@@ -12,6 +12,7 @@ fn c_tests() {
     for f in [
         "tests/c/sync_capi_test.c",
         "tests/c/sync_example.c",
+        "tests/c/sync_process_test.c",
         "include/hetero_sync.h",
     ] {
         println!("cargo:rerun-if-changed={f}");
@@ -19,6 +20,7 @@ fn c_tests() {
     cc::Build::new()
         .file("tests/c/sync_capi_test.c")
         .file("tests/c/sync_example.c")
+        .file("tests/c/sync_process_test.c")
         .include("include")
         .std("c11")
         .warnings(true)

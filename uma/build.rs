@@ -12,6 +12,7 @@ fn c_tests() {
     for f in [
         "tests/c/uma_capi_test.c",
         "tests/c/uma_example.c",
+        "tests/c/uma_race_test.c",
         "include/hetero_uma.h",
     ] {
         println!("cargo:rerun-if-changed={f}");
@@ -19,6 +20,7 @@ fn c_tests() {
     cc::Build::new()
         .file("tests/c/uma_capi_test.c")
         .file("tests/c/uma_example.c")
+        .file("tests/c/uma_race_test.c")
         .include("include")
         .std("c11")
         .warnings(true)

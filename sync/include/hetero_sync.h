@@ -134,22 +134,30 @@ typedef enum hetero_sync_phase {
 } hetero_sync_phase;
 
 /**
- * A dependency barrier over 1..=32 producers (opaque): `hetero_sync_barrier_new`, or the
- * caller's memory (`HETERO_SYNC_BARRIER_SIZE` bytes, `HETERO_SYNC_BARRIER_ALIGN`) with
- * `hetero_sync_barrier_init`.
+ * A dependency barrier over 1..=32 producers (opaque), always in the caller's memory (a
+ * `hetero_sync_barrier_storage`, or `HETERO_SYNC_BARRIER_SIZE` bytes aligned to
+ * `HETERO_SYNC_BARRIER_ALIGN`), placed by `hetero_sync_barrier_init`; nothing to free.
  */
 typedef struct hetero_sync_barrier hetero_sync_barrier;
 
 /**
  * A completion flag (opaque): one 32-bit epoch word (`HETERO_SYNC_FLAG_SIZE` bytes, aligned
- * to `HETERO_SYNC_FLAG_ALIGN`), heap-allocated by `hetero_sync_flag_new` or placed in the
- * caller's memory (e.g. beside a tensor in shared memory) by `hetero_sync_flag_init`.
+ * to `HETERO_SYNC_FLAG_ALIGN`), always in the caller's memory: a `hetero_sync_flag_storage`
+ * (static, on the stack, in a struct, or from `malloc`), or any suitably aligned bytes, e.g.
+ * beside a tensor in memory a device or another process maps. `hetero_sync_flag_init` places
+ * one there, `hetero_sync_flag_attach` names one already there. The library never allocates
+ * or frees a flag, so there is no `_free` to call on the wrong kind of memory.
  */
 typedef struct hetero_sync_flag hetero_sync_flag;
 
 /**
  * What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
  * wait of one call site so the wait sleeps until just before the predicted completion.
+ *
+ * Safe to share between threads: each wait copies the state out at its start and stores what
+ * it learned when it returns, each under a short internal lock (never held during the wait).
+ * Two waits on one site at once both run with the prediction of their start; the state of the
+ * one that returns last is kept (the other's sample is lost, nothing else).
  */
 typedef struct hetero_sync_site hetero_sync_site;
 
@@ -197,6 +205,28 @@ typedef struct hetero_sync_wait_report {
    */
   uint64_t slept_ns;
 } hetero_sync_wait_report;
+
+/**
+ * Memory for one flag with the right size and alignment (`HETERO_SYNC_FLAG_SIZE`,
+ * `HETERO_SYNC_FLAG_ALIGN`): declare one, pass its address to `hetero_sync_flag_init`.
+ */
+typedef struct hetero_sync_flag_storage {
+  /**
+   * Not for the caller to read or write (the flag's word).
+   */
+  uint32_t opaque[1];
+} hetero_sync_flag_storage;
+
+/**
+ * Memory for one barrier with the right size and alignment (`HETERO_SYNC_BARRIER_SIZE`,
+ * `HETERO_SYNC_BARRIER_ALIGN`): declare one, pass its address to `hetero_sync_barrier_init`.
+ */
+typedef struct hetero_sync_barrier_storage {
+  /**
+   * Not for the caller to read or write.
+   */
+  uint64_t opaque[2];
+} hetero_sync_barrier_storage;
 
 #ifdef __cplusplus
 extern "C" {
@@ -246,30 +276,11 @@ enum hetero_sync_status hetero_sync_selftest_panic(void);
 enum hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_config *out);
 
 /**
- * A new flag at `epoch` (low 31 bits; 0 = nothing published) into `*out`; free it with
- * `hetero_sync_flag_free`.
- *
- * Thread-safe.
- *
- * # Safety
- * `out` valid for one write.
- */
-enum hetero_sync_status hetero_sync_flag_new(uint32_t epoch, struct hetero_sync_flag **out);
-
-/**
- * Frees a flag from `hetero_sync_flag_new` (null is ignored). Not for `_init` flags (their
- * memory is the caller's) and not while any thread uses the flag.
- *
- * # Safety
- * `flag` null or from `hetero_sync_flag_new`, freed once, unused afterwards.
- */
-void hetero_sync_flag_free(struct hetero_sync_flag *flag);
-
-/**
- * Places a flag at `epoch` in the caller's memory `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE`
- * bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned; e.g. the 4 bytes beside a tensor in memory a device
- * also maps) and gives its handle in `*out` (the same address). Also how to reset a flag to an
- * epoch: call it again, while no thread uses the flag. Nothing to free.
+ * Places a flag at `epoch` (low 31 bits; 0 = nothing published) in the caller's memory `mem`
+ * (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned: a
+ * `hetero_sync_flag_storage`, or e.g. the 4 bytes beside a tensor in memory a device also maps)
+ * and gives its handle in `*out` (the same address). Also how to reset a flag to an epoch: call
+ * it again, while no thread uses the flag. Nothing to free: the memory is the caller's.
  *
  * Not thread-safe with other users of the same memory.
  *
@@ -282,6 +293,24 @@ enum hetero_sync_status hetero_sync_flag_init(void *mem,
                                               size_t size,
                                               uint32_t epoch,
                                               struct hetero_sync_flag **out);
+
+/**
+ * The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
+ * `HETERO_SYNC_FLAG_ALIGN`-aligned), unchanged, into `*out` (the same address): for a flag
+ * another party placed, e.g. a uma slot's flag word (`hetero_uma_raw_slot.flag`) or a flag in a
+ * memfd page this process mapped from another process (at any address: waits and publishes
+ * in different processes wake each other). Nothing to free.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `mem` valid for `size` bytes for as long as the flag is used, holding a flag (from
+ * `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
+ * atomically meanwhile; `out` valid for one write.
+ */
+enum hetero_sync_status hetero_sync_flag_attach(void *mem,
+                                                size_t size,
+                                                struct hetero_sync_flag **out);
 
 /**
  * Publishes `epoch` (the "signal"): every write the caller made before is visible to a
@@ -337,11 +366,12 @@ bool hetero_sync_flag_wait_spin(const struct hetero_sync_flag *flag,
  * `cfg` null = defaults; `site` (null = no prediction) learns from each wait; `report` (may be
  * null) says what the wait did. `HETERO_SYNC_TIMEOUT` after `cfg->timeout_ns`.
  *
- * Thread-safe (several waiters on one flag are fine; one `site` per waiting thread).
+ * Thread-safe (several waiters on one flag are fine, and one `site` may be shared by waits
+ * on several threads: see `hetero_sync_site`).
  *
  * # Safety
- * `flag` a live flag; `cfg`, `site`, `report` null or valid (the site used by this thread
- * only during the call).
+ * `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
+ * only).
  */
 enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
                                               uint32_t target,
@@ -361,30 +391,10 @@ enum hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_
                                                        uint32_t target);
 
 /**
- * A new barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive in
- * is the next), into `*out`. Free with `hetero_sync_barrier_free`.
- *
- * Thread-safe.
- *
- * # Safety
- * `out` valid for one write.
- */
-enum hetero_sync_status hetero_sync_barrier_new(uint32_t producers,
-                                                uint32_t completed,
-                                                struct hetero_sync_barrier **out);
-
-/**
- * Frees a barrier from `hetero_sync_barrier_new` (null is ignored); not while in use.
- *
- * # Safety
- * `barrier` null or from `hetero_sync_barrier_new`, freed once, unused afterwards.
- */
-void hetero_sync_barrier_free(struct hetero_sync_barrier *barrier);
-
-/**
- * Places a barrier in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
- * `HETERO_SYNC_BARRIER_ALIGN`-aligned), handle in `*out` (the same address). Calling it again
- * resets it (while no thread uses it). Nothing to free.
+ * Places a barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive
+ * in is the next) in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
+ * `HETERO_SYNC_BARRIER_ALIGN`-aligned: a `hetero_sync_barrier_storage`), handle in `*out` (the
+ * same address). Calling it again resets it (while no thread uses it). Nothing to free.
  *
  * Not thread-safe with other users of the same memory.
  *
@@ -476,7 +486,7 @@ void hetero_sync_site_free(struct hetero_sync_site *site);
  * The site's predicted wait in ns into `*ns` (false, nothing written, before any sample);
  * `*samples` (may be null) gets how many waits it learned from.
  *
- * Not thread-safe with a wait using the same site.
+ * Thread-safe (also while waits use the same site: a consistent snapshot).
  *
  * # Safety
  * `site` a live site; `ns_out` valid for one write; `samples` null or valid for one write.

@@ -19,6 +19,8 @@ extern "C" {
     ) -> i32;
     fn ctest_sync_threads(rounds: u32) -> i32;
     fn ctest_sync_bad_inputs() -> i32;
+    fn ctest_sync_cross_process(timeout_s: f64) -> i32;
+    fn ctest_sync_shared_site(rounds: u32) -> i32;
     fn example_sync_handoff() -> i32;
 }
 
@@ -156,4 +158,24 @@ fn readme_example_runs() {
         readme.contains(body),
         "README's From C example differs from tests/c/sync_example.c"
     );
+}
+
+/// A flag in a memfd page shared with a forked child that maps the fd again (at another
+/// address): the child blocks in `hetero_sync_flag_wait_blocking`, the parent publishes, the
+/// child must wake and see the data (tests/c/sync_process_test.c). With process-private
+/// futexes the child never woke and this failed after its 5 s timeout.
+#[test]
+fn a_publish_wakes_a_blocked_waiter_in_another_process() {
+    // SAFETY: no pointers; the C side forks a child that only waits and exits.
+    let rc = unsafe { ctest_sync_cross_process(5.0) };
+    assert_eq!(rc, 0, "see stderr: 7 = the blocked child was never woken");
+}
+
+/// One wait site shared by two waiting pthreads while a third reads it (tests/c/sync_capi_test.c
+/// `ctest_sync_shared_site`): every wait succeeds and every snapshot is a whole state. Before
+/// the site had its own lock, two waits on one site made two `&mut` to it.
+#[test]
+fn one_site_shared_by_two_waiting_threads() {
+    // SAFETY: no pointers.
+    assert_eq!(unsafe { ctest_sync_shared_site(100) }, 0, "see stderr");
 }

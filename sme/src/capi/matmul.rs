@@ -1007,16 +1007,32 @@ impl Job {
                 "activations packed for another K",
             ));
         }
+        // The LHS header must be consistent in itself (its scheme the one its type implies) and
+        // match what the weight expects (the weight's scheme), because `run` lays the
+        // activations' records out by the weight's format: a header whose type and scheme
+        // disagree (forged or corrupt) would otherwise pass a payload check made with one and
+        // be read with the other, past the buffer.
         let (_, lf) = family_type(lh.ggml_type).map_err(|_| corrupt())?;
-        let lp = lhs_payload(v, lf, m, k).map_err(|_| corrupt())?;
-        if lp as u64 != lh.payload {
-            return Err(corrupt());
+        let own_scheme = match v.family() {
+            Family::Int8 => scheme_of(lf),
+            Family::Qgemv => SCHEME_NONE,
+        };
+        if lh.scheme != own_scheme {
+            return Err(Fail::new(
+                St::HETERO_SME_BAD_BLOB,
+                "packed activations: corrupt header (scheme and type disagree)",
+            ));
         }
-        if v.family() == Family::Int8 && lh.scheme != scheme_of(f) {
+        if v.family() == Family::Int8 && own_scheme != scheme_of(f) {
             return Err(Fail::new(
                 St::HETERO_SME_BLOB_MISMATCH,
                 "activations quantized for another scheme (per 32 vs per 256 values)",
             ));
+        }
+        // Sized with the weight's format: exactly the layout `run` reads.
+        let lp = lhs_payload(v, f, m, k).map_err(|_| corrupt())?;
+        if lp as u64 != lh.payload {
+            return Err(corrupt());
         }
         let (m_end, n_end) = bound.unwrap_or((m, n));
         if m_end > m || n_end > n {

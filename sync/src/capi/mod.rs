@@ -2,7 +2,8 @@
 //! module and checked in; `scripts/capi.sh` builds the libraries). Conventions as every
 //! `hetero_*` C API: statuses (0 = OK), `hetero_sync_status_message`, a per-thread
 //! `hetero_sync_last_error`, `catch_unwind` at every entry, null/alignment/size checks with
-//! nothing changed on failure; no allocation except the `_new` handles.
+//! nothing changed on failure; no allocation except `hetero_sync_site_new` (flags and barriers
+//! live in the caller's memory).
 #![allow(non_camel_case_types)]
 
 use core::ffi::c_char;
