@@ -17,6 +17,7 @@ use crate::backend::{BackendError, CpuBackend, CpuKernel};
 use crate::exec::{Backends, Executor};
 use crate::model::Model;
 use crate::phases::PhasePlans;
+use crate::prepared::CacheSetting;
 use hetero_sme::ThreadPool as Pool;
 
 /// A `--plan` value.
@@ -191,6 +192,9 @@ pub struct ComposeOptions {
     pub gpu_path: GpuPath,
     /// What the run will do: `auto` weighs prefill and decode by it.
     pub workload: Workload,
+    /// Where the CPU's prepared (repacked) weights are kept between runs; default
+    /// [`CacheSetting::Off`] (the command line defaults to [`CacheSetting::default_dir`]).
+    pub prepared: CacheSetting,
 }
 
 /// How an all-GPU plan runs.
@@ -218,6 +222,7 @@ impl Default for ComposeOptions {
             context: 2048,
             gpu_path: GpuPath::Resident,
             workload: Workload::default(),
+            prepared: CacheSetting::Off,
         }
     }
 }
@@ -438,10 +443,14 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         .map(GpuBackend::with_device)
         .transpose()
         .map_err(ComposeError::Gpu)?;
-    let exec = Executor::new(
+    let exec = Executor::with_source(
         plans,
         Backends { cpu, gpu, npu },
         &crate::engine::matmul_weights(model),
+        crate::backend::PrepareSource {
+            file: Some(model.file()),
+            cache: Some(&opts.prepared),
+        },
     )?;
     Ok(Composed {
         exec,

@@ -31,7 +31,7 @@ use hetero_uma::{Block, ColumnsMut, Handle, MatrixLayout, Pool as UmaPool};
 use crate::backend::cpu::MAX_GROUP;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::NpuBackend;
-use crate::backend::{Backend, BackendError, CpuBackend, WeightId, WeightView};
+use crate::backend::{Backend, BackendError, CpuBackend, PrepareSource, WeightId, WeightView};
 use crate::helper::Helper;
 use crate::phases::PhasePlans;
 
@@ -347,6 +347,19 @@ impl Executor {
         backends: Backends,
         weights: &[WeightView<'_>],
     ) -> Result<Executor, BackendError> {
+        Self::with_source(plans, backends, weights, PrepareSource::default())
+    }
+
+    /// [`Executor::new`] with the CPU's pieces prepared all at once from `source`: mapped
+    /// from the prepared-weights cache when it holds them (a warm start), else packed in
+    /// parallel on the pool into the cache file or memory
+    /// ([`CpuBackend::prepare_all`]; its report: [`Executor::prepare_report`]).
+    pub fn with_source(
+        plans: impl Into<PhasePlans>,
+        backends: Backends,
+        weights: &[WeightView<'_>],
+        source: PrepareSource<'_>,
+    ) -> Result<Executor, BackendError> {
         let plans = plans.into();
         let Backends {
             mut cpu,
@@ -356,6 +369,10 @@ impl Executor {
         let max_m = plans.max_m() as usize;
         let execs = map_plans(&plans, gpu.is_some(), npu.as_ref())?;
         let mut prepared = Vec::with_capacity(weights.len());
+        // The CPU's pieces are prepared together after the loop (in parallel, or mapped from
+        // the cache): (weight, piece) of each, and its view.
+        let mut cpu_pieces: Vec<(usize, usize)> = Vec::new();
+        let mut cpu_views: Vec<WeightView<'_>> = Vec::new();
         let mut max_k = 1;
         for w in weights {
             max_k = max_k.max(w.k);
@@ -378,7 +395,12 @@ impl Executor {
                 }
                 let view = w.rows(part.cols.clone())?;
                 let id = match part.who {
-                    Pb::Cpu => cpu.prepare(&view)?,
+                    Pb::Cpu => {
+                        cpu_pieces.push((prepared.len(), pieces.len()));
+                        cpu_views.push(view);
+                        // Replaced by the id `prepare_all` gives it below.
+                        WeightId::new(0)?
+                    }
                     Pb::Gpu => gpu
                         .as_mut()
                         .ok_or(BackendError::MissingBackend(Pb::Gpu))?
@@ -395,6 +417,10 @@ impl Executor {
                 n: w.n,
                 pieces,
             });
+        }
+        let ids = cpu.prepare_all(&cpu_views, source)?;
+        for ((w, i), id) in cpu_pieces.into_iter().zip(ids) {
+            prepared[w].pieces[i].2 = id;
         }
         cpu.reserve(max_m, max_k)?;
         if let Some(g) = &mut gpu {
@@ -494,6 +520,11 @@ impl Executor {
     /// The CPU backend (its pool runs the engine's host ops).
     pub fn cpu(&self) -> &CpuBackend {
         &self.cpu
+    }
+
+    /// What preparing the CPU's weights did (cache mapped or written, notes, times).
+    pub fn prepare_report(&self) -> &crate::backend::PrepareReport {
+        self.cpu.prepare_report()
     }
 
     /// The reduction length of the model's weight `w`.

@@ -850,6 +850,15 @@ fn non_regular_kind(ft: std::fs::FileType) -> Option<&'static str> {
     Some("not a regular file")
 }
 
+/// [`open_regular`] with its refusals as I/O errors (`NotFound` stays `NotFound`), for other
+/// files the engine maps (the prepared-weights cache).
+pub(crate) fn open_regular_io(path: &Path) -> std::io::Result<std::fs::File> {
+    open_regular(path).map_err(|e| match e {
+        OpenError::Io(_, e) => e,
+        other => std::io::Error::other(other.to_string()),
+    })
+}
+
 /// Opens `path` for reading if it is a regular file, without ever blocking on it.
 ///
 /// Two checks, for two reasons: `metadata` (stat, which follows symlinks and opens nothing)
@@ -926,6 +935,8 @@ pub struct GgufFile {
     storage: Storage,
     /// The parsed header.
     pub header: Gguf,
+    /// Where it came from on disk (`None` for [`GgufFile::from_bytes`]).
+    identity: Option<crate::prepared::FileIdentity>,
 }
 
 impl GgufFile {
@@ -946,6 +957,7 @@ impl GgufFile {
         Ok(Self {
             storage: Storage::Mapped(map),
             header,
+            identity: crate::prepared::FileIdentity::of(path, &file).ok(),
         })
     }
 
@@ -984,6 +996,7 @@ impl GgufFile {
         Ok(Self {
             storage: Storage::Owned(bytes),
             header,
+            identity: crate::prepared::FileIdentity::of(path, &file).ok(),
         })
     }
 
@@ -999,6 +1012,7 @@ impl GgufFile {
         Ok(Self {
             storage: Storage::Owned(bytes),
             header,
+            identity: None,
         })
     }
 
@@ -1013,6 +1027,56 @@ impl GgufFile {
             Storage::Mapped(m) => m,
             Storage::Owned(b) => b.as_slice(),
         }
+    }
+
+    /// The file's identity on disk (path, size, modification time, inode), taken when it was
+    /// opened; `None` for [`GgufFile::from_bytes`]. The prepared-weights cache keys on it.
+    pub fn identity(&self) -> Option<&crate::prepared::FileIdentity> {
+        self.identity.as_ref()
+    }
+
+    /// [`crate::prepared::hash64`] of the header and tensor table (bytes before the data).
+    pub fn header_hash(&self) -> u64 {
+        let end = usize::try_from(self.header.data_offset)
+            .unwrap_or(usize::MAX)
+            .min(self.bytes().len());
+        crate::prepared::hash64(&self.bytes()[..end], 0x6767_7566)
+    }
+
+    /// The byte range of `part` in the file, when it is a sub-slice of [`GgufFile::bytes`].
+    pub fn range_of(&self, part: &[u8]) -> Option<std::ops::Range<usize>> {
+        let all = self.bytes();
+        let start = (part.as_ptr() as usize).checked_sub(all.as_ptr() as usize)?;
+        let end = start.checked_add(part.len())?;
+        (end <= all.len()).then_some(start..end)
+    }
+
+    /// Gives back the resident pages of a mapped file's bytes `range` (the whole pages inside
+    /// it): they stay in the page cache and come back on the next read, but stop counting in
+    /// this process's resident memory. A loader calls it once a weight's prepared copy has
+    /// replaced its source. No effect on a file read into memory.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Storage::Mapped(m) = &self.storage {
+            // SAFETY: sysconf reads a system constant; no memory-safety preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .unwrap_or(4096)
+                .max(1);
+            let base = m.as_ptr() as usize;
+            let lo = (base + range.start).div_ceil(page) * page - base;
+            let hi = ((base + range.end.min(m.len())) / page * page).saturating_sub(base);
+            if lo < hi {
+                // SAFETY: MADV_DONTNEED on a read-only shared file mapping only drops this
+                // process's page-table entries: the next read faults the same file bytes back
+                // in from the page cache, so every `&[u8]` into the map stays valid and keeps
+                // its contents. The range lies inside the map (clamped above).
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
     }
 
     /// The data of tensor `name`, with its info.

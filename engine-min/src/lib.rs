@@ -19,6 +19,7 @@ pub mod model;
 pub mod perplexity;
 pub mod phases;
 pub mod planning;
+pub mod prepared;
 pub mod profiler;
 pub mod quant;
 pub mod reference;

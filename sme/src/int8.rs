@@ -34,6 +34,10 @@ use crate::{ActBlocks, BlockMeta, Error, GgmlType, QActs, StealState, SuperMeta}
 pub const INT8_GROUP: usize = 16;
 /// Activation rows per parallel tile (a tile is up to this many rows × some groups).
 pub const INT8_TILE_ROWS: usize = 32;
+/// The version of [`Int8Weight`]'s packed layout (its quants and scale words). Anything that
+/// keeps packed bytes between runs (a prepared-weights cache) keys on it; bump it whenever the
+/// layout changes.
+pub const INT8_LAYOUT_VERSION: u32 = 1;
 
 /// The packed layouts, one per GGUF type the int8 GEMM computes (kernel-internal dispatch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -138,7 +142,8 @@ impl Int8Fmt {
 pub(crate) struct Chunk64(pub [u8; 64]);
 
 /// A weight matrix repacked for the int8 kernels (built once, at load time; the only allocation
-/// of this module).
+/// of this module), in its own storage ([`Int8Weight::pack_gguf`]) or in bytes it shares
+/// ([`Int8Weight::from_shared`] over what [`Int8Weight::pack_gguf_groups`] wrote).
 ///
 /// Layout (all offsets from 64-byte-aligned storage):
 /// - `u`: for group `g` (rows `16g..16g+16`), 32-k chunk `c` (elements `32c..32c+32` of each
@@ -159,8 +164,70 @@ pub struct Int8Weight {
     fmt: Int8Fmt,
     n: usize,
     k: usize,
-    quants: Vec<Chunk64>,
-    scales: Vec<u16>,
+    store: Store,
+}
+
+/// Bytes that a packed weight can borrow for as long as it lives: a memory-mapped file of
+/// prepared weights, or one buffer holding many weights (see [`Int8Weight::from_shared`]).
+pub type SharedBytes = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a packed weight's bytes live.
+#[derive(Clone)]
+enum Store {
+    /// Allocated by [`Int8Weight::pack_gguf`].
+    Owned {
+        quants: Vec<Chunk64>,
+        scales: Vec<u16>,
+    },
+    /// Ranges of shared bytes, checked by [`Int8Weight::from_shared`]: `quants` starts on a
+    /// 64-byte boundary, `scales` on a 2-byte one, both inside the bytes (which never move
+    /// and are never written while shared).
+    Shared {
+        bytes: SharedBytes,
+        quants: core::ops::Range<usize>,
+        scales: core::ops::Range<usize>,
+    },
+}
+
+impl core::fmt::Debug for Store {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Store::Owned { quants, scales } => write!(
+                f,
+                "Owned({} quant bytes, {} scale words)",
+                quants.len() * 64,
+                scales.len()
+            ),
+            Store::Shared { quants, scales, .. } => {
+                write!(f, "Shared(quants {quants:?}, scales {scales:?})")
+            }
+        }
+    }
+}
+
+/// The sizes of one weight's packed int8 form ([`Int8Weight::layout`]): 16-row groups, each
+/// `group_quant_bytes` of `u` and `group_scale_words` of scales, stored group after group, so
+/// groups `g0..g1` are the contiguous ranges `g0 * group_quant_bytes..g1 * group_quant_bytes`
+/// of the quants and likewise of the scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int8Layout {
+    /// 16-row groups, `ceil(N/16)`.
+    pub groups: usize,
+    /// Bytes of `u` per group (a multiple of 64).
+    pub group_quant_bytes: usize,
+    /// FP16-sized scale words per group.
+    pub group_scale_words: usize,
+}
+
+impl Int8Layout {
+    /// Bytes of `u` of the whole weight.
+    pub fn quant_bytes(&self) -> usize {
+        self.groups * self.group_quant_bytes
+    }
+    /// Scale words of the whole weight.
+    pub fn scale_words(&self) -> usize {
+        self.groups * self.group_scale_words
+    }
 }
 
 fn check_shape(fmt: Int8Fmt, n: usize, k: usize, blocks: usize) -> Result<(), Error> {
@@ -194,6 +261,84 @@ trait I8Src: QuantBlock {
     fn u(&self, e: usize) -> u8;
     /// Writes this block's scales for lane `j` into the (group, block) record.
     fn put_scales(&self, rec: &mut [u16], j: usize);
+
+    /// Packs group `g` (rows `16g..16g+16` of `n`) of the weight `blocks` (`n` rows of
+    /// `k / block` blocks, shape checked) into `q` (the group's `u` bytes) and `s` (its scale
+    /// words), both zeroed by the caller: element by element through [`put_u_in`]. The formats
+    /// whose nibbles or bytes land in the packed layout unchanged override it with word copies.
+    fn pack_group(blocks: &[Self], n: usize, k: usize, g: usize, q: &mut [u8], s: &mut [u16]) {
+        pack_group_elementwise(blocks, n, k, g, q, s);
+    }
+}
+
+/// [`I8Src::pack_group`]'s element-by-element body: the definition the fast overrides are
+/// tested against byte for byte.
+fn pack_group_elementwise<B: I8Src>(
+    blocks: &[B],
+    n: usize,
+    k: usize,
+    g: usize,
+    q: &mut [u8],
+    s: &mut [u16],
+) {
+    let fmt = B::FMT;
+    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
+    for j in 0..INT8_GROUP.min(n - g * INT8_GROUP) {
+        let r = g * INT8_GROUP + j;
+        for (b, blk) in blocks[r * nb..(r + 1) * nb].iter().enumerate() {
+            for e in 0..be {
+                put_u_in(fmt, q, j, b * be + e, blk.u(e));
+            }
+            blk.put_scales(&mut s[b * sw..(b + 1) * sw], j);
+        }
+    }
+}
+
+/// Sets `u` of (lane `j`, element `i`) in one group's packed `u` bytes `q` (zeroed before the
+/// first call): the layout in [`Int8Weight`]'s doc, group-relative.
+fn put_u_in(f: Int8Fmt, q: &mut [u8], j: usize, i: usize, u: u8) {
+    let (c, kk) = (i / QK, i % QK);
+    let base = c * f.chunk_bytes();
+    if f == Int8Fmt::Q8_0 {
+        q[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
+        return;
+    }
+    let (hi, st) = (kk / 16, kk % 16);
+    let (v, ii) = (st / 4, st % 4);
+    let at = 4 * j + ii;
+    q[base + v * 64 + at] |= (u & 15) << (4 * hi);
+    let plane = base + 256;
+    match f.high_bits() {
+        1 => q[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
+        2 => q[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
+        _ => {}
+    }
+}
+
+/// The 32-value 4-bit formats' fast packing: element `e < 16` is the low nibble of `qs[e]` and
+/// `16 + e` its high nibble, which is exactly the packed byte of nibble vector `e / 4`, lane
+/// `j`, byte `e % 4`; so each row's 16 bytes go in as four 4-byte copies.
+fn pack_group_nibbles<B: I8Src>(
+    blocks: &[B],
+    qs: impl Fn(&B) -> &[u8; 16],
+    n: usize,
+    k: usize,
+    g: usize,
+    q: &mut [u8],
+    s: &mut [u16],
+) {
+    let (nb, sw, cb) = (k / QK, B::FMT.scale_words(), B::FMT.chunk_bytes());
+    for j in 0..INT8_GROUP.min(n - g * INT8_GROUP) {
+        let r = g * INT8_GROUP + j;
+        for (b, blk) in blocks[r * nb..(r + 1) * nb].iter().enumerate() {
+            let src = qs(blk);
+            let dst = &mut q[b * cb..(b + 1) * cb];
+            for v in 0..4 {
+                dst[v * 64 + 4 * j..v * 64 + 4 * j + 4].copy_from_slice(&src[4 * v..4 * v + 4]);
+            }
+            blk.put_scales(&mut s[b * sw..(b + 1) * sw], j);
+        }
+    }
 }
 
 fn set_byte(rec: &mut [u16], at: usize, v: u8) {
@@ -213,6 +358,9 @@ impl I8Src for BlockQ4_0 {
     fn put_scales(&self, rec: &mut [u16], j: usize) {
         rec[j] = self.d;
     }
+    fn pack_group(blocks: &[Self], n: usize, k: usize, g: usize, q: &mut [u8], s: &mut [u16]) {
+        pack_group_nibbles(blocks, |b| &b.qs, n, k, g, q, s);
+    }
 }
 
 impl I8Src for BlockQ4_1 {
@@ -223,6 +371,9 @@ impl I8Src for BlockQ4_1 {
     fn put_scales(&self, rec: &mut [u16], j: usize) {
         rec[j] = self.d;
         rec[INT8_GROUP + j] = self.m;
+    }
+    fn pack_group(blocks: &[Self], n: usize, k: usize, g: usize, q: &mut [u8], s: &mut [u16]) {
+        pack_group_nibbles(blocks, |b| &b.qs, n, k, g, q, s);
     }
 }
 
@@ -255,6 +406,23 @@ impl I8Src for BlockQ8_0 {
     fn put_scales(&self, rec: &mut [u16], j: usize) {
         rec[j] = self.d;
     }
+    /// Bytes `4s..4s+4` of each row's block are vector `s`, lane `j`, offset by 128.
+    fn pack_group(blocks: &[Self], n: usize, k: usize, g: usize, q: &mut [u8], s: &mut [u16]) {
+        let nb = k / QK;
+        let cb = Int8Fmt::Q8_0.chunk_bytes();
+        for j in 0..INT8_GROUP.min(n - g * INT8_GROUP) {
+            let r = g * INT8_GROUP + j;
+            for (b, blk) in blocks[r * nb..(r + 1) * nb].iter().enumerate() {
+                let dst = &mut q[b * cb..(b + 1) * cb];
+                for v in 0..8 {
+                    let w = u32::from_ne_bytes(core::array::from_fn(|i| blk.qs[4 * v + i] as u8));
+                    dst[v * 64 + 4 * j..v * 64 + 4 * j + 4]
+                        .copy_from_slice(&(w ^ 0x8080_8080).to_ne_bytes());
+                }
+                s[b * INT8_GROUP + j] = blk.d;
+            }
+        }
+    }
 }
 
 /// Q4_K / Q5_K scale records: `d`, `dmin`, the 6-bit scales, the minimums in pairs.
@@ -275,6 +443,33 @@ impl I8Src for BlockQ4K {
     }
     fn put_scales(&self, rec: &mut [u16], j: usize) {
         put_k4_scales(self.d, self.dmin, &self.scales, rec, j);
+    }
+    /// Sub-block `sb` (32 values) is the low (even `sb`) or high (odd) nibbles of
+    /// `qs[32 (sb/2)..][..32]`: packed byte `4v + i` of its chunk takes that nibble of byte
+    /// `4v + i` (low) and of byte `16 + 4v + i` (high).
+    fn pack_group(blocks: &[Self], n: usize, k: usize, g: usize, q: &mut [u8], s: &mut [u16]) {
+        let nb = k / QK_K;
+        let (sw, cb) = (Int8Fmt::Q4K.scale_words(), Int8Fmt::Q4K.chunk_bytes());
+        for j in 0..INT8_GROUP.min(n - g * INT8_GROUP) {
+            let r = g * INT8_GROUP + j;
+            for (b, blk) in blocks[r * nb..(r + 1) * nb].iter().enumerate() {
+                for sb in 0..QK_K / QK {
+                    let src = &blk.qs[32 * (sb / 2)..32 * (sb / 2) + 32];
+                    let sh = 4 * (sb % 2) as u32;
+                    let dst = &mut q[(b * (QK_K / QK) + sb) * cb..][..cb];
+                    for v in 0..4 {
+                        let word = |o: usize| {
+                            u32::from_le_bytes(src[o..o + 4].try_into().unwrap_or([0; 4]))
+                        };
+                        let lo = (word(4 * v) >> sh) & 0x0F0F_0F0F;
+                        let hi = (word(16 + 4 * v) >> sh) & 0x0F0F_0F0F;
+                        dst[v * 64 + 4 * j..v * 64 + 4 * j + 4]
+                            .copy_from_slice(&(lo | hi << 4).to_le_bytes());
+                    }
+                }
+                blk.put_scales(&mut s[b * sw..(b + 1) * sw], j);
+            }
+        }
     }
 }
 
@@ -303,16 +498,8 @@ impl I8Src for BlockQ6K {
 
 /// Quant bytes and scale words of the packed form of `n` rows × `k` of `fmt`.
 fn packed_sizes(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
-    let ng = n.div_ceil(INT8_GROUP);
-    let qb = ng
-        .checked_mul(k / QK)
-        .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
-        .ok_or(Error::Overflow)?;
-    let sw = ng
-        .checked_mul(k / fmt.block())
-        .and_then(|x| x.checked_mul(fmt.scale_words()))
-        .ok_or(Error::Overflow)?;
-    Ok((qb, sw))
+    let l = Int8Weight::layout(fmt.ty(), n, k)?;
+    Ok((l.quant_bytes(), l.scale_words()))
 }
 
 /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
@@ -321,65 +508,10 @@ pub(crate) fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, us
     ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
 }
 
-/// Sets `u` of (row `r`, element `i`) in packed quant bytes that start zeroed.
-fn put_u(fmt: Int8Fmt, k: usize, bytes: &mut [u8], r: usize, i: usize, u: u8) {
-    let (base, j, kk) = chunk_at(fmt, k, r, i);
-    if fmt == Int8Fmt::Q8_0 {
-        bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
-        return;
-    }
-    let (hi, st) = (kk / 16, kk % 16);
-    let (v, ii) = (st / 4, st % 4);
-    let at = 4 * j + ii;
-    bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
-    let plane = base + 256;
-    match fmt.high_bits() {
-        1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
-        2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
-        _ => {}
-    }
-}
-
-/// The packers' one body, over each block type's `u` and scale record, into the caller's
-/// `quants` and `scales` (exactly [`packed_sizes`] long; zeroed here first). Every check runs
-/// before the first write.
-fn pack_blocks_into<B: I8Src>(
-    blocks: &[B],
-    n: usize,
-    k: usize,
-    quants: &mut [u8],
-    scales: &mut [u16],
-) -> Result<(), Error> {
-    let fmt = B::FMT;
-    check_shape(fmt, n, k, blocks.len())?;
-    let (qb, sw_all) = packed_sizes(fmt, n, k)?;
-    if quants.len() != qb || scales.len() != sw_all {
-        return Err(Error::BufferTooSmall {
-            what: "packed int8 weight storage",
-            needed: qb + 2 * sw_all,
-            got: quants.len() + 2 * scales.len(),
-        });
-    }
-    quants.fill(0);
-    scales.fill(0);
-    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
-    for r in 0..n {
-        for b in 0..nb {
-            let blk = &blocks[r * nb + b];
-            for e in 0..be {
-                put_u(fmt, k, quants, r, b * be + e, blk.u(e));
-            }
-            let rec = (r / INT8_GROUP * nb + b) * sw;
-            blk.put_scales(&mut scales[rec..rec + sw], r % INT8_GROUP);
-        }
-    }
-    Ok(())
-}
-
 /// Packs GGUF tensor bytes of `ty` (as [`Int8Weight::pack_gguf`]) into the caller's storage:
 /// `quants` and `scales` exactly as long as the packed form's quant bytes and scale words (else
-/// [`Error::BufferTooSmall`]). No allocation (the C API's and [`Int8Weight::pack_gguf_into`]'s
-/// packer); every check runs before the first write.
+/// a shape error): every group through [`Int8Weight::pack_gguf_groups`]. No allocation (the C
+/// API's and [`Int8Weight::pack_gguf_into`]'s packer); every check runs before the first write.
 pub(crate) fn pack_gguf_into(
     ty: GgmlType,
     bytes: &[u8],
@@ -388,25 +520,8 @@ pub(crate) fn pack_gguf_into(
     quants: &mut [u8],
     scales: &mut [u16],
 ) -> Result<(), Error> {
-    fn go<B: I8Src>(
-        bytes: &[u8],
-        n: usize,
-        k: usize,
-        q: &mut [u8],
-        s: &mut [u16],
-    ) -> Result<(), Error> {
-        pack_blocks_into(B::slice_from_bytes(bytes)?, n, k, q, s)
-    }
-    match Int8Fmt::of(ty)? {
-        Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, quants, scales),
-        Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, quants, scales),
-        Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, quants, scales),
-        Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, quants, scales),
-        Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, quants, scales),
-        Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, quants, scales),
-        Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, quants, scales),
-        Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, quants, scales),
-    }
+    let l = Int8Weight::layout(ty, n, k)?;
+    Int8Weight::pack_gguf_groups(ty, bytes, n, k, 0..l.groups, quants, scales)
 }
 
 /// Checks caller storage for a packed weight: exact lengths, 64-byte aligned quants.
@@ -508,28 +623,198 @@ impl<'a> Int8WeightRef<'a> {
 }
 
 impl Int8Weight {
+    /// The packed form's sizes for `n` rows of `k` values of `ty` (the types and K rules of
+    /// [`Int8Weight::pack_gguf`]).
+    pub fn layout(ty: GgmlType, n: usize, k: usize) -> Result<Int8Layout, Error> {
+        let fmt = Int8Fmt::of(ty)?;
+        let nb = k / fmt.block();
+        check_shape(fmt, n, k, n.checked_mul(nb).ok_or(Error::Overflow)?)?;
+        let groups = n.div_ceil(INT8_GROUP);
+        let group_quant_bytes = (k / QK)
+            .checked_mul(fmt.chunk_bytes())
+            .ok_or(Error::Overflow)?;
+        let group_scale_words = nb.checked_mul(fmt.scale_words()).ok_or(Error::Overflow)?;
+        groups
+            .checked_mul(group_quant_bytes)
+            .and(groups.checked_mul(group_scale_words))
+            .ok_or(Error::Overflow)?;
+        Ok(Int8Layout {
+            groups,
+            group_quant_bytes,
+            group_scale_words,
+        })
+    }
+
     fn alloc(fmt: Int8Fmt, n: usize, k: usize) -> Result<Self, Error> {
-        let (qb, sw) = packed_sizes(fmt, n, k)?;
+        let l = Self::layout(fmt.ty(), n, k)?;
         Ok(Self {
             fmt,
             n,
             k,
-            quants: vec![Chunk64([0; 64]); qb / 64],
-            scales: vec![0; sw],
+            store: Store::Owned {
+                quants: vec![Chunk64([0; 64]); l.quant_bytes() / 64],
+                scales: vec![0; l.scale_words()],
+            },
+        })
+    }
+
+    /// A packed weight of `n` rows of `k` values of `ty` whose bytes are already in `bytes`:
+    /// `u` at `quants_at` (on a 64-byte boundary in memory) and the scale words at `scales_at`
+    /// (2-byte aligned), as [`Int8Weight::pack_gguf_groups`] wrote them for every group. The
+    /// weight keeps `bytes` alive and reads them in place (no copy): e.g. a mapped file of
+    /// prepared weights. The bytes must not change while any weight shares them (a mapped file
+    /// must not be rewritten in place; replace it by renaming). Errors: the type and shape
+    /// errors of [`Int8Weight::layout`], [`Error::BufferTooSmall`] when a range reaches past
+    /// the bytes, [`Error::Misaligned`].
+    pub fn from_shared(
+        ty: GgmlType,
+        n: usize,
+        k: usize,
+        bytes: SharedBytes,
+        quants_at: usize,
+        scales_at: usize,
+    ) -> Result<Self, Error> {
+        let fmt = Int8Fmt::of(ty)?;
+        let l = Self::layout(ty, n, k)?;
+        let all = (*bytes).as_ref();
+        let q_end = quants_at
+            .checked_add(l.quant_bytes())
+            .ok_or(Error::Overflow)?;
+        let s_end = l
+            .scale_words()
+            .checked_mul(2)
+            .and_then(|b| scales_at.checked_add(b))
+            .ok_or(Error::Overflow)?;
+        for (what, end) in [("packed quants", q_end), ("packed scales", s_end)] {
+            if end > all.len() {
+                return Err(Error::BufferTooSmall {
+                    what,
+                    needed: end,
+                    got: all.len(),
+                });
+            }
+        }
+        let base = all.as_ptr() as usize;
+        if !(base.wrapping_add(quants_at)).is_multiple_of(64) {
+            return Err(Error::Misaligned {
+                what: "packed quants",
+                align: 64,
+            });
+        }
+        if !(base.wrapping_add(scales_at)).is_multiple_of(2) {
+            return Err(Error::Misaligned {
+                what: "packed scales",
+                align: 2,
+            });
+        }
+        Ok(Self {
+            fmt,
+            n,
+            k,
+            store: Store::Shared {
+                bytes,
+                quants: quants_at..q_end,
+                scales: scales_at..s_end,
+            },
         })
     }
 
     /// The packed `u` bytes (layout in the type's doc).
     pub fn quant_bytes(&self) -> &[u8] {
-        // SAFETY: as in `bytes_mut`, shared.
-        unsafe {
-            core::slice::from_raw_parts(self.quants.as_ptr().cast::<u8>(), self.quants.len() * 64)
+        match &self.store {
+            // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is
+            // `len * 64` initialized bytes, borrowed shared through `&self`.
+            Store::Owned { quants, .. } => unsafe {
+                core::slice::from_raw_parts(quants.as_ptr().cast::<u8>(), quants.len() * 64)
+            },
+            Store::Shared { bytes, quants, .. } => &(**bytes).as_ref()[quants.clone()],
         }
     }
 
     /// The packed FP16-sized scale words (layout in the type's doc).
     pub fn scale_words(&self) -> &[u16] {
-        &self.scales
+        match &self.store {
+            Store::Owned { scales, .. } => scales,
+            Store::Shared { bytes, scales, .. } => {
+                let b = &(**bytes).as_ref()[scales.clone()];
+                // SAFETY: `from_shared` checked that the range starts 2-byte aligned and holds
+                // `len / 2` whole words inside the bytes; any bit pattern is a valid u16; the
+                // bytes are borrowed shared through `&self` (and never written while shared).
+                unsafe { core::slice::from_raw_parts(b.as_ptr().cast::<u16>(), b.len() / 2) }
+            }
+        }
+    }
+
+    /// Packs 16-row groups `groups` of a weight of `n` rows of `k` values of type `ty` (`bytes`:
+    /// the whole weight as the GGUF file stores it, 2-byte aligned) into `quants` and `scales`,
+    /// which hold exactly those groups' parts of the packed form (`groups.len()` times the
+    /// [`Int8Layout`]'s per-group sizes, at any offset the caller chose for group
+    /// `groups.start`). Every byte of both is written (rows past `n` as zeros), so the caller
+    /// may pass uninitialized-looking (e.g. freshly mapped) memory. Disjoint group ranges can be
+    /// packed on different threads into disjoint parts of one buffer: that is how a loader
+    /// prepares a model at memory speed. The result equals [`Int8Weight::pack_gguf`]'s bytes for
+    /// those groups (tested). On error nothing is written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pack_gguf_groups(
+        ty: GgmlType,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        groups: core::ops::Range<usize>,
+        quants: &mut [u8],
+        scales: &mut [u16],
+    ) -> Result<(), Error> {
+        fn go<B: I8Src>(
+            bytes: &[u8],
+            n: usize,
+            k: usize,
+            groups: core::ops::Range<usize>,
+            q: &mut [u8],
+            s: &mut [u16],
+        ) -> Result<(), Error> {
+            let blocks = B::slice_from_bytes(bytes)?;
+            let l = Int8Weight::layout(B::FMT.ty(), n, k)?;
+            check_shape(B::FMT, n, k, blocks.len())?;
+            if groups.start > groups.end || groups.end > l.groups {
+                return Err(Error::BadRange {
+                    start: groups.start,
+                    end: groups.end,
+                    n: l.groups,
+                });
+            }
+            let g = groups.end - groups.start;
+            for (what, need, got) in [
+                ("packed quants", g * l.group_quant_bytes, q.len()),
+                ("packed scales", g * l.group_scale_words, s.len()),
+            ] {
+                if need != got {
+                    return Err(Error::ShapeMismatch {
+                        what,
+                        expected: need,
+                        got,
+                    });
+                }
+            }
+            q.fill(0);
+            s.fill(0);
+            for gi in groups.clone() {
+                let rel = gi - groups.start;
+                let q = &mut q[rel * l.group_quant_bytes..(rel + 1) * l.group_quant_bytes];
+                let s = &mut s[rel * l.group_scale_words..(rel + 1) * l.group_scale_words];
+                B::pack_group(blocks, n, k, gi, q, s);
+            }
+            Ok(())
+        }
+        match Int8Fmt::of(ty)? {
+            Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, groups, quants, scales),
+            Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, groups, quants, scales),
+        }
     }
 
     /// This weight as a borrowed [`Int8WeightRef`] (what [`Int8Plan::with_view`] takes).
@@ -539,7 +824,7 @@ impl Int8Weight {
             n: self.n,
             k: self.k,
             quants: self.quant_bytes(),
-            scales: &self.scales,
+            scales: self.scale_words(),
         }
     }
 
@@ -584,16 +869,29 @@ impl Int8Weight {
         chunk_at(self.fmt, self.k, r, i)
     }
 
-    /// The packers' one body (see [`pack_blocks_into`]) into a new weight's own storage.
+    /// The packers' one body, over each block type's `u` and scale record.
     fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
-        check_shape(B::FMT, n, k, blocks.len())?;
-        let mut w = Self::alloc(B::FMT, n, k)?;
-        let len = w.quants.len() * 64;
+        let fmt = B::FMT;
+        check_shape(fmt, n, k, blocks.len())?;
+        let mut w = Self::alloc(fmt, n, k)?;
+        let l = Self::layout(fmt.ty(), n, k)?;
+        let Store::Owned { quants, scales } = &mut w.store else {
+            return Err(Error::Overflow);
+        };
+        let len = quants.len() * 64;
         // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is `len`
-        // initialized bytes; `quants` and `scales` are distinct fields borrowed exclusively.
-        let quants =
-            unsafe { core::slice::from_raw_parts_mut(w.quants.as_mut_ptr().cast::<u8>(), len) };
-        pack_blocks_into(blocks, n, k, quants, &mut w.scales)?;
+        // initialized bytes, borrowed exclusively here.
+        let q = unsafe { core::slice::from_raw_parts_mut(quants.as_mut_ptr().cast::<u8>(), len) };
+        for g in 0..l.groups {
+            B::pack_group(
+                blocks,
+                n,
+                k,
+                g,
+                &mut q[g * l.group_quant_bytes..(g + 1) * l.group_quant_bytes],
+                &mut scales[g * l.group_scale_words..(g + 1) * l.group_scale_words],
+            );
+        }
         Ok(w)
     }
 
@@ -659,7 +957,7 @@ impl Int8Weight {
     }
     /// Bytes the packed weight occupies (quants + scales).
     pub fn packed_bytes(&self) -> usize {
-        self.quants.len() * 64 + self.scales.len() * 2
+        self.quant_bytes().len() + self.scale_words().len() * 2
     }
 
     /// The packed layout's format.
@@ -718,9 +1016,10 @@ impl Int8Weight {
         }
         let (g, j) = (r / INT8_GROUP, r % INT8_GROUP);
         let base = (g * self.blocks() + b) * self.fmt.scale_words();
-        let d = f16(self.scales[base + j]);
+        let sc = self.scale_words();
+        let d = f16(sc[base + j]);
         let m = match self.fmt {
-            Int8Fmt::Q4_1 | Int8Fmt::Q5_1 => f16(self.scales[base + INT8_GROUP + j]),
+            Int8Fmt::Q4_1 | Int8Fmt::Q5_1 => f16(sc[base + INT8_GROUP + j]),
             f => f.offset() as f32 * d,
         };
         Some((d, m))
@@ -732,7 +1031,7 @@ impl Int8Weight {
         let u = self.u_at(r, i)? as f32;
         let (g, j) = (r / INT8_GROUP, r % INT8_GROUP);
         let sw = self.fmt.scale_words();
-        let rec = &self.scales[(g * self.blocks() + i / self.fmt.block()) * sw..][..sw];
+        let rec = &self.scale_words()[(g * self.blocks() + i / self.fmt.block()) * sw..][..sw];
         let d = f16(rec[j]);
         Some(match self.fmt {
             Int8Fmt::Q4_0 | Int8Fmt::Q5_0 | Int8Fmt::Q8_0 => (u + self.fmt.offset() as f32) * d,
@@ -1260,8 +1559,8 @@ impl<'a> Int8Plan<'a> {
                 n,
                 k: w.k,
                 nb: w.k / w.fmt.block(),
-                u: w.quants.as_ptr(),
-                s: w.scales.as_ptr(),
+                u: w.quant_bytes().as_ptr(),
+                s: w.scale_words().as_ptr(),
                 q: acts.q.as_ptr(),
                 meta: acts.meta.as_ptr(),
                 qk: acts.qk.as_ptr(),
@@ -1354,5 +1653,78 @@ impl<'a> Int8Plan<'a> {
             // SAFETY: each tile index is handed to exactly one claim.
             unsafe { self.run_tile(t) }
         })
+    }
+}
+
+#[cfg(test)]
+mod pack_tests {
+    use super::*;
+
+    /// Random bytes as `count` blocks of `B` (any bit pattern is a valid block here: only the
+    /// packed bytes are compared, not values).
+    fn blocks<B: I8Src>(seed: u64, count: usize) -> Vec<B> {
+        let bb = core::mem::size_of::<B>();
+        let mut x = seed | 1;
+        let bytes: Vec<u8> = (0..count * bb)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut store = vec![0u16; bytes.len().div_ceil(2)];
+        // SAFETY: `store` has at least `bytes.len()` bytes, u16-aligned (the blocks' alignment).
+        let dst = unsafe {
+            core::slice::from_raw_parts_mut(store.as_mut_ptr().cast::<u8>(), bytes.len())
+        };
+        dst.copy_from_slice(&bytes);
+        B::slice_from_bytes(dst).unwrap().to_vec()
+    }
+
+    /// Each fast `pack_group` (Q4_0, Q4_1, Q8_0, Q4_K) writes the element-by-element body's
+    /// bytes, over row counts that fill, split and under-fill a 16-row group; outputs poisoned
+    /// with 0xFF and zeroed as the callers do, so a byte the fast path skips shows up.
+    fn same<B: I8Src>() {
+        let be = B::FMT.block();
+        for (n, k) in [(1, be), (15, 2 * be), (16, be), (17, 3 * be), (40, 8 * be)] {
+            let nb = k / be;
+            let src = blocks::<B>(n as u64 * 31 + k as u64, n * nb);
+            let l = Int8Weight::layout(B::FMT.ty(), n, k).unwrap();
+            for g in 0..l.groups {
+                let mut q = [
+                    vec![0xFFu8; l.group_quant_bytes],
+                    vec![0xFFu8; l.group_quant_bytes],
+                ];
+                let mut s = [
+                    vec![0xFFFFu16; l.group_scale_words],
+                    vec![0xFFFF; l.group_scale_words],
+                ];
+                for (q, s) in q.iter_mut().zip(s.iter_mut()) {
+                    q.fill(0);
+                    s.fill(0);
+                }
+                let [q0, q1] = &mut q;
+                let [s0, s1] = &mut s;
+                pack_group_elementwise(&src, n, k, g, q0, s0);
+                B::pack_group(&src, n, k, g, q1, s1);
+                assert_eq!(q0, q1, "{:?} n {n} k {k} group {g}: quants", B::FMT);
+                assert_eq!(s0, s1, "{:?} n {n} k {k} group {g}: scales", B::FMT);
+            }
+        }
+    }
+
+    #[test]
+    fn fast_group_packers_match_the_elementwise_body() {
+        same::<BlockQ4_0>();
+        same::<BlockQ4_1>();
+        same::<BlockQ8_0>();
+        same::<BlockQ4K>();
+        // The element-by-element formats through their default (the same body): trivially
+        // equal, kept so a future override is covered by adding nothing.
+        same::<BlockQ5_0>();
+        same::<BlockQ5_1>();
+        same::<BlockQ5K>();
+        same::<BlockQ6K>();
     }
 }

@@ -37,8 +37,8 @@ pub use error::Error;
 pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
-    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Plan, Int8Weight, Int8WeightRef,
-    INT8_GROUP, INT8_TILE_ROWS,
+    int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Layout, Int8Plan, Int8Weight,
+    Int8WeightRef, SharedBytes, INT8_GROUP, INT8_LAYOUT_VERSION, INT8_TILE_ROWS,
 };
 pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;
@@ -54,7 +54,7 @@ pub use portable::Portable;
 pub use qgemv_fp16::QPackedFp16Plan;
 pub use qpacked::{
     gemv_qpacked, pack_q4_0, pack_q4_1, pack_q8_0, qpack_gguf, qpacked_len, QPackedPlan,
-    QPackedRef, QPACK_ROWS,
+    QPackedRef, QPACK_LAYOUT_VERSION, QPACK_ROWS,
 };
 pub use quant::{
     BlockQ4_0, BlockQ4_1, BlockQ8_0, QGemv, QGemvPlan, QWeights, QuantBlock, GEMV_MAX_ROWS,

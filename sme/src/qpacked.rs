@@ -13,6 +13,10 @@ use crate::{Error, GgmlType, Kernel};
 
 /// Weight rows interleaved per group of the packed quantized format: one 512-bit lane per row.
 pub const QPACK_ROWS: usize = 16;
+/// The version of the packed quantized format [`qpack_gguf`] writes. Anything that keeps packed
+/// bytes between runs (a prepared-weights cache) keys on it; bump it whenever the layout
+/// changes.
+pub const QPACK_LAYOUT_VERSION: u32 = 1;
 
 /// The packed layouts (kernel-internal dispatch), one per GGUF type the GEMV computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

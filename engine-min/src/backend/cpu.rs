@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use hetero_sme::{GgmlType, OutMut};
 use hetero_uma::ColumnsMut;
 
+use super::prepare::{Planned, PrepareReport, PrepareSource, Section, Views};
 use super::{check_ld, Backend, BackendError, WeightId, WeightView};
 use hetero_sme::ThreadPool as Pool;
 
@@ -170,33 +171,13 @@ impl CpuKernel {
     }
 }
 
-/// A buffer whose usable part starts on a 64-byte boundary (the packed GEMV's fastest case).
-struct Aligned64 {
-    buf: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl Aligned64 {
-    fn zeroed(len: usize) -> Self {
-        let buf = vec![0u8; len + 63];
-        let off = buf.as_ptr().align_offset(64).min(63);
-        Self { buf, off, len }
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.buf[self.off..self.off + self.len]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + self.len]
-    }
-}
-
-/// A weight's CPU form, made once at `prepare`.
+/// A weight's CPU form, made once at `prepare` (in the arena [`super::prepare`] fills: the
+/// mapped prepared-weights cache or memory).
 enum Form {
     /// hetero-sme's forms of a block-quantized weight: the packed GEMV's and/or the int8
     /// GEMM's.
     Quant {
-        gemv: Option<(Aligned64, GgmlType)>,
+        gemv: Option<(Section, GgmlType)>,
         int8: Option<hetero_sme::Int8Weight>,
     },
     /// F16/BF16 weights under the hetero-sme kernels: packed once into 64-column panels of
@@ -204,12 +185,12 @@ enum Form {
     /// kernel for the format (AVX-512, AVX2+F16C, AMX-BF16 for BF16, SME on aarch64); at M ≤ 16
     /// that GEMM is the FP16 decode GEMV. Any K: the kernels cut K into chunks.
     Packed {
-        data: Vec<u16>,
+        data: Section,
         format: hetero_sme::PackedFormat,
     },
     /// The rows dequantized to f32 (F32 weights, and every weight under the portable/avx512
     /// kernels).
-    F32(Vec<f32>),
+    F32(Section),
 }
 
 struct Prepared {
@@ -219,50 +200,20 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(w: &WeightView<'_>, kernel: CpuKernel) -> Result<Self, BackendError> {
-        let (n, k, ty) = (w.n, w.k, w.ty);
-        let rb = w.row_bytes()?;
-        // The types both hetero-sme forms compute (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-        // Q6_K); the others (and the f32 kernels) take the f32 path.
-        let quant = hetero_sme::qpacked_len(ty, k, n).is_ok();
-        let (gemv, int8) = (kernel.uses_gemv(), kernel.uses_int8());
-        let form = if quant && (gemv || int8) {
-            let gemv = if gemv {
-                let len = hetero_sme::qpacked_len(ty, k, n)?;
-                let mut buf = Aligned64::zeroed(len);
-                hetero_sme::qpack_gguf(ty, w.data, k, n, 0..n, buf.bytes_mut())?;
-                Some((buf, ty))
-            } else {
-                None
-            };
-            let int8 = if int8 {
-                Some(hetero_sme::Int8Weight::pack_gguf(ty, w.data, n, k)?)
-            } else {
-                None
-            };
-            Form::Quant { gemv, int8 }
-        } else if let (Some(format), true) = (packed_format(ty), gemv || int8) {
-            let len = hetero_sme::packed_len_checked(k, n).ok_or(BackendError::Shape("weight"))?;
-            let mut data = vec![0u16; len];
-            hetero_sme::pack_gguf(ty, w.data, k, n, 0..n, format, &mut data)?;
-            Form::Packed { data, format }
-        } else {
-            let mut f = vec![0f32; n * k];
-            for (r, row) in f.chunks_exact_mut(k.max(1)).enumerate() {
-                hetero_sme::dequantize_row(ty, &w.data[r * rb..(r + 1) * rb], row)?;
-            }
-            Form::F32(f)
+    fn from_views(plan: &Planned, v: Views) -> Result<Self, BackendError> {
+        let form = match (v.f32, v.packed, v.int8, v.gemv) {
+            (Some(f), _, _, _) => Form::F32(f),
+            (None, Some((data, format)), _, _) => Form::Packed { data, format },
+            (None, None, int8, gemv) => Form::Quant {
+                gemv: gemv.map(|g| (g, plan.ty)),
+                int8,
+            },
         };
-        Ok(Prepared { n, k, form })
-    }
-}
-
-/// The packed panel format that holds a GGUF type exactly: F16 and BF16 (others: `None`).
-fn packed_format(ty: GgmlType) -> Option<hetero_sme::PackedFormat> {
-    match ty {
-        GgmlType::F16 => Some(hetero_sme::PackedFormat::F16),
-        GgmlType::BF16 => Some(hetero_sme::PackedFormat::Bf16),
-        _ => None,
+        Ok(Prepared {
+            n: plan.n,
+            k: plan.k,
+            form,
+        })
     }
 }
 
@@ -277,6 +228,8 @@ pub struct CpuBackend {
     acts: Mutex<hetero_sme::QActs>,
     /// BF16 activations of the decompression GEMM ([`CpuKernel::Dq`]), sized in `reserve`.
     dq_acts: Mutex<hetero_sme::DqActs>,
+    /// What the last [`CpuBackend::prepare_all`] did.
+    report: PrepareReport,
 }
 
 impl CpuBackend {
@@ -294,7 +247,46 @@ impl CpuBackend {
             prepared: Vec::new(),
             acts: Mutex::new(hetero_sme::QActs::default()),
             dq_acts: Mutex::new(hetero_sme::DqActs::default()),
+            report: PrepareReport::default(),
         }
+    }
+
+    /// Prepares `views` at once: every weight's forms sized first, then mapped from the
+    /// prepared-weights cache when `source` allows and its file passes every check (a warm
+    /// start), else packed now on the pool (into the cache file when it can be written, else
+    /// into memory; each weight's source pages in the model file given back once it is
+    /// packed). The ids are in `views` order. Equivalent to [`Backend::prepare`] on each view in
+    /// turn (the same bytes; `tests/prepared_cache.rs`).
+    pub fn prepare_all(
+        &mut self,
+        views: &[WeightView<'_>],
+        source: PrepareSource<'_>,
+    ) -> Result<Vec<WeightId>, BackendError> {
+        if views.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (gemv, int8) = (self.kernel.uses_gemv(), self.kernel.uses_int8());
+        let plans = views
+            .iter()
+            .map(|w| Planned::of(w, gemv, int8))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first = self.prepared.len();
+        WeightId::new(first + views.len())?;
+        let (forms, report) =
+            super::prepare::prepare_all(&self.pool, self.kernel.name(), views, &plans, source)?;
+        let mut ids = Vec::with_capacity(views.len());
+        for (plan, v) in plans.iter().zip(forms) {
+            ids.push(WeightId::new(self.prepared.len())?);
+            self.prepared.push(Prepared::from_views(plan, v)?);
+        }
+        self.report = report;
+        Ok(ids)
+    }
+
+    /// What the last [`CpuBackend::prepare_all`] (or `prepare`) did: cache mapped or written,
+    /// notes, times.
+    pub fn prepare_report(&self) -> &PrepareReport {
+        &self.report
     }
 
     /// Number of weights prepared.
@@ -369,9 +361,10 @@ impl CpuBackend {
                 }
             }
             Form::Packed { data, format } => Path::Packed(
-                hetero_sme::PackedRef::new(data, p.k, p.n, *format).map_err(BackendError::from),
+                hetero_sme::PackedRef::new(data.u16s(), p.k, p.n, *format)
+                    .map_err(BackendError::from),
             ),
-            Form::F32(w) => Path::F32(w),
+            Form::F32(w) => Path::F32(w.f32s()),
         }
     }
 
@@ -502,10 +495,10 @@ impl Backend for CpuBackend {
     }
 
     fn prepare(&mut self, w: &WeightView<'_>) -> Result<WeightId, BackendError> {
-        let id = WeightId::new(self.prepared.len())?;
-        let p = Prepared::new(w, self.kernel)?;
-        self.prepared.push(p);
-        Ok(id)
+        let ids = self.prepare_all(std::slice::from_ref(w), PrepareSource::default())?;
+        ids.first()
+            .copied()
+            .ok_or(BackendError::Shape("prepare returned no id"))
     }
 
     fn reserve(&mut self, max_rows: usize, max_k: usize) -> Result<(), BackendError> {

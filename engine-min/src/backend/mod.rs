@@ -22,9 +22,11 @@ use crate::gguf::GgmlType;
 pub mod cpu;
 pub mod gpu;
 pub mod npu;
+pub mod prepare;
 pub mod resident;
 
 pub use cpu::{CpuBackend, CpuKernel, SME_GEMM_MIN_ROWS};
+pub use prepare::{PrepareReport, PrepareSource};
 
 /// A weight prepared by one backend: an index into that backend's prepared forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,6 +140,9 @@ pub enum BackendError {
     MissingBackend(hetero_partition::Backend),
     /// The executor runs whole steps on the GPU (resident): single matmuls are not offered.
     Resident,
+    /// Preparing the weights failed for a reason outside the kernels (memory for the packed
+    /// forms could not be mapped); the message says which.
+    Prepare(String),
 }
 
 impl fmt::Display for BackendError {
@@ -172,6 +177,7 @@ impl fmt::Display for BackendError {
             Self::Resident => {
                 f.write_str("this executor runs whole steps on the GPU; it has no per-matmul path")
             }
+            Self::Prepare(m) => f.write_str(m),
         }
     }
 }

@@ -121,7 +121,14 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         writeln!(out, "{}", d.summary)?;
     }
     let device = engine.executor().resident_memory();
-    print_startup(out, loaded, built, first, device)?;
+    print_startup(
+        out,
+        loaded,
+        built,
+        first,
+        device,
+        engine.executor().prepare_report(),
+    )?;
     if a.pp > 0 {
         let med = crate::bench::median(&r.pp);
         writeln!(out, "pp{}: {med:.1} tok/s median ({})", a.pp, show(&r.pp))?;
@@ -155,12 +162,41 @@ fn print_startup(
     built: std::time::Duration,
     first: std::time::Duration,
     device: Option<hetero_opencl_kernels::decoder::MemoryPlan>,
+    prep: &crate::backend::PrepareReport,
 ) -> Result<(), Fail> {
+    use crate::prepared::Outcome;
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    // Which start this was: warm (the cache file mapped), cold (packed, and the cache written
+    // for the next start) or neither (packed in memory).
+    let prepared = match &prep.outcome {
+        None => String::new(),
+        Some(o) => {
+            let what = match o {
+                Outcome::Mapped(_) => format!(
+                    "warm cache (mapped, checksums verified in {:.3} s)",
+                    prep.checking.as_secs_f64()
+                ),
+                Outcome::Written(_) => format!(
+                    "cold cache (packed in {:.3} s, checksummed in {:.3} s, cache file written)",
+                    prep.packing.as_secs_f64(),
+                    prep.checking.as_secs_f64()
+                ),
+                Outcome::Memory => format!(
+                    "no cache (packed in memory in {:.3} s)",
+                    prep.packing.as_secs_f64()
+                ),
+            };
+            format!(
+                "; CPU weights prepared {:.1} MiB in {:.3} s: {what}",
+                mib(prep.bytes as u64),
+                prep.total.as_secs_f64()
+            )
+        }
+    };
     writeln!(
         out,
         "startup: model loaded {:.3} s, engine built {:.3} s, first token {:.3} s from start; \
-         peak RSS {:.1} MiB",
+         peak RSS {:.1} MiB{prepared}",
         loaded.as_secs_f64(),
         built.as_secs_f64(),
         first.as_secs_f64(),

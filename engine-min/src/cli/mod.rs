@@ -300,9 +300,24 @@ pub struct LoadArgs {
     /// the machine has available when each is sized.
     #[arg(long, value_name = "BYTES", value_parser = byte_size)]
     pub mem_limit: Option<u64>,
+    /// Where the CPU's prepared (repacked) weights are kept between runs, so the next start
+    /// maps them instead of repacking: a directory, or `off` (prepare in memory every time).
+    /// Default: $HETERO_CACHE/prepared, else ~/.cache/hetero/prepared. A stale or damaged file
+    /// is rebuilt with a note; an unwritable directory means preparing in memory, with a note.
+    #[arg(long, value_name = "DIR|off", env = "HETERO_PREPARED_CACHE")]
+    pub prepared_cache: Option<PathBuf>,
 }
 
 impl LoadArgs {
+    /// The prepared-weights cache setting (`--prepared-cache`).
+    pub fn prepared_cache(&self) -> crate::prepared::CacheSetting {
+        match &self.prepared_cache {
+            Some(p) if p.as_os_str() == "off" => crate::prepared::CacheSetting::Off,
+            Some(p) => crate::prepared::CacheSetting::Dir(p.clone()),
+            None => crate::prepared::CacheSetting::default_dir(),
+        }
+    }
+
     /// The model loader's options.
     pub fn options(&self) -> LoadOptions {
         LoadOptions {

@@ -194,7 +194,15 @@ pub fn build_engine(
 ) -> Result<(Engine, Vec<String>, Option<Decision>), Fail> {
     let budget = load.engine_budget(model);
     check_memory(model, opts, ctx, &budget)?;
-    let composed = crate::compose::executor(model, opts).map_err(Fail::run)?;
+    let opts = ComposeOptions {
+        prepared: load.prepared_cache(),
+        ..opts.clone()
+    };
+    let composed = crate::compose::executor(model, &opts).map_err(Fail::run)?;
+    // A stale cache rebuilt, an unwritable cache directory: said whatever the plan.
+    for note in &composed.exec.prepare_report().notes {
+        let _ = writeln!(std::io::stderr(), "note: {note}");
+    }
     let engine = Engine::with_budget(
         Arc::clone(model),
         composed.exec,
