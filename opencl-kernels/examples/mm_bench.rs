@@ -7,8 +7,10 @@
 //! back-to-back launches. Every configuration's outputs are checked against an f64 reference
 //! (GEMV: every output; GEMM: a sample of rows and columns).
 //!
-//! Environment: `MB_PARTS` (`limits,gemv,steps,gemm,other`), `MB_REPS` (launches timed, 60),
-//! `MB_COPY_MB` (1024), `MB_INT8` (`both`; `0` f32 only; `1` int8 only), plus the crate's
+//! Environment: `MB_PARTS` (`limits,gemv,steps,gemm,other`; also `gemm-more`), `MB_REPS`
+//! (launches timed, 60), `MB_COPY_MB` (1024), `MB_INT8` (`both`; `0` f32 only; `1` int8
+//! only), `MB_GEMV_TYPES` / `MB_GEMM_TYPES` (`q4_0,q4_k,q6_k`), `MB_TILES` (`0,64,128`: GEMM
+//! tile rows, 0 = the default choice), plus the crate's
 //! `HETERO_OPENCL_*`. Output: `RESULT` lines and a table.
 //!
 //! `cargo run --release -p hetero-opencl-kernels --example mm_bench`
@@ -88,7 +90,9 @@ fn reference_sample(
 ) -> Vec<f32> {
     let rb = ocl::row_bytes(ty, k).unwrap();
     let out = std::sync::Mutex::new(vec![0f32; rows.len() * cols.len()]);
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(16);
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .min(16);
     std::thread::scope(|s| {
         for t in 0..threads {
             let out = &out;
@@ -260,10 +264,17 @@ fn gemm_case(
     let x: Vec<f32> = (0..m * k).map(|_| r.unit() * 2.0 - 1.0).collect();
     let xb = dev.upload(&x)?;
     let y = dev.alloc(m * n * 4)?;
-    let rows: Vec<usize> = [0, 1, m / 2, m - 1].into_iter().filter(|&v| v < m).collect();
+    let rows: Vec<usize> = [0, 1, m / 2, m - 1]
+        .into_iter()
+        .filter(|&v| v < m)
+        .collect();
     let cols: Vec<usize> = (0..n).step_by((n / 256).max(1)).collect();
     let want = reference_sample(ty, &wq, &x, k, &rows, &cols);
-    for mt in [0usize, 64, 128] {
+    let tiles: Vec<usize> = env("MB_TILES", "0,64,128")
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    for &mt in &tiles {
         fk.set_tuning(Tuning {
             gemm_rows: mt,
             gemv_steps: 0,
@@ -357,21 +368,77 @@ fn main() -> Res<()> {
         ("1b-gateup", 16384, 2048),
         ("1b-down", 2048, 8192),
     ];
+    let tys = |name: &str, default: &str| -> Vec<GgmlType> {
+        env(name, default)
+            .split(',')
+            .filter_map(|t| match t.trim() {
+                "q4_0" => Some(GgmlType::Q4_0),
+                "q4_k" => Some(GgmlType::Q4K),
+                "q6_k" => Some(GgmlType::Q6K),
+                "q8_0" => Some(GgmlType::Q8_0),
+                _ => None,
+            })
+            .collect()
+    };
     if parts.contains("gemv") {
-        for ty in [GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in tys("MB_GEMV_TYPES", "q4_0,q4_k,q6_k") {
             for (tag, n, k) in b8 {
                 gemv_case(&dev, &mut kern, &lim, &mut r, ty, n, k, tag, &[0], reps)?;
             }
         }
         for (tag, n, k) in b1 {
-            gemv_case(&dev, &mut kern, &lim, &mut r, GgmlType::Q4_0, n, k, tag, &[0], reps)?;
+            gemv_case(
+                &dev,
+                &mut kern,
+                &lim,
+                &mut r,
+                GgmlType::Q4_0,
+                n,
+                k,
+                tag,
+                &[0],
+                reps,
+            )?;
         }
-        gemv_case(&dev, &mut kern, &lim, &mut r, GgmlType::Q6K, 128256, 4096, "8b-head", &[0], reps)?;
-        gemv_case(&dev, &mut kern, &lim, &mut r, GgmlType::Q8_0, 128256, 2048, "1b-head", &[0], reps)?;
+        gemv_case(
+            &dev,
+            &mut kern,
+            &lim,
+            &mut r,
+            GgmlType::Q6K,
+            128256,
+            4096,
+            "8b-head",
+            &[0],
+            reps,
+        )?;
+        gemv_case(
+            &dev,
+            &mut kern,
+            &lim,
+            &mut r,
+            GgmlType::Q8_0,
+            128256,
+            2048,
+            "1b-head",
+            &[0],
+            reps,
+        )?;
     }
     if parts.contains("steps") {
-        for (tag, n, k) in [b8[0], b8[2], b8[3]] {
-            gemv_case(&dev, &mut kern, &lim, &mut r, GgmlType::Q4_0, n, k, tag, &[1, 2, 4, 8], reps)?;
+        for (tag, n, k) in b8 {
+            gemv_case(
+                &dev,
+                &mut kern,
+                &lim,
+                &mut r,
+                GgmlType::Q4_0,
+                n,
+                k,
+                tag,
+                &[1, 2, 4, 8],
+                reps,
+            )?;
         }
     }
     if parts.contains("other") {
@@ -383,19 +450,65 @@ fn main() -> Res<()> {
             GgmlType::Q5K,
             GgmlType::F16,
         ] {
-            gemv_case(&dev, &mut kern, &lim, &mut r, ty, 14336, 4096, "14336x4096", &[0], reps)?;
+            gemv_case(
+                &dev,
+                &mut kern,
+                &lim,
+                &mut r,
+                ty,
+                14336,
+                4096,
+                "14336x4096",
+                &[0],
+                reps,
+            )?;
         }
     }
     if parts.contains("gemm") {
         let fk = &mut kern[0].1;
-        for ty in [GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in tys("MB_GEMM_TYPES", "q4_0,q4_k,q6_k") {
             for (tag, n, k) in b8 {
                 gemm_case(&dev, fk, &lim, &mut r, ty, 512, n, k, tag, reps)?;
             }
         }
-        gemm_case(&dev, fk, &lim, &mut r, GgmlType::Q4_0, 512, 16384, 2048, "1b-gateup", reps)?;
-        gemm_case(&dev, fk, &lim, &mut r, GgmlType::F16, 512, 28672, 4096, "8b-gateup", reps)?;
-        gemm_case(&dev, fk, &lim, &mut r, GgmlType::Q4_0, 128, 28672, 4096, "8b-gateup-m128", reps)?;
+        if parts.contains("gemm-more") {
+            gemm_case(
+                &dev,
+                fk,
+                &lim,
+                &mut r,
+                GgmlType::Q4_0,
+                512,
+                16384,
+                2048,
+                "1b-gateup",
+                reps,
+            )?;
+            gemm_case(
+                &dev,
+                fk,
+                &lim,
+                &mut r,
+                GgmlType::F16,
+                512,
+                28672,
+                4096,
+                "8b-gateup",
+                reps,
+            )?;
+            gemm_case(
+                &dev,
+                fk,
+                &lim,
+                &mut r,
+                GgmlType::Q4_0,
+                128,
+                28672,
+                4096,
+                "8b-gateup-m128",
+                reps,
+            )?;
+        }
     }
     println!("total {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())

@@ -387,14 +387,13 @@ inline int mm_pack4(float a, float b, float c, float d, float inv) {
 // together. Partial sums go to local memory ([row][t]); then segments of each row are summed
 // by all work-items, and work-item p < R / 2 finishes column pair (2p, 2p + 1) (the norm's
 // inv = rsqrt(mean x^2 + eps) from team 0's sums of squares) through the epilogue.
-// Columns past N load a valid row; their results are never stored.
-#define MM_RED 4096u
-
+// Columns past N load a valid row; their results are never stored. red: (R + 1) T floats of
+// local memory (R = G * 4 * steps rows a group), sized by the host.
 #define MM_GEMV(NAME, I8)                                                                       \
     __kernel void NAME(__global const uint4 *w0, MM_W1T *w1, __global const float4 *x,         \
                        uint xoff4, __global const float4 *g, float eps, uint N, uint K,        \
-                       uint wrow0, uint wstride, uint T, uint steps, uint NORM, EPI_PARAMS) {  \
-        __local float red[MM_RED];                                                              \
+                       uint wrow0, uint wstride, uint T, uint steps, uint NORM, EPI_PARAMS,   \
+                       __local float *red) {                                                    \
         uint lid = get_local_id(0), nt = get_local_size(0);                                     \
         uint G = nt / T, t = lid % T, r = min(lid / T, G);                                      \
         uint nb = K >> 5, rpt = 4u * steps, R = G * rpt;                                        \
@@ -537,8 +536,9 @@ MM_GEMV(mm_gemv_i8, 1)
         __global const uint4 *w0, MM_W1T *w1, __global const float *x, uint ldx,               \
         __global const float *g, float eps, uint M, uint N, uint K, uint wrow0, uint wstride,   \
         uint NORM, EPI_PARAMS) {                                                                \
-        __local float xs[32u * (MT)];                                                           \
-        __local float ws[32u * 128u];                                                           \
+        __local float4 xs4[8u * (MT)];                                                          \
+        __local float4 ws4[32u * 32u];                                                          \
+        __local float *xs = (__local float *)xs4, *ws = (__local float *)ws4;                   \
         uint tx = get_local_id(0), ty = get_local_id(1), lid = ty * 16u + tx;                   \
         uint m0 = (uint)get_group_id(1) * (MT), n0 = (uint)get_group_id(0) * 128u;              \
         uint nb = K >> 5;                                                                       \
@@ -581,18 +581,18 @@ MM_GEMV(mm_gemv_i8, 1)
                     xq[i] = vload4(0, xr + MM_XK(kt + 1u, xv0 + 4u * i));                       \
             }                                                                                   \
             for (uint kk = 0; kk < 32u; ++kk) {                                                 \
-                float4 b0 = vload4(0, ws + kk * 128u + 4u * tx);                                \
-                float4 b1 = vload4(0, ws + kk * 128u + 64u + 4u * tx);                          \
+                float4 b0 = ws4[kk * 32u + tx];                                                 \
+                float4 b1 = ws4[kk * 32u + 16u + tx];                                           \
                 for (uint i = 0; i < (MT) / 64u; ++i) {                                         \
-                    float4 a = vload4(0, xs + kk * (MT) + 64u * i + 4u * ty);                   \
-                    acc0[4u * i] += a.x * b0;                                                   \
-                    acc0[4u * i + 1u] += a.y * b0;                                              \
-                    acc0[4u * i + 2u] += a.z * b0;                                              \
-                    acc0[4u * i + 3u] += a.w * b0;                                              \
-                    acc1[4u * i] += a.x * b1;                                                   \
-                    acc1[4u * i + 1u] += a.y * b1;                                              \
-                    acc1[4u * i + 2u] += a.z * b1;                                              \
-                    acc1[4u * i + 3u] += a.w * b1;                                              \
+                    float4 a = xs4[kk * ((MT) / 4u) + 16u * i + ty];                            \
+                    acc0[4u * i] = fma((float4)(a.x), b0, acc0[4u * i]);                        \
+                    acc0[4u * i + 1u] = fma((float4)(a.y), b0, acc0[4u * i + 1u]);              \
+                    acc0[4u * i + 2u] = fma((float4)(a.z), b0, acc0[4u * i + 2u]);              \
+                    acc0[4u * i + 3u] = fma((float4)(a.w), b0, acc0[4u * i + 3u]);              \
+                    acc1[4u * i] = fma((float4)(a.x), b1, acc1[4u * i]);                        \
+                    acc1[4u * i + 1u] = fma((float4)(a.y), b1, acc1[4u * i + 1u]);              \
+                    acc1[4u * i + 2u] = fma((float4)(a.z), b1, acc1[4u * i + 2u]);              \
+                    acc1[4u * i + 3u] = fma((float4)(a.w), b1, acc1[4u * i + 3u]);              \
                 }                                                                               \
             }                                                                                   \
             barrier(CLK_LOCAL_MEM_FENCE);                                                       \

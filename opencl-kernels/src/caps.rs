@@ -42,11 +42,16 @@ pub fn int_dot(dev: &Arc<Device>) -> (IntDot, Option<String>) {
     let run = || -> std::result::Result<[i32; 2], String> {
         let prog = dev.build(PROBE, OPTIONS).map_err(|e| {
             let s = e.to_string();
-            s.lines().next().unwrap_or("").chars().take(160).collect::<String>()
+            s.lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(160)
+                .collect::<String>()
         })?;
         let out = dev.alloc(8).map_err(|e| e.to_string())?;
-        let mut l = Launch::create(dev, &prog, "probe", 1, [1, 1], [1, 1])
-            .map_err(|e| e.to_string())?;
+        let mut l =
+            Launch::create(dev, &prog, "probe", 1, [1, 1], [1, 1]).map_err(|e| e.to_string())?;
         l.mem(&out).map_err(|e| e.to_string())?;
         l.enqueue().map_err(|e| e.to_string())?;
         let mut got = [0i32; 2];
@@ -109,4 +114,22 @@ pub fn fp32_fma_rate(dev: &Arc<Device>, iters: u32, reps: usize) -> crate::Resul
     }
     ts.sort_by(|a, b| a.total_cmp(b));
     Ok(items as f64 * f64::from(iters) * 32.0 / ts[ts.len() / 2])
+}
+
+/// Device copy bandwidth (bytes read plus written per second) of `clEnqueueCopyBuffer` over
+/// two buffers of `bytes`, the median of `reps` copies host-timed around `clFinish`: the
+/// memory limit to put GEMV rates against in the same run.
+pub fn copy_bandwidth(dev: &Arc<Device>, bytes: usize, reps: usize) -> crate::Result<f64> {
+    let (a, b) = (dev.alloc(bytes)?, dev.alloc(bytes)?);
+    dev.copy(&a, &b, bytes)?;
+    dev.finish()?;
+    let mut ts = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let t0 = std::time::Instant::now();
+        dev.copy(&a, &b, bytes)?;
+        dev.finish()?;
+        ts.push(t0.elapsed().as_secs_f64());
+    }
+    ts.sort_by(|a, b| a.total_cmp(b));
+    Ok(2.0 * bytes as f64 / ts[ts.len() / 2])
 }

@@ -24,11 +24,11 @@ use crate::caps::{int_dot, IntDot};
 use crate::decoder::mm::MmSet;
 use crate::decoder::ops::{self, Cols, Epi, Mat, Shared};
 use crate::decoder::prepare::{to_device_layout, MatKind};
+use crate::decoder::OpKind;
 use crate::device::{Buffer, Device};
 use crate::error::{Error, Result};
 use crate::format::{matrix_bytes, GgmlType};
 use crate::kernels::Launch;
-use crate::decoder::OpKind;
 use std::sync::Arc;
 
 /// A weight matrix on the device in the layout the fast kernels read.
@@ -62,13 +62,7 @@ impl FastMatrix {
             dev.upload(&h.plane1)?
         };
         Ok(FastMatrix {
-            mat: Mat {
-                kind,
-                n,
-                k,
-                w0,
-                w1,
-            },
+            mat: Mat { kind, n, k, w0, w1 },
         })
     }
 
@@ -79,11 +73,12 @@ impl FastMatrix {
 
     /// Device bytes of the matrix (both planes).
     pub fn bytes(&self) -> usize {
-        self.mat.w0.len() + if self.mat.kind.mm_code().is_some() && self.mat.w1.len() > 16 {
-            self.mat.w1.len()
-        } else {
-            0
-        }
+        self.mat.w0.len()
+            + if self.mat.kind.mm_code().is_some() && self.mat.w1.len() > 16 {
+                self.mat.w1.len()
+            } else {
+                0
+            }
     }
 }
 
@@ -142,7 +137,14 @@ impl FastKernels {
         self.shared.mm.i8.then_some(self.shared.mm.dot)
     }
 
-    fn check(&self, w: &FastMatrix, x: &Buffer, xlen: usize, y: &Buffer, ylen: usize) -> Result<()> {
+    fn check(
+        &self,
+        w: &FastMatrix,
+        x: &Buffer,
+        xlen: usize,
+        y: &Buffer,
+        ylen: usize,
+    ) -> Result<()> {
         if self.shared.mm.program(w.mat.kind).is_none() {
             return Err(Error::NotApplicable(
                 "FastKernels was built without this matrix's type",

@@ -158,7 +158,11 @@ pub fn relayout_split(
                     continue;
                 }
                 GgmlType::Q5_0 | GgmlType::Q5_1 => {
-                    let (bb, hdr) = if ty == GgmlType::Q5_0 { (22, 2) } else { (24, 4) };
+                    let (bb, hdr) = if ty == GgmlType::Q5_0 {
+                        (22, 2)
+                    } else {
+                        (24, 4)
+                    };
                     let b = &r[u * bb..][..bb];
                     let qh = u32::from_le_bytes([b[hdr], b[hdr + 1], b[hdr + 2], b[hdr + 3]]);
                     q0.copy_from_slice(&b[hdr + 4..hdr + 20]);
@@ -174,7 +178,11 @@ pub fn relayout_split(
                     let bb = if ty == GgmlType::Q4K { 144 } else { 176 };
                     let (s, j) = (u / 8, u % 8);
                     let b = &r[s * bb..][..bb];
-                    let qs = if ty == GgmlType::Q4K { &b[16..] } else { &b[48..] };
+                    let qs = if ty == GgmlType::Q4K {
+                        &b[16..]
+                    } else {
+                        &b[48..]
+                    };
                     for (l, v) in q.iter_mut().enumerate() {
                         *v = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
                     }

@@ -150,7 +150,10 @@ fn check(what: &str, got: &[f32], want: &[f32], mag: &[f32], i8: bool) {
     let den: f64 = mag.iter().map(|v| (*v as f64).powi(2)).sum();
     let e = num / den.max(f64::MIN_POSITIVE);
     let bound = if i8 { MAG_I8 } else { MAG_F32 };
-    assert!(e <= bound, "{what}: magnitude-normalized error {e:e} > {bound:e}");
+    assert!(
+        e <= bound,
+        "{what}: magnitude-normalized error {e:e} > {bound:e}"
+    );
 }
 
 const TYPES: [GgmlType; 9] = [
@@ -216,7 +219,13 @@ fn gemv_matches_reference_in_every_format() {
             let y = nan_buffer(&dev, n);
             i8k.gemv(&w, &xb, &y, None).unwrap().enqueue().unwrap();
             let i8 = ty != GgmlType::F16;
-            check(&format!("{ty} gemv steps {steps}"), &read(&y, n), &want_y, &mag, i8);
+            check(
+                &format!("{ty} gemv steps {steps}"),
+                &read(&y, n),
+                &want_y,
+                &mag,
+                i8,
+            );
         }
         i8k.set_tuning(Tuning::default());
     }
@@ -251,7 +260,9 @@ fn gemm_matches_reference_in_every_format() {
                 gemv_steps: 0,
             });
             let y = nan_buffer(&dev, m * n);
-            let mut l = fk.gemm(&w, &xb, m, &y, norm.then_some((&gb, 1e-5))).unwrap();
+            let mut l = fk
+                .gemm(&w, &xb, m, &y, norm.then_some((&gb, 1e-5)))
+                .unwrap();
             l.enqueue().unwrap();
             let (want_y, mag) = want(ty, &wq, &x, m, n, k, norm.then_some(&g[..]));
             let what = format!("{ty} gemm m {m} n {n} k {k} tile {mt} norm {norm}");

@@ -17,11 +17,17 @@ pub const MM_SOURCE: &str = concat!(
     include_str!("../../kernels/mm.cl")
 );
 
-/// Floats of the GEMV's local reduction array (mm.cl's MM_RED).
-const RED_FLOATS: usize = 4096;
 /// Local bytes of the GEMMs (mm.cl: xs[32 MT] + ws[32 x 128] floats).
 const GEMM_LOCAL_M128: u64 = (32 * 128 + 32 * 128) * 4;
 const GEMM_LOCAL_M64: u64 = (32 * 64 + 32 * 128) * 4;
+
+/// The most steps of four rows a GEMV team takes.
+const GEMV_MAX_STEPS: usize = 4;
+/// The fewest GEMV work-groups a compute unit should get where the matrix has the rows. On the
+/// H200 (132 compute units) four steps beat two wherever they still gave one group a unit
+/// (8B down 22.6 vs 35.7 us, gate/up 33.6 vs 37.5; o, at 128 groups, was faster with two:
+/// 12.7 vs 13.1), benches/results/opencl-kernels.md.
+const GEMV_GROUPS_PER_CU: usize = 1;
 
 /// How a GEMV launch is cut: see [`MmSet::gemv_shape`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +45,11 @@ impl GemvShape {
     pub(crate) fn rows(&self) -> usize {
         4 * self.steps * (self.local / self.team)
     }
+
+    /// Bytes of the reduction array (mm.cl: `(R + 1) T` floats).
+    pub(crate) fn red_bytes(&self) -> usize {
+        (self.rows() + 1) * self.team * 4
+    }
 }
 
 /// The built fast-matmul programs and what the device allows them.
@@ -50,6 +61,8 @@ pub(crate) struct MmSet {
     pub(crate) dot: IntDot,
     /// The largest work-group the GEMV may use.
     max_wg: usize,
+    /// Floats of local memory a GEMV's reduction array may take.
+    red_floats: usize,
     /// Which GEMM tiles fit the device's local memory: (m128, m64).
     gemm: (bool, bool),
     compute_units: usize,
@@ -67,6 +80,7 @@ impl MmSet {
             i8: false,
             dot: IntDot::Portable,
             max_wg: 0,
+            red_floats: 0,
             gemm: (false, false),
             compute_units: 1,
             force_mt: 0,
@@ -97,6 +111,8 @@ impl MmSet {
             i8,
             dot,
             max_wg: info.max_work_group_size.min(1024),
+            // Leave 1 KiB of the device's local memory to the compiler.
+            red_floats: (info.local_mem_size.saturating_sub(1024) / 4).min(1 << 16) as usize,
             gemm: (
                 info.local_mem_size >= GEMM_LOCAL_M128,
                 info.local_mem_size >= GEMM_LOCAL_M64,
@@ -121,17 +137,17 @@ impl MmSet {
     /// than a work-group may hold.
     pub(crate) fn gemv_shape(&self, k: usize, n: usize, min_groups: usize) -> Option<GemvShape> {
         let t = k / 32;
-        if t == 0 || t > self.max_wg || 5 * t > RED_FLOATS {
+        if t == 0 || t > self.max_wg {
             return None;
         }
         let local = t.next_power_of_two().max(256).min(self.max_wg);
         let g = local / t;
-        let fits = |s: usize| s > 0 && (4 * s * g + 1) * t <= RED_FLOATS;
+        let fits = |s: usize| s > 0 && (4 * s * g + 1) * t <= self.red_floats;
         let steps = if self.force_steps > 0 {
             self.force_steps
         } else {
-            let mut s = 4;
-            while s > 1 && (!fits(s) || n.div_ceil(4 * s * g) < 2 * min_groups) {
+            let mut s = GEMV_MAX_STEPS;
+            while s > 1 && (!fits(s) || n.div_ceil(4 * s * g) < GEMV_GROUPS_PER_CU * min_groups) {
                 s /= 2;
             }
             s
@@ -147,9 +163,12 @@ impl MmSet {
     /// gives every compute unit three tiles, else 64; `None` when neither fits local memory.
     pub(crate) fn gemm_rows(&self, n: usize, m: usize) -> Option<usize> {
         let tiles = |mt: usize| n.div_ceil(128) * m.div_ceil(mt);
+        // 128-row tiles ran faster than 64 on the H200 even at 128 tiles for 132 compute units
+        // (8B o/down at 512 rows: 19.2 vs 14.6 TFLOP/s, benches/results/opencl-kernels.md);
+        // 64 where 128 leaves over half the compute units idle (short prefills).
         let want = match self.force_mt {
             128 | 64 => self.force_mt,
-            _ if tiles(128) >= 3 * self.compute_units => 128,
+            _ if 2 * tiles(128) >= self.compute_units => 128,
             _ => 64,
         };
         match (want, self.gemm) {

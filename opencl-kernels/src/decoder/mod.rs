@@ -42,8 +42,8 @@ pub use types::{
 
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
-use crate::format::GgmlType;
 use crate::event::{copy_region, Event};
+use crate::format::GgmlType;
 use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
@@ -373,7 +373,12 @@ impl Decoder {
         let persistent_types = weights.layers.iter().all(|l| {
             [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
                 .iter()
-                .all(|t| matches!(t.ty, GgmlType::F16 | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1))
+                .all(|t| {
+                    matches!(
+                        t.ty,
+                        GgmlType::F16 | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1
+                    )
+                })
         });
         let auto_persistent = AUTO_PERSISTENT
             && !info.is_cpu
@@ -663,9 +668,7 @@ impl Decoder {
             // `unfit` finds the device able to run it (work-group size, local memory, one
             // allocation for the weights): by capability and model size, not vendor. CPU
             // devices need not run work-groups concurrently: layered there.
-            DecodePath::Auto => {
-                auto_persistent
-            }
+            DecodePath::Auto => auto_persistent,
             _ => false,
         };
         let persistent = match (

@@ -348,9 +348,6 @@ pub(crate) fn mm_matmul(
     let Some(prog) = sh.mm.program(mat.kind) else {
         return Ok(None);
     };
-    if std::env::var("MMDBG").is_ok_and(|v| v == if gemm { "nogemm" } else { "nogemv" }) {
-        return Ok(None);
-    }
     let (n, k) = (cols.n, mat.k);
     let (g, eps) = norm.unwrap_or((&sh.dummy, 0.0));
     let use_norm = u32::from(norm.is_some());
@@ -408,7 +405,9 @@ pub(crate) fn mm_matmul(
         l.scalar(u32_of(s.team, "team")?)?
             .scalar(u32_of(s.steps, "steps")?)?
             .scalar(use_norm)?;
-        op
+        op.pos0 = Some(epi_args(l, epi, sh)?);
+        op.launch.local_mem(s.red_bytes())?;
+        return Ok(Some(op));
     };
     op.pos0 = Some(epi_args(&mut op.launch, epi, sh)?);
     Ok(Some(op))
@@ -541,12 +540,24 @@ pub(crate) fn argmax(
     out: &Buffer,
     max_rows: usize,
 ) -> Result<Op> {
-    let l = Launch::create(dev, prog, "argmax_rows", 2, [256, max_rows], [256, 1])?;
+    // Rows longer than ARGMAX_SPLIT values are split over up to 64 work-groups a row
+    // (argmax_split), whose last one combines the parts.
+    let groups = n.div_ceil(ARGMAX_SPLIT).clamp(1, 64);
+    let name = if groups > 1 {
+        "argmax_split"
+    } else {
+        "argmax_rows"
+    };
+    let l = Launch::create(dev, prog, name, 2, [256 * groups, max_rows], [256, 1])?;
     let mut op = Op::new(l, OpKind::Argmax);
     let l = &mut op.launch;
     l.mem(v)?;
     l.scalar(u32_of(n, "N")?)?.scalar(u32_of(ld, "ld")?)?;
     l.mem(out)?;
+    if groups > 1 {
+        l.mem(&dev.alloc(max_rows * groups * 12)?)?;
+        l.mem(&dev.upload(&vec![0u32; max_rows])?)?;
+    }
     op.rows = Some(RowGrid {
         arg: None,
         per_group: 1,
@@ -554,6 +565,9 @@ pub(crate) fn argmax(
     });
     Ok(op)
 }
+
+/// Values a row at which the device argmax splits a row over work-groups.
+const ARGMAX_SPLIT: usize = 4096;
 
 /// What the decode blocks of every layer share: the second residual buffer, the partial rows
 /// of the O projection (`H x d`) and of the down projection (`G x d`), the FFN chunk width.

@@ -8,8 +8,8 @@
 use super::{DecoderConfig, LayerWeights, ModelWeights, Tensor};
 use crate::error::{Error, Result};
 use crate::format::{matrix_bytes, relayout_q4_t, relayout_q4_t_len, GgmlType};
-use crate::layout::{relayout_split, relayout_split_len};
 use crate::kernels::RopeMode;
+use crate::layout::{relayout_split, relayout_split_len};
 use std::ops::Range;
 
 /// How a matrix is stored on the device and which kernels read it.
@@ -65,7 +65,9 @@ impl MatKind {
 
     /// The kind a matrix of `ty` is stored as when `split` layouts are chosen (the decoder's
     /// layered path: `kernels/mm.cl` reads them): Q8_0, Q5_0, Q5_1 and the K-quants split
-    /// into quant and record planes, the others as [`MatKind::of`].
+    /// into quant and record planes, the others as [`MatKind::of`] (Q4_0 and Q4_1 keep the T
+    /// layout: a split Q4_0 measured slower on the H200, 8B tg64 238 vs 259 tok/s with the
+    /// other changes of that run, benches/results/opencl-kernels.md).
     pub(crate) fn of_layout(ty: GgmlType, split: bool) -> Result<MatKind> {
         let k = MatKind::of(ty)?;
         Ok(match (split, k) {
@@ -281,7 +283,12 @@ fn assemble(
     to_device_layout(kind, gguf, n, k)
 }
 
-pub(crate) fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<HostMat> {
+pub(crate) fn to_device_layout(
+    kind: MatKind,
+    gguf: Vec<u8>,
+    n: usize,
+    k: usize,
+) -> Result<HostMat> {
     match kind {
         MatKind::Q40T | MatKind::Q41T => {
             let ty = if kind == MatKind::Q40T {

@@ -289,6 +289,27 @@ pub enum OpKind {
     Persistent,
 }
 
+impl OpKind {
+    /// A short name for tables ("norm+qkv+rope+kv", "attention", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Embed => "embed",
+            OpKind::QkvRope => "norm+qkv+rope+kv",
+            OpKind::Attention => "attention",
+            OpKind::OProj => "o+residual",
+            OpKind::GateUpSwiglu => "norm+gate/up+swiglu",
+            OpKind::Down => "down+residual",
+            OpKind::Head => "norm+head",
+            OpKind::Argmax => "argmax",
+            OpKind::Matmul => "matmul",
+            OpKind::BlockAttn => "block A (attn)",
+            OpKind::BlockFfn => "block B (ffn)",
+            OpKind::BlockFinish => "block finish",
+            OpKind::Persistent => "persistent step",
+        }
+    }
+}
+
 /// How a one-token decode step is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodePath {
