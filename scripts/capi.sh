@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The C libraries of the crates with a C API (feature `capi`), cargo-c's way without cargo-c:
 # `cargo rustc --crate-type staticlib --crate-type cdylib` per crate (normal builds stay rlib),
-# then lib + header + a generated pkg-config file installed into a prefix.
+# then lib + header + a generated pkg-config file installed into a prefix. `hetero-capi` is the
+# combined library, libhetero, holding every crate's C API (link one library: one copy of Rust's
+# std); the per-crate libraries stay for engines that want one crate only.
 #
 #   scripts/capi.sh [CRATE...]     build and install (default: every crate below)
 #   scripts/capi.sh test [CRATE...]  build, then compile each crate's standalone C test
 #                                  (tests/c/*_main.c + its test sources) against the staticlib
-#                                  with -fsanitize=address,undefined and run it; link the README
-#                                  example through pkg-config, static and shared
+#                                  with -fsanitize=address,undefined and run it; then the same
+#                                  through pkg-config against the shared library
 #   scripts/capi.sh headers        regenerate the checked-in headers (cbindgen)
 #
 # PREFIX (default target/capi/prefix), PROFILE (default release), CC (default cc).
@@ -15,14 +17,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-# package folder library-name
-CRATES=("hetero-sme sme hetero_sme" "hetero-sync sync hetero_sync" "hetero-uma uma hetero_uma")
+# package folder library-name features
+CRATES=("hetero-sme sme hetero_sme capi" "hetero-sync sync hetero_sync capi" "hetero-uma uma hetero_uma capi"
+  "hetero-partition partition hetero_partition capi" "hetero-capi capi/hetero hetero all")
+# The headers the combined library installs (its own hetero.h includes them).
+ALL_HEADERS=(sme/include/hetero_sme.h sync/include/hetero_sync.h uma/include/hetero_uma.h
+  partition/include/hetero_partition.h)
 PREFIX=${PREFIX:-$ROOT/target/capi/prefix}
 PROFILE=${PROFILE:-release}
 CC=${CC:-cc}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 die() { echo "capi: $*" >&2; exit 1; }
+pcname() { [[ $1 == hetero-capi ]] && echo hetero || echo "$1"; } # the pkg-config name
 
 pick() { # NAMES... -> the matching CRATES lines
   if [[ $# -eq 0 ]]; then printf '%s\n' "${CRATES[@]}"; return; fi
@@ -34,14 +41,14 @@ pick() { # NAMES... -> the matching CRATES lines
   done
 }
 
-build_one() { # PKG DIR LIB
-  local pkg=$1 dir=$2 lib=$3 log
+build_one() { # PKG DIR LIB FEATURES
+  local pkg=$1 dir=$2 lib=$3 features=$4 log
   log=$(mktemp)
   echo "capi: building $pkg ($PROFILE)"
   # The soname carries the major version (0.x: the minor, cargo-c's rule for 0.x).
   local major=${VERSION%%.*} soname
   if [[ $major == 0 ]]; then soname=lib$lib.so.0.$(echo "$VERSION" | cut -d. -f2); else soname=lib$lib.so.$major; fi
-  cargo rustc -p "$pkg" --lib --features capi --profile "$PROFILE" \
+  cargo rustc -p "$pkg" --lib --features "$features" --profile "$PROFILE" \
     --crate-type staticlib --crate-type cdylib -- \
     -C link-arg=-Wl,-soname,"$soname" --print native-static-libs 2>"$log" ||
     { cat "$log" >&2; rm -f "$log"; die "cargo rustc failed for $pkg"; }
@@ -52,28 +59,35 @@ build_one() { # PKG DIR LIB
   [[ $PROFILE == dev ]] && out=$ROOT/target/debug
   mkdir -p "$PREFIX/include" "$PREFIX/lib/pkgconfig"
   install -m 644 "$dir/include/$lib.h" "$PREFIX/include/"
+  [[ $pkg == hetero-capi ]] && install -m 644 "${ALL_HEADERS[@]}" "$PREFIX/include/"
   install -m 644 "$out/lib$lib.a" "$PREFIX/lib/"
-  install -m 755 "$out/lib$lib.so" "$PREFIX/lib/$soname"
+  # lib.so.VERSION (the file) <- lib.so.SONAME-VERSION (what programs load) <- lib.so (to link)
+  install -m 755 "$out/lib$lib.so" "$PREFIX/lib/lib$lib.so.$VERSION"
+  ln -sf "lib$lib.so.$VERSION" "$PREFIX/lib/$soname"
   ln -sf "$soname" "$PREFIX/lib/lib$lib.so"
-  cat >"$PREFIX/lib/pkgconfig/$pkg.pc" <<PC
+  local pc desc="C API of the Rust crate $pkg (hetero)"
+  pc=$(pcname "$pkg")
+  [[ $pc == hetero ]] && desc="every hetero C API (sme, sync, uma, partition) in one library"
+  cat >"$PREFIX/lib/pkgconfig/$pc.pc" <<PC
 prefix=$PREFIX
 libdir=\${prefix}/lib
 includedir=\${prefix}/include
 
-Name: $pkg
-Description: C API of the Rust crate $pkg (hetero)
+Name: $pc
+Description: $desc
 Version: $VERSION
 Libs: -L\${libdir} -l$lib
 Libs.private: $natives
 Cflags: -I\${includedir}
 PC
-  echo "capi: installed $pkg into $PREFIX (lib$lib.a, $soname, $pkg.pc)"
+  echo "capi: installed $pkg into $PREFIX (lib$lib.a, lib$lib.so.$VERSION, soname $soname, $pc.pc)"
 }
 
-c_test_one() { # PKG DIR LIB
+c_test_one() { # PKG DIR LIB FEATURES
   local pkg=$1 dir=$2 lib=$3 tdir=$ROOT/target/capi/test
   mkdir -p "$tdir"
-  local short=${lib#hetero_}
+  local short=${lib#hetero_} pc
+  pc=$(pcname "$pkg")
   local main=$dir/tests/c/${short}_main.c
   [[ -f $main ]] || die "$pkg: no standalone C test $main"
   local srcs=("$main")
@@ -83,19 +97,47 @@ c_test_one() { # PKG DIR LIB
   local san=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
   echo "capi: $pkg: C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
-    $(pkg-config --static --cflags "$pkg") "$PREFIX/lib/lib$lib.a" \
-    $(pkg-config --static --libs-only-other --libs-only-l "$pkg" | sed "s/-l$lib//") -lm \
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
+    $(pkg-config --static --cflags "$pc") "$PREFIX/lib/lib$lib.a" \
+    $(pkg-config --static --libs-only-other --libs-only-l "$pc" | sed "s/-l$lib//") -lm \
     -o "$tdir/${short}_asan"
   # Rust's runtime keeps a few allocations for the whole process (thread-local keys, the
   # stdout buffer): LeakSanitizer would report those, not our leaks.
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$tdir/${short}_asan"
+  if [[ $pkg == hetero-sync ]]; then
+    # Flags and barriers live in the caller's memory only: freeing one must not compile.
+    local bad
+    for bad in "hetero_sync_flag_free(f)" "hetero_sync_barrier_free((hetero_sync_barrier *)f)"; do
+      if printf '#include "hetero_sync.h"\nvoid f(hetero_sync_flag *f) { %s; }\n' "$bad" |
+        "$CC" -std=c11 -Wall -Werror -I"$dir/include" -x c -c -o /dev/null - 2>/dev/null; then
+        die "$pkg: '$bad' compiled: the header still has a _free for caller-placed memory"
+      fi
+    done
+    echo "capi: $pkg: freeing a caller-placed flag or barrier does not compile (as intended)"
+  fi
+  if [[ $pkg == hetero-capi ]]; then
+    # The shared library exports every function of each crate's own library, under the same
+    # names (compared with the per-crate libraries when they were built in this run).
+    local part want got
+    for part in sme sync uma partition; do
+      got=$(nm -D --defined-only "$PREFIX/lib/libhetero.so" | awk -v p="hetero_${part}_" '$2 == "T" && index($3, p) == 1 {print $3}' | sort)
+      [[ -n $got ]] || die "libhetero.so exports no hetero_${part}_ function"
+      if [[ -f $PREFIX/lib/libhetero_$part.so ]]; then
+        want=$(nm -D --defined-only "$PREFIX/lib/libhetero_$part.so" | awk -v p="hetero_${part}_" '$2 == "T" && index($3, p) == 1 {print $3}' | sort)
+        [[ $got == "$want" ]] || die "libhetero.so's hetero_${part}_ functions differ from libhetero_$part.so's"
+      fi
+      echo "capi: libhetero.so exports $(echo "$got" | wc -l) hetero_${part}_ functions"
+    done
+  fi
   echo "capi: $pkg: the same through pkg-config, shared library"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
-    $(pkg-config --cflags --libs "$pkg") -lm -Wl,-rpath,"$PREFIX/lib" -o "$tdir/${short}_shared"
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
+    $(pkg-config --cflags --libs "$pc") -lm -Wl,-rpath,"$PREFIX/lib" -o "$tdir/${short}_shared"
   "$tdir/${short}_shared"
+  if [[ $pkg == hetero-capi ]] && ldd "$tdir/${short}_shared" | grep -q 'libhetero_'; then
+    die "the combined-library program also loads a per-crate library"
+  fi
 }
 
 case "${1:-}" in

@@ -47,9 +47,10 @@ aarch64_test() { # PROFILE RUNNER REQUIRE
       -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
-# The crates with a C API (feature `capi`; scripts/capi.sh lists the same).
-CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma"
-CAPI_FEATURES="hetero-sme/capi,hetero-sync/capi,hetero-uma/capi"
+# The crates with a C API (feature `capi`; scripts/capi.sh lists the same). `capi-tests` adds
+# the C tests (compiled with -Werror) that tests/capi.rs links; plain `capi` builds no C.
+CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma -p hetero-partition"
+CAPI_FEATURES="hetero-sme/capi-tests,hetero-sync/capi-tests,hetero-uma/capi-tests,hetero-partition/capi-tests"
 
 run_stage() { # NAME
   case "$1" in

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 mod budget;
+#[cfg(feature = "capi")]
+pub mod capi;
 mod checked;
 mod curve;
 mod model;
