@@ -34,6 +34,8 @@ use std::sync::Arc;
 /// A weight matrix on the device in the layout the fast kernels read.
 pub struct FastMatrix {
     mat: Mat,
+    /// Bytes of the second plane (0 when the layout has one plane).
+    plane1: usize,
 }
 
 impl FastMatrix {
@@ -55,6 +57,7 @@ impl FastMatrix {
         }
         let kind = MatKind::of_layout(ty, true)?;
         let h = to_device_layout(kind, gguf.to_vec(), n, k)?;
+        let plane1 = h.plane1.len();
         let w0 = dev.upload(&h.plane0)?;
         let w1 = if h.plane1.is_empty() {
             dev.upload(&[0u32; 4])?
@@ -63,6 +66,7 @@ impl FastMatrix {
         };
         Ok(FastMatrix {
             mat: Mat { kind, n, k, w0, w1 },
+            plane1,
         })
     }
 
@@ -73,12 +77,7 @@ impl FastMatrix {
 
     /// Device bytes of the matrix (both planes).
     pub fn bytes(&self) -> usize {
-        self.mat.w0.len()
-            + if self.mat.kind.mm_code().is_some() && self.mat.w1.len() > 16 {
-                self.mat.w1.len()
-            } else {
-                0
-            }
+        self.mat.w0.len() + self.plane1
     }
 }
 

@@ -1632,3 +1632,53 @@ fn split_device_argmax_matches_the_logits() {
     assert_eq!(e, Error::NonFiniteLogits { row: 0 });
     assert!(dec.logits().unwrap()[8500].is_nan());
 }
+
+/// int8 activations in the one-row GEMVs (`DecoderOptions::int8_activations`; on PoCL the
+/// portable integer dot product, the same arithmetic as dp4a): a Q4_0 model and a Q4_K one,
+/// prefill then layered decode steps against the reference. Bound: each GEMV's activations are
+/// rounded to 1/254 of their 32-value unit's largest magnitude, an NMSE of 1e-5..1e-4 a matmul
+/// (tests/fast.rs; more for SwiGLU outputs, whose outliers set their unit's scale), compounded
+/// over 2 layers of 4 matmuls and the head of these small random models: measured 3e-5 (the
+/// prefill, whose only int8 matmul is the head) to 2.1e-2 (a Q4_K decode step, d = 256);
+/// bound 5e-2, while a wrong unit, scale or epilogue moves logits by O(1), an NMSE near 1. The
+/// kernels themselves are held to their exact int8 emulation in tests/fast.rs (1e-7).
+/// (The prefill's GEMMs keep f32 activations; its head, one row, is a GEMV, so its logits are
+/// held to the same bound.)
+#[test]
+fn int8_activation_gemvs_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(33);
+    for (layer, cfg) in [
+        (GgmlType::Q4_0, config(2, RopeMode::Normal, 16)),
+        (GgmlType::Q4K, config_k(2, RopeMode::Normal, 64)),
+    ] {
+        let model = TestModel::random(
+            &mut r,
+            cfg,
+            Types {
+                embed: GgmlType::Q8_0,
+                layer,
+                output: None,
+            },
+        );
+        let toks = tokens(&mut r, 9, model.cfg.vocab);
+        let want = ref_forward(&model, &toks, model.cfg.n_layer).logits;
+        let mut dec = model.decoder(
+            &dev,
+            DecoderOptions {
+                decode: DecodePath::Layered,
+                int8_activations: Some(true),
+                ..DecoderOptions::default()
+            },
+        );
+        assert!(dec.int8_activations().is_some(), "{layer}");
+        for (t, got) in std::iter::once((5, dec.forward(&toks[..6], 0).unwrap().to_vec()))
+            .chain((6..toks.len()).map(|t| (t, dec.forward(&toks[t..t + 1], t).unwrap().to_vec())))
+        {
+            assert!(got.iter().all(|v| v.is_finite()), "{layer} at {t}");
+            let e = reference::nmse(&got, &want[t]);
+            eprintln!("{layer} int8 at {t}: NMSE {e:e}");
+            assert!(e <= 5e-2, "{layer} int8 at {t}: NMSE {e:e} > 5e-2");
+        }
+    }
+}

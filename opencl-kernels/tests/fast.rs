@@ -132,6 +132,88 @@ fn want(
     (y, mag)
 }
 
+/// The GGUF matrix with every quant set to 0 (scales and minimums kept): dequantized, each value
+/// is its format's offset term (Q4_0 -8d, Q4_1 m, Q5_0 -16d, Q5_1 m, Q4_K/Q5_K -dmin m, Q6_K
+/// -32 d sc, Q8_0 0), the part of a weight the int8 kernels multiply with the exact activation
+/// sums rather than the quantized activations.
+fn zero_quants(ty: GgmlType, w: &[u8]) -> Vec<u8> {
+    let (bb, quants) = match ty {
+        GgmlType::Q4_0 => (18, 2..18),
+        GgmlType::Q4_1 => (20, 4..20),
+        GgmlType::Q5_0 => (22, 2..22),
+        GgmlType::Q5_1 => (24, 4..24),
+        GgmlType::Q8_0 => (34, 2..34),
+        GgmlType::Q4K => (144, 16..144),
+        GgmlType::Q5K => (176, 16..176),
+        GgmlType::Q6K => (210, 0..192),
+        _ => unreachable!(),
+    };
+    let mut z = w.to_vec();
+    for b in z.chunks_exact_mut(bb) {
+        b[quants.clone()].fill(0);
+    }
+    z
+}
+
+/// What the int8 GEMV computes, in f64 from the kernel's own f32 steps: each 32-value unit of
+/// `x g` (T layout: words u + s nb of the row; else values 32u..) quantized to
+/// `rint(v * (127 / amax))` with the scale `amax / 127`; the quant part of each weight times the
+/// quantized values, its offset part (see `zero_quants`) times the exact ones; times the
+/// norm's inv. Only f32 accumulation order (and, where the device's division is not correctly
+/// rounded, a rare one-step difference in a rounding) separates the kernel from it.
+fn want_i8(ty: GgmlType, w: &[u8], x: &[f32], n: usize, k: usize, g: Option<&[f32]>) -> Vec<f32> {
+    let xg: Vec<f32> = match g {
+        Some(g) => x.iter().zip(g).map(|(a, b)| a * b).collect(),
+        None => x.to_vec(),
+    };
+    let nb = k / 32;
+    let t_layout = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1);
+    let mut xq = vec![0f32; k];
+    for u in 0..nb {
+        let idx: Vec<usize> = (0..32)
+            .map(|v| {
+                if t_layout {
+                    8 * (u + (v / 8) * nb) + v % 8
+                } else {
+                    32 * u + v
+                }
+            })
+            .collect();
+        let amax = idx.iter().fold(0f32, |a, &i| a.max(xg[i].abs()));
+        let (dx, inv) = (amax / 127.0, if amax > 0.0 { 127.0 / amax } else { 0.0 });
+        for &i in &idx {
+            xq[i] = (xg[i] * inv).round_ties_even() * dx;
+        }
+    }
+    let inv = match g {
+        Some(_) => {
+            let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / k as f64;
+            1.0 / (ms + 1e-5f64).sqrt()
+        }
+        None => 1.0,
+    };
+    let z = zero_quants(ty, w);
+    let rb = ocl::row_bytes(ty, k).unwrap();
+    let (mut row, mut off) = (vec![0f32; k], vec![0f32; k]);
+    (0..n)
+        .map(|c| {
+            reference::dequantize_row(ty, &w[c * rb..(c + 1) * rb], k, &mut row).unwrap();
+            reference::dequantize_row(ty, &z[c * rb..(c + 1) * rb], k, &mut off).unwrap();
+            let y: f64 = (0..k)
+                .map(|i| (row[i] - off[i]) as f64 * xq[i] as f64 + off[i] as f64 * xg[i] as f64)
+                .sum();
+            (y * inv) as f32
+        })
+        .collect()
+}
+
+/// The int8 GEMV against [`want_i8`]: the magnitude-normalized error of f32 accumulation
+/// (1e-10 as for f32 activations) widened to 1e-7 for the rare activation that a division not
+/// correctly rounded sends to the other side of a rounding tie (one such step on one of K
+/// values moves an output by about 1/(127 K) of its magnitude, 1e-8 squared at K = 288); a wrong
+/// unit, scale, group or offset moves it by 1e-2 or more.
+const MAG_I8_EXACT: f64 = 1e-7;
+
 fn check(what: &str, got: &[f32], want: &[f32], mag: &[f32], i8: bool) {
     assert!(
         got.iter().all(|v| v.is_finite()),
@@ -202,7 +284,22 @@ fn gemv_matches_reference_in_every_format() {
                         .unwrap();
                     l.enqueue().unwrap();
                     let what = format!("{ty} gemv n {n} k {k} norm {norm} i8 {i8}");
-                    check(&what, &read(&y, n), &want_y, &mag, i8);
+                    let got = read(&y, n);
+                    check(&what, &got, &want_y, &mag, i8);
+                    if i8 {
+                        let exact = want_i8(ty, &wq, &x, n, k, norm.then_some(&g[..]));
+                        let num: f64 = got
+                            .iter()
+                            .zip(&exact)
+                            .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+                            .sum();
+                        let den: f64 = mag.iter().map(|v| (*v as f64).powi(2)).sum();
+                        let e = num / den.max(f64::MIN_POSITIVE);
+                        assert!(
+                            e <= MAG_I8_EXACT,
+                            "{what}: against the int8 emulation {e:e} > {MAG_I8_EXACT:e}"
+                        );
+                    }
                 }
             }
         }
