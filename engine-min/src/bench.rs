@@ -105,6 +105,124 @@ pub fn breakdown(
     Ok((pp_b, tg_b))
 }
 
+/// One op kind of the resident GPU decoder over a phase: its launches, device time and the
+/// least bytes and FLOPs it must move and compute ([`Decoder::op_costs`]).
+///
+/// [`Decoder::op_costs`]: hetero_opencl_kernels::decoder::Decoder::op_costs
+#[derive(Clone, Debug)]
+pub struct GpuOpLine {
+    /// The op kind.
+    pub kind: hetero_opencl_kernels::decoder::OpKind,
+    /// Launches over the phase.
+    pub launches: usize,
+    /// Device time over the phase (profiling events).
+    pub seconds: f64,
+    /// Least bytes over the phase.
+    pub bytes: u64,
+    /// FLOPs over the phase.
+    pub flops: u64,
+}
+
+/// Where a phase's time went on the resident GPU decoder.
+#[derive(Clone, Debug, Default)]
+pub struct GpuPhase {
+    /// Tokens processed.
+    pub tokens: usize,
+    /// Host wall time of the phase.
+    pub wall: Duration,
+    /// Per op kind, sorted by kind.
+    pub ops: Vec<GpuOpLine>,
+}
+
+/// [`breakdown`] for an engine whose executor runs whole steps on the resident GPU decoder
+/// opened with profiling: per op kind device time, launches, least bytes and FLOPs, for one
+/// `pp` forward and `tg` one-token forwards from empty caches. `Ok(None)` when the engine has
+/// no resident decoder; an error when its device was opened without profiling.
+pub fn gpu_breakdown(
+    engine: &mut Engine,
+    pp: usize,
+    tg: usize,
+    seed: u64,
+) -> Result<Option<(GpuPhase, GpuPhase)>, EngineError> {
+    use hetero_opencl_kernels::decoder::OpCost;
+    let Some(dec) = engine.resident_decoder() else {
+        return Ok(None);
+    };
+    let backend = |e: hetero_opencl_kernels::Error| {
+        EngineError::Backend(crate::backend::BackendError::from(e))
+    };
+    dec.set_profiling(true).map_err(backend)?;
+    let mut next_token = token_stream(engine.model().config.vocab, seed);
+    let mut logits = vec![0f32; engine.model().config.vocab];
+    let mut phase = |engine: &mut Engine, steps: &[Vec<u32>]| -> Result<GpuPhase, EngineError> {
+        engine.reset();
+        let dec = engine
+            .resident_decoder()
+            .ok_or(EngineError::Backend(crate::backend::BackendError::Resident))?;
+        dec.take_op_times().map_err(backend)?;
+        let t0 = Instant::now();
+        for s in steps {
+            engine.forward(s, &mut logits)?;
+        }
+        let wall = t0.elapsed();
+        let dec = engine
+            .resident_decoder()
+            .ok_or(EngineError::Backend(crate::backend::BackendError::Resident))?;
+        let times = dec.take_op_times().map_err(backend)?;
+        let mut costs: Vec<OpCost> = Vec::new();
+        let mut pos = 0;
+        for s in steps {
+            for c in dec
+                .op_costs(s.len(), pos + s.len() - 1, false)
+                .map_err(backend)?
+            {
+                match costs.iter_mut().find(|o| o.kind == c.kind) {
+                    Some(o) => {
+                        o.bytes += c.bytes;
+                        o.flops += c.flops;
+                    }
+                    None => costs.push(c),
+                }
+            }
+            pos += s.len();
+        }
+        let ops = times
+            .iter()
+            .map(|t| {
+                let c = costs.iter().find(|c| c.kind == t.kind);
+                GpuOpLine {
+                    kind: t.kind,
+                    launches: t.launches,
+                    seconds: t.seconds,
+                    bytes: c.map_or(0, |c| c.bytes),
+                    flops: c.map_or(0, |c| c.flops),
+                }
+            })
+            .collect();
+        Ok(GpuPhase {
+            tokens: steps.iter().map(Vec::len).sum(),
+            wall,
+            ops,
+        })
+    };
+    let prompt: Vec<Vec<u32>> = vec![(0..pp).map(|_| next_token()).collect()];
+    let pp_b = if pp > 0 {
+        phase(engine, &prompt)?
+    } else {
+        GpuPhase::default()
+    };
+    let gen: Vec<Vec<u32>> = (0..tg).map(|_| vec![next_token()]).collect();
+    let tg_b = if tg > 0 {
+        phase(engine, &gen)?
+    } else {
+        GpuPhase::default()
+    };
+    if let Some(dec) = engine.resident_decoder() {
+        dec.set_profiling(false).map_err(backend)?;
+    }
+    Ok(Some((pp_b, tg_b)))
+}
+
 /// The two parts of a bench repetition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {

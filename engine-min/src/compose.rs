@@ -195,7 +195,12 @@ pub struct ComposeOptions {
     /// Where the CPU's prepared (repacked) weights are kept between runs; default
     /// [`CacheSetting::Off`] (the command line defaults to [`CacheSetting::default_dir`]).
     pub prepared: CacheSetting,
+    /// Open the GPU with a profiling queue (per-launch device times, for `bench --breakdown`).
+    pub gpu_profiling: bool,
 }
+
+/// The fewest rows a prompt chunk of the GPU-resident decoder has (`max_batch` when larger).
+pub const RESIDENT_ROWS: usize = 512;
 
 /// How an all-GPU plan runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -223,6 +228,7 @@ impl Default for ComposeOptions {
             gpu_path: GpuPath::Resident,
             workload: Workload::default(),
             prepared: CacheSetting::Off,
+            gpu_profiling: false,
         }
     }
 }
@@ -326,7 +332,7 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
     };
     let forced = profile.is_none();
     let gpu = if want_gpu {
-        match crate::backend::gpu::open_device(false) {
+        match crate::backend::gpu::open_device(opts.gpu_profiling) {
             Ok(g) => Some(g),
             Err(e) if forced => return Err(ComposeError::Gpu(e)),
             Err(e) => {
@@ -425,11 +431,15 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         None => used == [Pb::Gpu] && opts.gpu_path == GpuPath::Resident,
     };
     if let (Some(dev), true) = (&dev, resident) {
+        // Prompt chunks of at least RESIDENT_ROWS rows: the decoder's GEMM tiles are 128 rows,
+        // and 512-row chunks keep a device of ~100 compute units busy on 4096-wide matrices.
+        let rows = opts.max_batch.max(RESIDENT_ROWS);
+        let plans = gpu_alone(&shapes, rows as u32)?;
         let dec = crate::backend::resident::build(
             dev,
             model,
             opts.context.clamp(1, model.config.context.max(1)),
-            opts.max_batch.max(1),
+            rows,
         )
         .map_err(ComposeError::Resident)?;
         let exec = Executor::resident(plans, cpu, dec)?;

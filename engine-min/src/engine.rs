@@ -206,6 +206,11 @@ impl Engine {
         &self.exec
     }
 
+    /// The resident GPU decoder, when the executor runs whole steps on it (profiling, notes).
+    pub fn resident_decoder(&mut self) -> Option<&mut hetero_opencl_kernels::decoder::Decoder> {
+        self.exec.resident_decoder()
+    }
+
     /// The executor back (its processors keep what they prepared), ending the engine.
     pub fn into_executor(self) -> Executor {
         self.exec

@@ -388,3 +388,53 @@ fn resident_decoder_matches_reference_on_every_fixture() {
         }
     }
 }
+
+/// `engine-min bench --plan gpu --breakdown` on the resident decoder: one line per op kind of
+/// each phase with its launches, device time, least bytes and FLOPs and their fractions of
+/// the copy bandwidth and FP32 FMA rate measured in the same run, plus launches per token and
+/// the device-busy fraction; the numbers are finite and the launches match the decoder's.
+#[test]
+fn bench_breakdown_on_the_gpu_path() {
+    let Some(_dev) = device() else { return };
+    let Some(path) = hetero_tests::require("model", common::model_path()) else {
+        return;
+    };
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_engine-min"))
+        .args([
+            "bench", "--plan", "gpu", "--pp", "8", "--tg", "2", "--reps", "1",
+        ])
+        .args(["--breakdown", "--model"])
+        .arg(&path)
+        .output()
+        .expect("spawn engine-min");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for phase in ["pp", "tg"] {
+        let head = out
+            .lines()
+            .find(|l| l.starts_with(&format!("gpu breakdown {phase} ")))
+            .unwrap_or_else(|| panic!("no {phase} breakdown: {out}"));
+        assert!(
+            head.contains("launches/token") && head.contains("device busy"),
+            "{head}"
+        );
+        assert!(
+            head.contains("copy ") && head.contains("FP32 FMA "),
+            "{head}"
+        );
+    }
+    // SmolLM2: 30 layers of five launches (one type a layer), the gather and the head.
+    let qkv = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("norm+qkv+rope+kv"))
+        .collect::<Vec<_>>();
+    assert_eq!(qkv.len(), 2, "{out}");
+    assert!(qkv[1].contains(" 30.0 launches/token"), "{}", qkv[1]);
+    for l in out.lines().filter(|l| l.contains("TFLOP/s (")) {
+        assert!(!l.contains("NaN") && !l.contains("inf"), "{l}");
+    }
+}

@@ -26,7 +26,10 @@
 //! comma-separated (`0`: flush once per step; `4`: also after every 4 launches), plus the
 //! crate's `HETERO_OPENCL_*`; `RD_COPY_GBS` and `RD_FP32_GFLOPS`: the device's measured copy
 //! bandwidth and FP32 rate, to print each op kind's fraction of them in the profiled tables
-//! (beside its least bytes and FLOPs, `Decoder::op_costs`).
+//! (beside its least bytes and FLOPs, `Decoder::op_costs`); `RD_ROWS` prefill chunk rows
+//! (`max_rows`, 128), `RD_FAST` (1: the fast matmuls of kernels/mm.cl; 0: the older kernels),
+//! `RD_I8` (`auto`; `0`/`1`: int8 activations in the GEMVs off/on), `RD_GEMM_ROWS`,
+//! `RD_GEMV_STEPS` (shape overrides, 0 = chosen).
 //! Output: human-readable tables, and one `RESULT` line per path.
 //!
 //! `cargo run --release -p hetero-opencl-kernels --example resident_decode`
@@ -408,8 +411,9 @@ fn main() -> Res<()> {
         .filter_map(|f| f.trim().parse().ok())
         .collect();
     let ctx = (pp.max(tg) + 8).next_power_of_two();
-    let cfg = config(&shape, layers, ctx)
+    let mut cfg = config(&shape, layers, ctx)
         .ok_or_else(|| format!("RD_SHAPE={shape}: not one of smollm2 llama-1b llama-8b"))?;
+    cfg.max_rows = env_usize("RD_ROWS", 128).max(1);
     let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
     let mut r = Rng(0x9E37_79B9_7F4A_7C15);
     let t = Instant::now();
@@ -494,6 +498,14 @@ fn run_path(
 ) -> Res<()> {
     let opts = DecoderOptions {
         flush_every: flush,
+        fast_matmul: env_usize("RD_FAST", 1) != 0,
+        int8_activations: match std::env::var("RD_I8").as_deref() {
+            Ok("0") => Some(false),
+            Ok("1") => Some(true),
+            _ => None,
+        },
+        gemm_tile_rows: env_usize("RD_GEMM_ROWS", 0),
+        gemv_steps: env_usize("RD_GEMV_STEPS", 0),
         ..path.opts.clone()
     };
     let t = Instant::now();
@@ -504,6 +516,13 @@ fn run_path(
     dec.forward(&tokens[..pp], 0)?;
     let prefill_launches = dec.last_launches();
     let name = &path.name;
+    println!(
+        "fast matmuls {}, int8 activations {:?}, max_rows {}; notes: {:?}",
+        opts.fast_matmul,
+        dec.int8_activations(),
+        cfg.max_rows,
+        dec.notes()
+    );
     println!(
             "\n== decode path {name}, flush every {flush}: build + upload {:.2} s, zero-copy {}, runs {:?} ({} groups), launches a decode step: {} (logits) / {} (argmax); a {pp}-token prefill: {}",
             built,

@@ -116,6 +116,40 @@ inline void pair_sum(float *a0, float *a1, __local float *red, uint t, uint r, u
     *a1 = r1[0];
 }
 
+// Element i of row r (D wide) of a matrix in a split layout (src/layout.rs; fmt 11 Q8_0, 12
+// Q5_0, 13 Q5_1, 14 Q4_K, 15 Q5_K, 16 Q6_K): plane 0 in w0, the records in w1.
+inline float embed_split(__global const uchar *w0, __global const uchar *w1, uint r, uint i,
+                         uint D, uint fmt) {
+    uint nb = D >> 5, b = (uint)r * nb + (i >> 5), e = i & 31u, gi = e >> 2, bl = e & 3u;
+    if (fmt == 11u)
+        return (float)((__global const char *)w0)[(size_t)b * 32u + e] *
+               vload_half(b, (__global const half *)w1);
+    uchar byte = w0[(size_t)b * 16u + (e & 15u)];
+    float q = (float)(e < 16u ? byte & 15u : byte >> 4);
+    if (fmt == 12u || fmt == 13u) {
+        __global const uchar *rc = w1 + (size_t)b * 8u;
+        uint qh = *(__global const uint *)rc;
+        float2 dm = vload_half2(1, (__global const half *)rc);
+        q += 16.0f * (float)((qh >> (8u * bl + gi)) & 1u);
+        return fmt == 12u ? (q - 16.0f) * dm.x : q * dm.x + dm.y;
+    }
+    uint j = (i >> 5) & 7u;
+    if (fmt == 16u) {
+        __global const uchar *rc = w1 + ((size_t)r * (nb >> 3) + (i >> 8)) * 84u;
+        uint h = *(__global const uint *)(rc + 8u * j + 4u * (gi >> 2));
+        q += 16.0f * (float)((h >> (8u * bl + 2u * (gi & 3u))) & 3u);
+        float sc = (float)((__global const char *)rc)[64u + 2u * j + (e >> 4)];
+        return (q - 32.0f) * sc * vload_half(40, (__global const half *)rc);
+    }
+    __global const uchar *rc = w1 + ((size_t)r * (nb >> 3) + (i >> 8)) * (fmt == 14u ? 20u : 52u);
+    if (fmt == 15u) {
+        uint qh = *(__global const uint *)(rc + 20u + 4u * j);
+        q += 16.0f * (float)((qh >> (8u * bl + gi)) & 1u);
+    }
+    float2 dm = vload_half2(0, (__global const half *)rc);
+    return dm.x * (float)rc[4u + 2u * j] * q - dm.y * (float)rc[5u + 2u * j];
+}
+
 // Element i of embedding row r (D wide). fmt: 0 F16, 1 Q4_0, 2 Q4_1, 3 Q8_0 (GGUF blocks in
 // w0), 4 Q4_0 T, 5 Q4_1 T (quant plane w0, scale plane w1: the tied output head's own copy),
 // 6 Q5_0, 7 Q5_1, 8 Q4_K, 9 Q5_K, 10 Q6_K (GGUF bytes in w0: the value's 8-value part is
@@ -136,6 +170,7 @@ inline float embed_value(__global const uchar *w0, __global const half *w1, uint
         __global const uchar *bp = w0 + ((size_t)r * nb + b) * 34u;
         return (float)((__global const char *)bp)[2u + e] * vload_half(0, (__global const half *)bp);
     }
+    if (fmt >= 11u) return embed_split(w0, (__global const uchar *)w1, r, i, D, fmt);
     if (fmt >= 6u) {
         uint kt = i >> 5, p = (i >> 3) & 3u;
         float8 v8;

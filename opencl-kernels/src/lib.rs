@@ -1,11 +1,14 @@
 #![doc = include_str!("../README.md")]
 
+pub mod caps;
 pub mod decoder;
 mod device;
 mod error;
 mod event;
+pub mod fast;
 mod format;
 mod kernels;
+mod layout;
 mod loader;
 pub mod reference;
 
@@ -22,4 +25,5 @@ pub use format::{
 pub use kernels::{
     Flag, Kernels, Launch, Profiled, RopeMode, RowShape, MAX_WG, OPTIONS, SOURCE, SOURCE_NV_DP4A,
 };
+pub use layout::{dequantize_split_row, has_split_layout, relayout_split, relayout_split_len};
 pub use loader::{Api, DEFAULT_LIBS, LIB_ENV};

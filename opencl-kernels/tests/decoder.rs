@@ -232,7 +232,11 @@ impl TestModel {
         }
     }
 
-    fn decoder(&self, dev: &Arc<Device>, opts: DecoderOptions) -> Decoder {
+    /// The decoder with `opts`; f32 activations unless `opts` asks otherwise (the bounds
+    /// here are f32 rounding's; int8 activations, which `None` picks on devices with a
+    /// hardware int8 dot product, are tested against their own bound).
+    fn decoder(&self, dev: &Arc<Device>, mut opts: DecoderOptions) -> Decoder {
+        opts.int8_activations.get_or_insert(false);
         Decoder::new(dev, self.cfg.clone(), &self.weights(), opts).expect("decoder")
     }
 }
@@ -1538,5 +1542,143 @@ fn op_costs_count_bytes_and_flops() {
             matches!(dec.op_costs(rows, last, false), Err(Error::BadShape(_))),
             "{rows} rows ending at {last}"
         );
+    }
+}
+
+/// The device argmax split over work-groups (rows longer than 4096 values: `argmax_split`,
+/// the last group of a row combining the parts) against the host's argmax of the same logits
+/// (the lowest index of the largest value): a vocabulary of 9001 (three groups a row), a head
+/// row copied to another group's range (so the largest logit can tie across groups; the lower
+/// index must win) and its negation in the third range (so one of them is the largest), every
+/// row of a prefill chunk and one-row decode steps; then a NaN in the last range is flagged.
+#[test]
+fn split_device_argmax_matches_the_logits() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(32);
+    let cfg = DecoderConfig {
+        vocab: 9001,
+        ..config(1, RopeMode::Normal, 16)
+    };
+    let mut model = TestModel::random(
+        &mut r,
+        cfg,
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q4_0,
+            output: None,
+        },
+    );
+    let d = model.cfg.d_model;
+    let rb = d / 32 * 34;
+    let (a, b, c) = (100usize, 8000usize, 5000usize);
+    // Row a: scales x8 (so it tends to dominate); row b = row a; row c = -row a.
+    let mut row: Vec<u8> = model.embed.1[a * rb..(a + 1) * rb].to_vec();
+    for blk in row.chunks_exact_mut(34) {
+        let s = f16::from_le_bytes([blk[0], blk[1]]).to_f32() * 8.0;
+        blk[..2].copy_from_slice(&f16::from_f32(s).to_le_bytes());
+        for q in &mut blk[2..] {
+            *q = (*q as i8).max(-127) as u8;
+        }
+    }
+    let neg: Vec<u8> = row
+        .chunks_exact(34)
+        .flat_map(|blk| {
+            let mut v = blk[..2].to_vec();
+            v.extend(blk[2..].iter().map(|&q| (-(q as i8)) as u8));
+            v
+        })
+        .collect();
+    model.embed.1[a * rb..(a + 1) * rb].copy_from_slice(&row);
+    model.embed.1[b * rb..(b + 1) * rb].copy_from_slice(&row);
+    model.embed.1[c * rb..(c + 1) * rb].copy_from_slice(&neg);
+    let toks: Vec<u32> = tokens(&mut r, 8, 9001);
+    let host_argmax = |l: &[f32]| {
+        let mut best = 0;
+        for (i, &v) in l.iter().enumerate() {
+            if v > l[best] {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    let mut dec = model.decoder(
+        &dev,
+        DecoderOptions {
+            decode: DecodePath::Layered,
+            ..DecoderOptions::default()
+        },
+    );
+    dec.enqueue(Input::Tokens(&toks[..6]), 0, 0..1, Readout::AllArgmax)
+        .unwrap();
+    let got = dec.argmax().unwrap().to_vec();
+    let logits = dec.logits().unwrap().to_vec();
+    for (m, g) in got.iter().enumerate() {
+        let want = host_argmax(&logits[m * 9001..(m + 1) * 9001]);
+        assert_eq!(*g, want, "row {m}");
+        assert!(
+            want != b as u32,
+            "row {m}: the tie went to the higher index"
+        );
+    }
+    for p in 6..8 {
+        let id = dec.forward_argmax(&toks[p..p + 1], p).unwrap();
+        assert_eq!(id, host_argmax(dec.logits().unwrap()), "decode at {p}");
+    }
+    // A NaN in the third group's range is flagged.
+    let at = 8500 * rb;
+    model.embed.1[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let e = dec.forward_argmax(&toks[..1], 0).unwrap_err();
+    assert_eq!(e, Error::NonFiniteLogits { row: 0 });
+    assert!(dec.logits().unwrap()[8500].is_nan());
+}
+
+/// int8 activations in the one-row GEMVs (`DecoderOptions::int8_activations`; on PoCL the
+/// portable integer dot product, the same arithmetic as dp4a): a Q4_0 model and a Q4_K one,
+/// prefill then layered decode steps against the reference. Bound: each GEMV's activations are
+/// rounded to 1/254 of their 32-value unit's largest magnitude, an NMSE of 1e-5..1e-4 a matmul
+/// (tests/fast.rs; more for SwiGLU outputs, whose outliers set their unit's scale), compounded
+/// over 2 layers of 4 matmuls and the head of these small random models: measured 3e-5 (the
+/// prefill, whose only int8 matmul is the head) to 2.1e-2 (a Q4_K decode step, d = 256);
+/// bound 5e-2, while a wrong unit, scale or epilogue moves logits by O(1), an NMSE near 1. The
+/// kernels themselves are held to their exact int8 emulation in tests/fast.rs (1e-7).
+/// (The prefill's GEMMs keep f32 activations; its head, one row, is a GEMV, so its logits are
+/// held to the same bound.)
+#[test]
+fn int8_activation_gemvs_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(33);
+    for (layer, cfg) in [
+        (GgmlType::Q4_0, config(2, RopeMode::Normal, 16)),
+        (GgmlType::Q4K, config_k(2, RopeMode::Normal, 64)),
+    ] {
+        let model = TestModel::random(
+            &mut r,
+            cfg,
+            Types {
+                embed: GgmlType::Q8_0,
+                layer,
+                output: None,
+            },
+        );
+        let toks = tokens(&mut r, 9, model.cfg.vocab);
+        let want = ref_forward(&model, &toks, model.cfg.n_layer).logits;
+        let mut dec = model.decoder(
+            &dev,
+            DecoderOptions {
+                decode: DecodePath::Layered,
+                int8_activations: Some(true),
+                ..DecoderOptions::default()
+            },
+        );
+        assert!(dec.int8_activations().is_some(), "{layer}");
+        for (t, got) in std::iter::once((5, dec.forward(&toks[..6], 0).unwrap().to_vec()))
+            .chain((6..toks.len()).map(|t| (t, dec.forward(&toks[t..t + 1], t).unwrap().to_vec())))
+        {
+            assert!(got.iter().all(|v| v.is_finite()), "{layer} at {t}");
+            let e = reference::nmse(&got, &want[t]);
+            eprintln!("{layer} int8 at {t}: NMSE {e:e}");
+            assert!(e <= 5e-2, "{layer} int8 at {t}: NMSE {e:e} > 5e-2");
+        }
     }
 }

@@ -64,6 +64,8 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         prompt: a.pp,
         generate: a.tg,
     };
+    // A profiling queue for the resident GPU decoder's per-op device times.
+    opts.gpu_profiling = a.breakdown;
     let model = Arc::new(load_model(&a.model.model, &a.load)?);
     // Each test runs from an empty cache: its tokens must fit in the model's context.
     let context = model.config.context;
@@ -141,6 +143,17 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         errors.print(out, a.reps)?;
     }
     if a.breakdown {
+        if let Some((pp, tg)) =
+            crate::bench::gpu_breakdown(&mut engine, a.pp, a.tg, 0x5eed).map_err(Fail::run)?
+        {
+            let limits = gpu_limits(&mut engine);
+            for (name, b) in [("pp", &pp), ("tg", &tg)] {
+                if b.tokens > 0 {
+                    print_gpu_breakdown(out, name, b, limits)?;
+                }
+            }
+            return Ok(());
+        }
         let (pp, tg) =
             crate::bench::breakdown(&mut engine, a.pp, a.tg, 0x5eed).map_err(Fail::run)?;
         let dispatch = dispatch_us(engine.executor().cpu().pool());
@@ -149,6 +162,69 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
                 print_breakdown(out, name, b, dispatch)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The resident decoder's device limits measured now: copy bandwidth (bytes read + written per
+/// second, 256 MiB buffers) and the FP32 FMA rate of an OpenCL kernel (FLOP/s); 0 where a
+/// measurement failed.
+fn gpu_limits(engine: &mut crate::engine::Engine) -> (f64, f64) {
+    let Some(dec) = engine.resident_decoder() else {
+        return (0.0, 0.0);
+    };
+    let dev = dec.device().clone();
+    let copy = hetero_opencl_kernels::caps::copy_bandwidth(&dev, 256 << 20, 9).unwrap_or(0.0);
+    let fma = hetero_opencl_kernels::caps::fp32_fma_rate(&dev, 4096, 5).unwrap_or(0.0);
+    (copy, fma)
+}
+
+/// Per op kind of the resident GPU decoder: launches and device time per token, share, least
+/// bytes and FLOPs, and their rates against the limits measured in the same run.
+fn print_gpu_breakdown(
+    out: &mut dyn Write,
+    name: &str,
+    b: &crate::bench::GpuPhase,
+    (copy, fma): (f64, f64),
+) -> Result<(), Fail> {
+    let wall = b.wall.as_secs_f64();
+    let busy: f64 = b.ops.iter().map(|o| o.seconds).sum();
+    let launches: usize = b.ops.iter().map(|o| o.launches).sum();
+    let tok = b.tokens as f64;
+    writeln!(
+        out,
+        "gpu breakdown {name} ({} tokens, {:.1} us/token wall, {:.1} launches/token, device busy {:.0}%; limits measured now: copy {:.0} GB/s, FP32 FMA {:.1} TFLOP/s):",
+        b.tokens,
+        wall * 1e6 / tok,
+        launches as f64 / tok,
+        100.0 * busy / wall.max(1e-12),
+        copy / 1e9,
+        fma / 1e12
+    )?;
+    for o in &b.ops {
+        let (gbs, tfs) = (
+            o.bytes as f64 / o.seconds.max(1e-12),
+            o.flops as f64 / o.seconds.max(1e-12),
+        );
+        let frac = |v: f64, of: f64| {
+            if of > 0.0 {
+                format!("{:.2}", v / of)
+            } else {
+                "-".into()
+            }
+        };
+        writeln!(
+            out,
+            "  {:<20} {:>6.1} launches/token {:>9.1} us/token {:>5.1}%  {:>8.1} GB/s ({} of copy) {:>7.2} TFLOP/s ({} of FMA)",
+            o.kind.name(),
+            o.launches as f64 / tok,
+            o.seconds * 1e6 / tok,
+            100.0 * o.seconds / busy.max(1e-12),
+            gbs / 1e9,
+            frac(gbs, copy),
+            tfs / 1e12,
+            frac(tfs, fma)
+        )?;
     }
     Ok(())
 }

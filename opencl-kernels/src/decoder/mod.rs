@@ -25,12 +25,14 @@ mod blocks;
 mod cost;
 mod hostio;
 mod matmul;
-mod ops;
+pub(crate) mod mm;
+pub(crate) mod ops;
 mod persistent;
-mod prepare;
+pub(crate) mod prepare;
 mod types;
 
 pub use cost::OpCost;
+pub use mm::MM_SOURCE;
 pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
@@ -41,6 +43,7 @@ pub use types::{
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{copy_region, Event};
+use crate::format::GgmlType;
 use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
@@ -147,6 +150,9 @@ pub struct Decoder {
     last_launches: u64,
     done: Option<Done>,
     lost: Option<Error>,
+    /// What the decoder chose against the device's capabilities, and why (e.g. the portable
+    /// kernels where a hardware int8 dot product is absent).
+    notes: Vec<String>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -202,7 +208,7 @@ fn fill_mat(m: HostMat, w0: &Buffer, w1: &Buffer) -> Result<Mat> {
 /// bytes) for each run of Q/K/V of one type, for o, for gate/up (interleaved, or gate and up
 /// when their types differ) and for down, then the two norms. Ten parts when Q/K/V and
 /// gate/up each share a type.
-fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<Vec<usize>> {
+fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>, split: bool) -> Result<Vec<usize>> {
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
     let qkv = [(&l.wq, dq), (&l.wk, dkv), (&l.wv, dkv)];
     let mut mats = Vec::with_capacity(6);
@@ -220,7 +226,7 @@ fn layer_part_sizes(c: &DecoderConfig, l: &LayerWeights<'_>) -> Result<Vec<usize
     mats.push((l.down.ty, d, ff));
     let mut out = Vec::with_capacity(2 * mats.len() + 2);
     for (ty, n, k) in mats {
-        let (p0, p1) = MatKind::of(ty)?.plane_bytes(n, k)?;
+        let (p0, p1) = MatKind::of_layout(ty, split)?.plane_bytes(n, k)?;
         out.push(p0.max(4));
         out.push(p1.max(4));
     }
@@ -353,7 +359,62 @@ impl Decoder {
         if table.is_empty() {
             table.extend([1.0, 0.0]);
         }
+        // Split layouts (Q8_0, Q5_x and the K-quants re-laid for kernels/mm.cl) where decode
+        // steps run layered; decode blocks and the persistent step read the GGUF layouts. Auto
+        // decides here as below (the persistent step only for the types it runs, on GPUs whose
+        // compute units each stream little of a layer).
+        let gguf_layer_bytes = {
+            let mut t = 0;
+            for l in &weights.layers {
+                t += layer_part_sizes(&c, l, false)?.iter().sum::<usize>();
+            }
+            t / c.n_layer.max(1)
+        };
+        let persistent_types = weights.layers.iter().all(|l| {
+            [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                .iter()
+                .all(|t| {
+                    matches!(
+                        t.ty,
+                        GgmlType::F16 | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1
+                    )
+                })
+        });
+        let auto_persistent = AUTO_PERSISTENT
+            && !info.is_cpu
+            && gguf_layer_bytes / info.compute_units.max(1) <= AUTO_PERSISTENT_BYTES_PER_CU;
+        let split = options.fast_matmul
+            && match options.decode {
+                DecodePath::Layered => true,
+                DecodePath::Blocks | DecodePath::Persistent => false,
+                DecodePath::Auto => !(auto_persistent && persistent_types),
+            };
+        let mut notes = Vec::new();
+        let mm = if options.fast_matmul {
+            let (dot, note) = crate::caps::int_dot(device);
+            let i8 = options
+                .int8_activations
+                .unwrap_or(dot != crate::caps::IntDot::Portable);
+            if let (Some(n), true) = (note, i8 || options.int8_activations.is_none()) {
+                notes.push(n);
+            }
+            let mut kinds = Vec::new();
+            for l in &weights.layers {
+                for t in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
+                    kinds.push(MatKind::of_layout(t.ty, split)?);
+                }
+            }
+            let head_ty = weights.output.as_ref().unwrap_or(&weights.embed).ty;
+            kinds.push(MatKind::of_layout(head_ty, split)?);
+            let mut m = mm::MmSet::build(device, &kinds, dot, i8)?;
+            m.force_mt = options.gemm_tile_rows;
+            m.force_steps = options.gemv_steps;
+            m
+        } else {
+            mm::MmSet::none()
+        };
         let shared = Shared {
+            mm,
             rope: device.upload(&table)?,
             dummy,
             dq,
@@ -373,15 +434,14 @@ impl Decoder {
         let mut sizes = Vec::with_capacity(10 * c.n_layer);
         let mut part0 = vec![0];
         for l in &weights.layers {
-            sizes.extend(layer_part_sizes(&c, l)?);
+            sizes.extend(layer_part_sizes(&c, l, split)?);
             part0.push(sizes.len());
         }
-        let layer_bytes = sizes.iter().sum::<usize>() / c.n_layer.max(1);
         let warena = arena(device, &sizes)?;
         let kvarena = arena(device, &vec![c.max_context * dkv * 4; 2 * c.n_layer])?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for (i, l) in weights.layers.iter().enumerate() {
-            let hl = prepare::layer(&c, l, i)?;
+            let hl = prepare::layer(&c, l, i, split)?;
             let mut p = warena.parts[part0[i]..part0[i + 1]].iter();
             let mut next = || {
                 p.next()
@@ -417,7 +477,7 @@ impl Decoder {
         let head_t = weights.output.as_ref().unwrap_or(&weights.embed);
         let head = upload_mat(
             device,
-            prepare::single(head_t, c.vocab, d, "output head")?,
+            prepare::single(head_t, c.vocab, d, "output head", split)?,
             &shared.dummy,
         )?;
         // The gather reads the head's copy when they are tied, else the embedding's GGUF bytes.
@@ -608,11 +668,7 @@ impl Decoder {
             // `unfit` finds the device able to run it (work-group size, local memory, one
             // allocation for the weights): by capability and model size, not vendor. CPU
             // devices need not run work-groups concurrently: layered there.
-            DecodePath::Auto => {
-                AUTO_PERSISTENT
-                    && !info.is_cpu
-                    && layer_bytes / info.compute_units.max(1) <= AUTO_PERSISTENT_BYTES_PER_CU
-            }
+            DecodePath::Auto => auto_persistent,
             _ => false,
         };
         let persistent = match (
@@ -688,6 +744,7 @@ impl Decoder {
             last_launches: 0,
             done: None,
             lost: None,
+            notes,
         })
     }
 }
@@ -696,6 +753,18 @@ impl Decoder {
     /// The configuration.
     pub fn config(&self) -> &DecoderConfig {
         &self.cfg
+    }
+
+    /// Notes on what the decoder chose for this device and why (a capability it lacks and the
+    /// portable kernel used instead), one line each.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Whether the one-row GEMVs of the fast matmuls quantize activations to int8 (see
+    /// [`DecoderOptions::int8_activations`]), and with which dot product.
+    pub fn int8_activations(&self) -> Option<crate::caps::IntDot> {
+        self.shared.mm.i8.then_some(self.shared.mm.dot)
     }
 
     /// The device.

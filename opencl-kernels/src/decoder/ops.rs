@@ -2,6 +2,7 @@
 //! fused norm and epilogue, attention, the embedding gather and the argmax; which arguments
 //! change per call, and how the grid follows the row count.
 
+use super::mm::MmSet;
 use super::prepare::MatKind;
 use super::OpKind;
 use crate::device::{Buffer, Device, Program};
@@ -72,6 +73,8 @@ pub(crate) struct Shared {
     pub(crate) max_wg: usize,
     /// The fewest work-groups a one-row GEMV should have where its rows allow.
     pub(crate) min_groups: usize,
+    /// The fast matmul programs (`kernels/mm.cl`) of the kinds that have them.
+    pub(crate) mm: MmSet,
 }
 
 /// How a launch's second grid dimension follows the row count `m`: `ceil(m / per_group)`
@@ -275,6 +278,9 @@ pub(crate) fn matmul(
         )));
     }
     let (g, eps) = norm.unwrap_or((&sh.dummy, 0.0));
+    if let Some(op) = mm_matmul(dev, kind, mat, cols, (x, ldx), norm, &epi, gemm, max_m, sh)? {
+        return Ok(op);
+    }
     let mut op = if gemm {
         let tiles_n = n.div_ceil(64);
         let l = Launch::create(
@@ -322,6 +328,89 @@ pub(crate) fn matmul(
         .scalar(u32_of(cols.wstride, "row stride")?)?;
     op.pos0 = Some(epi_args(l, &epi, sh)?);
     Ok(op)
+}
+
+/// The matmul of [`matmul`] on the fast kernels of `kernels/mm.cl`, where the matrix's kind
+/// has them and the shape fits the device (else `None`: the older kernels run it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mm_matmul(
+    dev: &Arc<Device>,
+    kind: OpKind,
+    mat: &Mat,
+    cols: Cols,
+    (x, ldx): (&Buffer, usize),
+    norm: Option<(&Buffer, f32)>,
+    epi: &Epi<'_>,
+    gemm: bool,
+    max_m: usize,
+    sh: &Shared,
+) -> Result<Option<Op>> {
+    let Some(prog) = sh.mm.program(mat.kind) else {
+        return Ok(None);
+    };
+    let (n, k) = (cols.n, mat.k);
+    let (g, eps) = norm.unwrap_or((&sh.dummy, 0.0));
+    let use_norm = u32::from(norm.is_some());
+    let mut op = if gemm {
+        let Some(mt) = sh.mm.gemm_rows(n, max_m) else {
+            return Ok(None);
+        };
+        let l = Launch::create(
+            dev,
+            prog,
+            &format!("mm_gemm_m{mt}"),
+            2,
+            [16 * n.div_ceil(128), 16 * max_m.div_ceil(mt)],
+            [16, 16],
+        )?;
+        let mut op = Op::new(l, kind);
+        let l = &mut op.launch;
+        l.mem(&mat.w0)?.mem(&mat.w1)?.mem(x)?;
+        l.scalar(u32_of(ldx, "ldx")?)?;
+        l.mem(g)?.scalar(eps)?;
+        op.rows = Some(RowGrid {
+            arg: Some(l.next_arg()),
+            per_group: mt,
+            local: 16,
+        });
+        l.scalar(u32_of(max_m, "M")?)?;
+        l.scalar(u32_of(n, "N")?)?.scalar(u32_of(k, "K")?)?;
+        l.scalar(u32_of(cols.wrow0, "first row")?)?
+            .scalar(u32_of(cols.wstride, "row stride")?)?;
+        l.scalar(use_norm)?;
+        op
+    } else {
+        let Some(s) = sh.mm.gemv_shape(k, n, sh.min_groups) else {
+            return Ok(None);
+        };
+        let i8 = sh.mm.i8 && mat.kind != MatKind::F16;
+        let name = if i8 { "mm_gemv_i8" } else { "mm_gemv" };
+        let l = Launch::create(
+            dev,
+            prog,
+            name,
+            1,
+            [n.div_ceil(s.rows()) * s.local, 1],
+            [s.local, 1],
+        )?;
+        let mut op = Op::new(l, kind);
+        let l = &mut op.launch;
+        l.mem(&mat.w0)?.mem(&mat.w1)?.mem(x)?;
+        op.xoff = Some((l.next_arg(), ldx));
+        l.scalar(0u32)?;
+        l.mem(g)?.scalar(eps)?;
+        l.scalar(u32_of(n, "N")?)?.scalar(u32_of(k, "K")?)?;
+        l.scalar(u32_of(cols.wrow0, "first row")?)?
+            .scalar(u32_of(cols.wstride, "row stride")?)?;
+        l.scalar(u32_of(s.team, "team")?)?
+            .scalar(u32_of(s.steps, "steps")?)?
+            .scalar(use_norm)?;
+        op.pos0 = Some(epi_args(l, epi, sh)?);
+        op.launch.local_mem(s.red_bytes())?;
+        return Ok(Some(op));
+    };
+    op.pos0 = Some(epi_args(&mut op.launch, epi, sh)?);
+    Ok(Some(op))
 }
 
 /// Causal attention over the caches for up to `max_m` query rows of `q` into `out`.
@@ -451,12 +540,24 @@ pub(crate) fn argmax(
     out: &Buffer,
     max_rows: usize,
 ) -> Result<Op> {
-    let l = Launch::create(dev, prog, "argmax_rows", 2, [256, max_rows], [256, 1])?;
+    // Rows longer than ARGMAX_SPLIT values are split over up to 64 work-groups a row
+    // (argmax_split), whose last one combines the parts.
+    let groups = n.div_ceil(ARGMAX_SPLIT).clamp(1, 64);
+    let name = if groups > 1 {
+        "argmax_split"
+    } else {
+        "argmax_rows"
+    };
+    let l = Launch::create(dev, prog, name, 2, [256 * groups, max_rows], [256, 1])?;
     let mut op = Op::new(l, OpKind::Argmax);
     let l = &mut op.launch;
     l.mem(v)?;
     l.scalar(u32_of(n, "N")?)?.scalar(u32_of(ld, "ld")?)?;
     l.mem(out)?;
+    if groups > 1 {
+        l.mem(&dev.alloc(max_rows * groups * 12)?)?;
+        l.mem(&dev.upload(&vec![0u32; max_rows])?)?;
+    }
     op.rows = Some(RowGrid {
         arg: None,
         per_group: 1,
@@ -464,6 +565,9 @@ pub(crate) fn argmax(
     });
     Ok(op)
 }
+
+/// Values a row at which the device argmax splits a row over work-groups.
+const ARGMAX_SPLIT: usize = 4096;
 
 /// What the decode blocks of every layer share: the second residual buffer, the partial rows
 /// of the O projection (`H x d`) and of the down projection (`G x d`), the FFN chunk width.

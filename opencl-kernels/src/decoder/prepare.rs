@@ -9,10 +9,11 @@ use super::{DecoderConfig, LayerWeights, ModelWeights, Tensor};
 use crate::error::{Error, Result};
 use crate::format::{matrix_bytes, relayout_q4_t, relayout_q4_t_len, GgmlType};
 use crate::kernels::RopeMode;
+use crate::layout::{relayout_split, relayout_split_len};
 use std::ops::Range;
 
 /// How a matrix is stored on the device and which kernels read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum MatKind {
     /// Q4_0 in the T layout (quant plane + f16 scales).
     Q40T,
@@ -32,6 +33,18 @@ pub(crate) enum MatKind {
     Q5K,
     /// GGUF Q6_K super-blocks.
     Q6K,
+    /// Q8_0 in the split layout ([`crate::relayout_split`]): int8 plane + f16 scales.
+    Q80S,
+    /// Q5_0, split: nibble plane + per-block (fifth bits, d) records.
+    Q50S,
+    /// Q5_1, split: nibble plane + per-block (fifth bits, d, m) records.
+    Q51S,
+    /// Q4_K, split: nibble plane + per-super-block (d, dmin, 6-bit scales/minimums) records.
+    Q4KS,
+    /// Q5_K, split: as Q4_K plus the fifth bits in the records.
+    Q5KS,
+    /// Q6_K, split: nibble plane + per-super-block (high bits, i8 scales, d) records.
+    Q6KS,
 }
 
 impl MatKind {
@@ -50,6 +63,53 @@ impl MatKind {
         })
     }
 
+    /// The kind a matrix of `ty` is stored as when `split` layouts are chosen (the decoder's
+    /// layered path: `kernels/mm.cl` reads them): Q8_0, Q5_0, Q5_1 and the K-quants split
+    /// into quant and record planes, the others as [`MatKind::of`] (Q4_0 and Q4_1 keep the T
+    /// layout: a split Q4_0 measured slower on the H200, 8B tg64 238 vs 259 tok/s with the
+    /// other changes of that run, benches/results/opencl-kernels.md).
+    pub(crate) fn of_layout(ty: GgmlType, split: bool) -> Result<MatKind> {
+        let k = MatKind::of(ty)?;
+        Ok(match (split, k) {
+            (true, MatKind::Q80) => MatKind::Q80S,
+            (true, MatKind::Q50) => MatKind::Q50S,
+            (true, MatKind::Q51) => MatKind::Q51S,
+            (true, MatKind::Q4K) => MatKind::Q4KS,
+            (true, MatKind::Q5K) => MatKind::Q5KS,
+            (true, MatKind::Q6K) => MatKind::Q6KS,
+            _ => k,
+        })
+    }
+
+    /// Whether this kind is one of the split layouts.
+    pub(crate) fn is_split(self) -> bool {
+        matches!(
+            self,
+            MatKind::Q80S
+                | MatKind::Q50S
+                | MatKind::Q51S
+                | MatKind::Q4KS
+                | MatKind::Q5KS
+                | MatKind::Q6KS
+        )
+    }
+
+    /// `kernels/mm.cl`'s MM_FMT code for this kind, if its fast matmuls read it.
+    pub(crate) fn mm_code(self) -> Option<u32> {
+        Some(match self {
+            MatKind::Q40T => 1,
+            MatKind::Q41T => 2,
+            MatKind::Q80S => 3,
+            MatKind::Q50S => 4,
+            MatKind::Q51S => 5,
+            MatKind::Q4KS => 6,
+            MatKind::Q5KS => 7,
+            MatKind::Q6KS => 8,
+            MatKind::F16 => 9,
+            _ => return None,
+        })
+    }
+
     /// The kernels' name suffix for this kind (decoder.cl: `gemv2_*`, `gemm_*`, the blocks;
     /// persistent.cl's build options).
     pub(crate) fn suffix(self) -> &'static str {
@@ -63,6 +123,12 @@ impl MatKind {
             MatKind::Q4K => "q4_k",
             MatKind::Q5K => "q5_k",
             MatKind::Q6K => "q6_k",
+            MatKind::Q80S => "q8_0s",
+            MatKind::Q50S => "q5_0s",
+            MatKind::Q51S => "q5_1s",
+            MatKind::Q4KS => "q4_ks",
+            MatKind::Q5KS => "q5_ks",
+            MatKind::Q6KS => "q6_ks",
         }
     }
 
@@ -87,13 +153,13 @@ impl MatKind {
         match self {
             MatKind::Q40T => GgmlType::Q4_0,
             MatKind::Q41T => GgmlType::Q4_1,
-            MatKind::Q80 => GgmlType::Q8_0,
+            MatKind::Q80 | MatKind::Q80S => GgmlType::Q8_0,
             MatKind::F16 => GgmlType::F16,
-            MatKind::Q50 => GgmlType::Q5_0,
-            MatKind::Q51 => GgmlType::Q5_1,
-            MatKind::Q4K => GgmlType::Q4K,
-            MatKind::Q5K => GgmlType::Q5K,
-            MatKind::Q6K => GgmlType::Q6K,
+            MatKind::Q50 | MatKind::Q50S => GgmlType::Q5_0,
+            MatKind::Q51 | MatKind::Q51S => GgmlType::Q5_1,
+            MatKind::Q4K | MatKind::Q4KS => GgmlType::Q4K,
+            MatKind::Q5K | MatKind::Q5KS => GgmlType::Q5K,
+            MatKind::Q6K | MatKind::Q6KS => GgmlType::Q6K,
         }
     }
 
@@ -102,6 +168,7 @@ impl MatKind {
     pub(crate) fn plane_bytes(self, n: usize, k: usize) -> Result<(usize, usize)> {
         match self {
             MatKind::Q40T | MatKind::Q41T => relayout_q4_t_len(self.gguf_type(), n, k),
+            k2 if k2.is_split() => relayout_split_len(self.gguf_type(), n, k),
             _ => Ok((matrix_bytes(self.gguf_type(), n, k)?, 0)),
         }
     }
@@ -118,6 +185,12 @@ impl MatKind {
             MatKind::Q4K => 8,
             MatKind::Q5K => 9,
             MatKind::Q6K => 10,
+            MatKind::Q80S => 11,
+            MatKind::Q50S => 12,
+            MatKind::Q51S => 13,
+            MatKind::Q4KS => 14,
+            MatKind::Q5KS => 15,
+            MatKind::Q6KS => 16,
         }
     }
 
@@ -187,6 +260,7 @@ fn assemble(
     order: &[usize],
     k: usize,
     what: &str,
+    split: bool,
 ) -> Result<HostMat> {
     let ty = parts[0].0.ty;
     if let Some((t, _)) = parts.iter().find(|(t, _)| t.ty != ty) {
@@ -195,7 +269,7 @@ fn assemble(
             t.ty
         )));
     }
-    let kind = MatKind::of(ty)?;
+    let kind = MatKind::of_layout(ty, split)?;
     let mut rows: Vec<&[u8]> = Vec::new();
     for (i, (t, n)) in parts.iter().enumerate() {
         let (rb, data) = rows_of(t, *n, k, &format!("{what} part {i}"))?;
@@ -209,7 +283,12 @@ fn assemble(
     to_device_layout(kind, gguf, n, k)
 }
 
-fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<HostMat> {
+pub(crate) fn to_device_layout(
+    kind: MatKind,
+    gguf: Vec<u8>,
+    n: usize,
+    k: usize,
+) -> Result<HostMat> {
     match kind {
         MatKind::Q40T | MatKind::Q41T => {
             let ty = if kind == MatKind::Q40T {
@@ -228,6 +307,19 @@ fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<
                 plane1: d,
             })
         }
+        s if s.is_split() => {
+            let ty = s.gguf_type();
+            let (n0, n1) = relayout_split_len(ty, n, k)?;
+            let (mut p0, mut p1) = (vec![0u8; n0], vec![0u8; n1]);
+            relayout_split(ty, &gguf, n, k, &mut p0, &mut p1)?;
+            Ok(HostMat {
+                kind,
+                n,
+                k,
+                plane0: p0,
+                plane1: p1,
+            })
+        }
         _ => Ok(HostMat {
             kind,
             n,
@@ -239,9 +331,15 @@ fn to_device_layout(kind: MatKind, gguf: Vec<u8>, n: usize, k: usize) -> Result<
 }
 
 /// One matrix as given (no fusion).
-pub(crate) fn single(t: &Tensor<'_>, n: usize, k: usize, what: &str) -> Result<HostMat> {
+pub(crate) fn single(
+    t: &Tensor<'_>,
+    n: usize,
+    k: usize,
+    what: &str,
+    split: bool,
+) -> Result<HostMat> {
     let order: Vec<usize> = (0..n).collect();
-    assemble(&[(t, n)], &order, k, what)
+    assemble(&[(t, n)], &order, k, what, split)
 }
 
 /// Runs of equal types in `types`: the index ranges fused into one matrix.
@@ -273,7 +371,12 @@ pub(crate) struct HostLayer {
     pub(crate) down: HostMat,
 }
 
-pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result<HostLayer> {
+pub(crate) fn layer(
+    c: &DecoderConfig,
+    l: &LayerWeights<'_>,
+    i: usize,
+    split: bool,
+) -> Result<HostLayer> {
     let (dq, dkv, d) = (c.q_dim(), c.kv_dim(), c.d_model);
     let what = |s: &str| format!("layer {i} {s}");
     // Rows of q, k and v in the order the kernels want.
@@ -298,7 +401,7 @@ pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result
         let tensors: Vec<(&Tensor<'_>, usize)> =
             parts[run].iter().map(|(t, n, _)| (*t, *n)).collect();
         qkv.push(QkvPart {
-            mat: assemble(&tensors, &order, d, &what("q/k/v"))?,
+            mat: assemble(&tensors, &order, d, &what("q/k/v"), split)?,
             col0,
         });
         col0 += base;
@@ -310,26 +413,28 @@ pub(crate) fn layer(c: &DecoderConfig, l: &LayerWeights<'_>, i: usize) -> Result
             &gu,
             d,
             &what("gate/up"),
+            split,
         )?]
     } else {
         vec![
-            single(&l.gate, c.d_ff, d, &what("gate"))?,
-            single(&l.up, c.d_ff, d, &what("up"))?,
+            single(&l.gate, c.d_ff, d, &what("gate"), split)?,
+            single(&l.up, c.d_ff, d, &what("up"), split)?,
         ]
     };
     Ok(HostLayer {
         qkv,
-        o: single(&l.wo, d, dq, &what("o"))?,
+        o: single(&l.wo, d, dq, &what("o"), split)?,
         gate_up,
-        down: single(&l.down, d, c.d_ff, &what("down"))?,
+        down: single(&l.down, d, c.d_ff, &what("down"), split)?,
     })
 }
 
-/// Device bytes a matrix of type `ty` takes (the T layout has exactly the GGUF size, every
-/// other kind is the GGUF bytes).
+/// Device bytes a matrix of type `ty` takes at most: the GGUF bytes (the T layout has exactly
+/// that size) or its split layout's, which is up to 9% larger (Q5_0's 8-byte records).
 fn mat_bytes(ty: GgmlType, n: usize, k: usize) -> Result<u64> {
-    MatKind::of(ty)?;
-    Ok(matrix_bytes(ty, n, k)? as u64)
+    let kind = MatKind::of_layout(ty, true)?;
+    let (p0, p1) = kind.plane_bytes(n, k)?;
+    Ok((matrix_bytes(ty, n, k)?.max(p0 + p1)) as u64)
 }
 
 /// What the decoder will allocate, in bytes, computed from the configuration and the weights'

@@ -186,6 +186,21 @@ pub struct DecoderOptions {
     /// fit (a wider row is staged in chunks, its partial sums kept in global memory). Tests
     /// set it low to exercise the chunks on devices with ample local memory.
     pub persistent_stage_floats: usize,
+    /// The fast matmuls of `kernels/mm.cl` (default on): the x-stationary GEMV and the
+    /// register-tiled GEMM for Q4_0, Q4_1, F16 and the split layouts (Q8_0, Q5_0, Q5_1 and the
+    /// K-quants, re-laid at load where decode steps run layered); `false`: the older
+    /// decoder.cl kernels on the GGUF layouts (for comparison).
+    pub fast_matmul: bool,
+    /// int8 activations in the one-row GEMVs (quantized per 32 values inside the kernel, as
+    /// llama.cpp's CUDA path does; results carry that rounding, an NMSE near 1e-5 a matmul):
+    /// `None` (default) where the device has a hardware int8 dot product (found by a probe,
+    /// [`crate::caps::int_dot`]), `Some(true)` always (portable integer code where it has
+    /// none: for tests), `Some(false)` never.
+    pub int8_activations: Option<bool>,
+    /// Measurement only: the fast GEMM's tile rows (128 or 64; 0 = chosen per matrix).
+    pub gemm_tile_rows: usize,
+    /// Measurement only: the fast GEMV's steps of four rows a team (0 = chosen per matrix).
+    pub gemv_steps: usize,
 }
 
 impl Default for DecoderOptions {
@@ -202,6 +217,10 @@ impl Default for DecoderOptions {
             gemv_min_groups: 0,
             persistent_barriers_only: false,
             persistent_stage_floats: 0,
+            fast_matmul: true,
+            int8_activations: None,
+            gemm_tile_rows: 0,
+            gemv_steps: 0,
         }
     }
 }
@@ -268,6 +287,27 @@ pub enum OpKind {
     /// A whole persistent decode step ([`DecodePath::Persistent`]): gather, every layer,
     /// head and argmax in one launch.
     Persistent,
+}
+
+impl OpKind {
+    /// A short name for tables ("norm+qkv+rope+kv", "attention", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Embed => "embed",
+            OpKind::QkvRope => "norm+qkv+rope+kv",
+            OpKind::Attention => "attention",
+            OpKind::OProj => "o+residual",
+            OpKind::GateUpSwiglu => "norm+gate/up+swiglu",
+            OpKind::Down => "down+residual",
+            OpKind::Head => "norm+head",
+            OpKind::Argmax => "argmax",
+            OpKind::Matmul => "matmul",
+            OpKind::BlockAttn => "block A (attn)",
+            OpKind::BlockFfn => "block B (ffn)",
+            OpKind::BlockFinish => "block finish",
+            OpKind::Persistent => "persistent step",
+        }
+    }
 }
 
 /// How a one-token decode step is run.
