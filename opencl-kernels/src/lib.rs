@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod attention;
 pub mod decoder;
 mod device;
 mod error;
@@ -9,6 +10,7 @@ mod kernels;
 mod loader;
 pub mod reference;
 
+pub use attention::{Attention, AttentionShape, AttnLaunch, KvType, Tiles};
 pub use device::{
     cache_key, list, Buffer, Device, DeviceInfo, Program, Selector, CACHE_ENV, DEVICE_ENV,
     PLATFORM_ENV,

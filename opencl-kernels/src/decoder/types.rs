@@ -1,6 +1,7 @@
 //! The decoder's public vocabulary: the model's configuration and weights, the options, what a
 //! step starts from and reads back, the op kinds it launches, the matrices of the column hook.
 
+use crate::attention::KvType;
 use crate::error::{Error, Result};
 use crate::format::GgmlType;
 use crate::kernels::RopeMode;
@@ -186,6 +187,12 @@ pub struct DecoderOptions {
     /// fit (a wider row is staged in chunks, its partial sums kept in global memory). Tests
     /// set it low to exercise the chunks on devices with ample local memory.
     pub persistent_stage_floats: usize,
+    /// How the KV cache stores its values: f16 (default, llama.cpp's default; half the
+    /// memory of f32), f32, or q8_0 (GGUF's Q8_0 blocks, about a quarter of f32; needs
+    /// `kv_dim` a multiple of 32, runs layered: decode blocks and the persistent step are
+    /// `NotApplicable`, `Auto` takes layered). Every kernel reads the type it stores and
+    /// computes in f32.
+    pub kv: KvType,
 }
 
 impl Default for DecoderOptions {
@@ -202,6 +209,7 @@ impl Default for DecoderOptions {
             gemv_min_groups: 0,
             persistent_barriers_only: false,
             persistent_stage_floats: 0,
+            kv: KvType::F16,
         }
     }
 }
