@@ -168,10 +168,13 @@ pub fn flash_local_bytes(head_dim: usize, rows: usize, keys: usize) -> usize {
     4 * (rows * qld + keys * qld + rows * (keys + 1) + 2 * FA_WG + 3 * rows)
 }
 
-/// Local bytes of the split decode for `heads` heads a work-group.
+/// Local bytes of the split decode for `heads` heads a work-group (attention.cl's qs, vs, ps,
+/// red, red2, row statistics and flag).
 pub fn decode_local_bytes(head_dim: usize, heads: usize) -> usize {
-    let qld = head_dim.div_ceil(4) * 4 + 4;
-    4 * (heads * qld + heads * (FA_WG + 1) + 2 * FA_WG + 3 * heads + 1)
+    let hd4 = head_dim.div_ceil(4) * 4;
+    let qld = hd4 + 4;
+    let staged = if hd4 > 128 { 16 } else { 32 };
+    4 * (heads * qld + staged * qld + heads * (FA_WG + 1) + 2 * FA_WG + 3 * heads + 1)
 }
 
 /// The tiles for `shape` on a device with `local_mem` bytes of local memory: the largest
