@@ -1,6 +1,6 @@
 // The KV cache's storage, shared by every program that writes or reads it (the decoder's
 // matmul epilogues and decode blocks, the persistent step, the attention kernels). Built with
-// -DKV_TYPE=0 (f32), 1 (f16, the default the host builds) or 2 (q8_0: blocks of 32 values, an
+// -DKV_TYPE=0 (f32), 1 (f16, the decoder's default) or 2 (q8_0: blocks of 32 values, an
 // f16 scale and 32 int8, as GGUF's Q8_0; rows are whole blocks). A cache is `[position][kvd]`
 // per layer and per K or V; element (j, c) is at index j * kvd + c.
 //
@@ -10,8 +10,10 @@
 // kv_store_q8 quantizes the staged rows into the cache). kv_erow says which row a position
 // writes.
 
+// No default: a program that stores k/v (a matmul epilogue) must say which cache it writes, or
+// an f32 store into an f16 cache would pass silently.
 #ifndef KV_TYPE
-#define KV_TYPE 0
+#error "build with -DKV_TYPE=0 (f32), 1 (f16) or 2 (q8_0): the KV cache's storage"
 #endif
 
 #if KV_TYPE == 0

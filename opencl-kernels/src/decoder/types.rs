@@ -173,8 +173,9 @@ pub struct DecoderOptions {
     /// kernel's register use, which OpenCL does not report: a count the device cannot hold
     /// ends each step in [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
     pub persistent_groups_per_cu: usize,
-    /// One-row decode attention split over heads x ranges of positions, the last group of a
-    /// head combining the parts (default); `false`: the prefill kernel, one work-group a head.
+    /// One-row decode attention split over ranges of positions, a work-group per range and
+    /// group of query heads of one kv head, the last of a group combining the parts (default);
+    /// `false`: the tiled prefill kernel on the one row.
     pub split_attention: bool,
     /// The fewest work-groups a one-row GEMV should have, where its rows allow: 0 (default):
     /// the device's compute units; 1: the widest work-groups (fewest groups).
