@@ -81,12 +81,12 @@ fn gpu_usable() -> Result<(), String> {
 // norm) moves logits by whole units.
 const TOL_F32: f32 = 1e-3;
 /// The f32 kernels over an f16 KV cache (the resident GPU decoder's default): each cached k and
-/// v is rounded by <= 2^-11 of itself, which moves SmolLM2's logits (magnitudes ~20) by up to
-/// ~7e-3 after 30 layers (measured on PoCL: 5.9e-3 to 6.8e-3 at positions 16-18), and the
-/// softmax by a total variation of up to about that times the top token's share (measured
-/// 2e-7 to 2.8e-4): 2.5e-2 and 2e-3 keep margin; a structural mistake (a wrong row, head or
-/// position) moves logits by whole units and the TV by O(0.1).
-const TOL_KV16: f32 = 2.5e-2;
+/// v is rounded by <= 2^-11 of itself, which moves SmolLM2's logits (magnitudes ~20, so
+/// 2^-11 of one is 1e-2) by about that after 30 layers (measured on PoCL: 5.9e-3 to 1.2e-2 at
+/// positions 16-20), and the softmax by a total variation of up to about that times the top
+/// token's share (measured 2e-7 to 2.8e-4): 5e-2 and 2e-3 keep a 4-7x margin; a structural
+/// mistake (a wrong row, head or position) moves logits by whole units and the TV by O(0.1).
+const TOL_KV16: f32 = 5e-2;
 const TOL_TV_KV16: f64 = 2e-3;
 
 // The VNNI kernel quantizes activations to 8 bits per 32-element block before every matmul

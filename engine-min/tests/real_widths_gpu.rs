@@ -22,7 +22,7 @@ const TOL_TV: f64 = 1e-4;
 /// The resident path's default f16 KV cache rounds each cached k and v by <= 2^-11 of itself:
 /// forward.rs's TOL_KV16 and TOL_TV_KV16 (measured on PoCL, 2-layer llama-1b files: worst
 /// max |diff| 2.3e-3, TV 1.9e-4 over the ten types).
-const TOL_KV16: (f32, f64) = (2.5e-2, 2e-3);
+const TOL_KV16: (f32, f64) = (5e-2, 2e-3);
 
 fn engine(c: &real_widths::Case, path: GpuPath) -> Result<Engine, String> {
     let opts = ComposeOptions {
