@@ -684,6 +684,50 @@ mod tests {
         assert_eq!(d.table.decode_us, 804.0);
     }
 
+    /// Issue 33's 1B under-prediction, by hand: a resident prefill curve measured to 128 rows
+    /// reads a 512-row step as 4x the 128-row one (proportional beyond the last point), while
+    /// the decoder was cheaper per row at 512 (here 30 µs a 64x64 matmul instead of 40); with
+    /// the 512-row point measured too (the profiler's RESIDENT_EXTRA_M) the prediction is the
+    /// measured step.
+    #[test]
+    fn resident_prefill_measured_at_the_prompt_length_predicts_it() {
+        let with = |extra: &str| {
+            let json = format!(
+                r#"{{ "backends": [ {{ "backend": "cpu", "points": [ {} ] }},
+                  {{ "backend": "gpu", "paths": [
+                    {{ "name": "resident", "phase": "decode", "points": [
+                      {{ "k": 64, "n": 64, "m": 1, "us": 1 }}, {{ "k": 64, "n": 128, "m": 1, "us": 2 }},
+                      {{ "k": 64, "n": 256, "m": 1, "us": 4 }} ] }},
+                    {{ "name": "resident", "phase": "prefill", "points": [
+                      {{ "k": 64, "n": 64, "m": 128, "us": 10 }}, {{ "k": 64, "n": 128, "m": 128, "us": 20 }}
+                      {extra}, {{ "k": 64, "n": 256, "m": 1, "us": 4 }} ] }},
+                    {{ "name": "per-matmul", "points": [ {} ] }} ] }} ] }}"#,
+                pts(10.0),
+                pts(50.0)
+            );
+            let p = Profile::from_json(&json).expect("profile");
+            ResidentModel::new(&views(&p).resident.expect("resident"), step()).expect("model")
+        };
+        // 4 x 64x64 + 2 x 64x128 a step, the head on one row.
+        let short = with("");
+        assert_eq!(short.step_us(512, true), Ok(4.0 * 40.0 + 2.0 * 80.0 + 4.0));
+        let long = with(
+            r#", { "k": 64, "n": 64, "m": 512, "us": 30 }, { "k": 64, "n": 128, "m": 512, "us": 60 }"#,
+        );
+        assert_eq!(long.step_us(512, true), Ok(4.0 * 30.0 + 2.0 * 60.0 + 4.0));
+        // Between the points: linear; at 128 unchanged.
+        assert_eq!(long.step_us(128, true), Ok(4.0 * 10.0 + 2.0 * 20.0 + 4.0));
+        assert!(long.step_us(256, false).expect("256") < short.step_us(256, false).expect("256"));
+        assert_eq!(
+            crate::profiler::resident_prefill_rows(128),
+            [8, 16, 32, 64, 128, 256, 512]
+        );
+        assert_eq!(
+            crate::profiler::resident_prefill_rows(512),
+            [8, 16, 32, 64, 128, 512]
+        );
+    }
+
     #[test]
     fn views_separate_the_resident_paths() {
         let p = profile(50.0, true, true);

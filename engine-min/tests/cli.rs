@@ -288,6 +288,46 @@ fn demo_and_profile_plan_on_the_model() {
     assert!(out.lines().any(|l| l.starts_with("plan: ")), "{out}");
     assert!(out.contains("predicted vs measured"), "{out}");
     assert!(out.contains(" Paris"), "{out}");
+    // bench --predict: on the forced resident GPU plan, from the profile's resident paths
+    // (when this machine's profile has them: OpenCL usable); a forced per-op plan is refused
+    // with why; without a profile, a usage error.
+    let profile_text = std::fs::read_to_string(&out_file).expect("profile");
+    if profile_text.contains("\"resident\"") {
+        let (code, out, err) = run(&[
+            "bench",
+            "--model",
+            model,
+            "--profile",
+            of,
+            "--plan",
+            "gpu",
+            "--predict",
+            "--pp",
+            "16",
+            "--tg",
+            "2",
+            "--reps",
+            "1",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("pp   gpu resident steps"), "{out}");
+        assert!(out.contains("tg   gpu resident steps"), "{out}");
+    }
+    let (code, _, err) = run(&[
+        "bench",
+        "--model",
+        model,
+        "--profile",
+        of,
+        "--plan",
+        "cpu",
+        "--predict",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nominal tables"), "{err}");
+    let (code, _, err) = run(&["bench", "--model", model, "--plan", "gpu", "--predict"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--profile"), "{err}");
     // auto without a profile is a usage error.
     let (code, _, err) = run(&["run", "--model", model, "--prompt", "x", "--plan", "auto"]);
     assert_eq!(code, 2);

@@ -49,8 +49,11 @@ fn try_decoder(
     max_context: usize,
     decode: DecodePath,
 ) -> Result<Decoder, hetero_opencl_kernels::Error> {
+    // An f32 KV cache: the decoder's paths against the reference at the f32 tolerances (the
+    // default f16 cache's tolerance is forward.rs's TOL_KV16).
     let opts = DecoderOptions {
         decode,
+        kv: hetero_opencl_kernels::KvType::F32,
         ..DecoderOptions::default()
     };
     resident::build_with(dev, model, max_context, 128, opts)

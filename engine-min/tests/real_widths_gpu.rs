@@ -19,6 +19,10 @@ use real_widths::{case, types, POSITIONS, PROMPT};
 // dequantized weights: forward.rs's and gpu_resident.rs's f32 tolerances.
 const TOL_F32: f32 = 1e-3;
 const TOL_TV: f64 = 1e-4;
+/// The resident path's default f16 KV cache rounds each cached k and v by <= 2^-11 of itself:
+/// forward.rs's TOL_KV16 and TOL_TV_KV16 (measured on PoCL, 2-layer llama-1b files: worst
+/// max |diff| 2.3e-3, TV 1.9e-4 over the ten types).
+const TOL_KV16: (f32, f64) = (5e-2, 2e-3);
 
 fn engine(c: &real_widths::Case, path: GpuPath) -> Result<Engine, String> {
     let opts = ComposeOptions {
@@ -62,8 +66,13 @@ fn gpu_paths_at_real_widths_in_every_type() {
                 let w = &c.want[t * vocab..(t + 1) * vocab];
                 let (d, tvd) = (max_diff(got, w), tv(got, w));
                 (worst_d, worst_tv) = (worst_d.max(d), worst_tv.max(tvd));
+                let (tol, tol_tv) = if path == GpuPath::Resident {
+                    TOL_KV16
+                } else {
+                    (TOL_F32, TOL_TV)
+                };
                 assert!(
-                    got.iter().all(|v| v.is_finite()) && d <= TOL_F32 && tvd <= TOL_TV,
+                    got.iter().all(|v| v.is_finite()) && d <= tol && tvd <= tol_tv,
                     "{ty} {path:?} pos {t}: max diff {d}, TV {tvd}"
                 );
             }

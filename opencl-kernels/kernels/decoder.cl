@@ -325,82 +325,7 @@ GEMM_F(gemm_q5_k_norm, uchar, uchar, deqm8_q5_k, XOFF_G, 1)
 GEMM_F(gemm_q6_k, uchar, uchar, deqm8_q6_k, XOFF_G, 0)
 GEMM_F(gemm_q6_k_norm, uchar, uchar, deqm8_q6_k, XOFF_G, 1)
 
-// ---- causal attention -----------------------------------------------------------------------
-// q, out: [M][H * D] (query row m at position pos0 + m); kc, vc: [S][Hkv * D] (FP32, one row
-// per position, already holding positions <= pos0 + M - 1). One work-group of 64 per (head h,
-// row m); query head h reads kv head h / (H / Hkv). Keys in chunks of 64 (one per work-item),
-// online softmax across chunks (running max, rescaled sum and accumulators), so no scratch
-// and any length. Work-item t owns output dims t, t + 64, t + 128, t + 192 (D <= 256).
-__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void
-attn_causal(__global const float *q, __global const float *kc, __global const float *vc,
-            __global float *out, uint H, uint Hkv, uint D, uint pos0, float scale) {
-    __local float qh[256];
-    __local float p[64];
-    __local float red[64];
-    uint t = get_local_id(0), h = get_group_id(0), m = get_group_id(1);
-    uint kvh = h / (H / Hkv);
-    uint ld = H * D, kvd = Hkv * D;
-    uint L = pos0 + m + 1u;
-    __global const float *kb = kc + kvh * D;
-    __global const float *vb = vc + kvh * D;
-    for (uint d = t; d < D; d += 64u) qh[d] = q[(size_t)m * ld + h * D + d] * scale;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float mx = -INFINITY, l = 0.0f;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint j0 = 0; j0 < L; j0 += 64u) {
-        uint j = j0 + t;
-        float s = -INFINITY;
-        if (j < L) {
-            __global const float *kp = kb + (size_t)j * kvd;
-            s = 0.0f;
-            for (uint d = 0; d < D; ++d) s += qh[d] * kp[d];
-        }
-        float nm = fmax(mx, group_max(s, red));
-        float e = exp(s - nm); // 0 for the padding keys (s = -inf)
-        p[t] = e;
-        float cs = group_sum(e, red); // its barriers also publish p
-        float corr = exp(mx - nm);    // 0 on the first chunk (mx = -inf)
-        l = l * corr + cs;
-        uint cnt = min(64u, L - j0);
-        for (uint i = 0; i < 4u; ++i) {
-            uint d = t + 64u * i;
-            if (d < D) {
-                float a = acc[i] * corr;
-                for (uint jj = 0; jj < cnt; ++jj) a += p[jj] * vb[(size_t)(j0 + jj) * kvd + d];
-                acc[i] = a;
-            }
-        }
-        mx = nm;
-        barrier(CLK_LOCAL_MEM_FENCE); // p is rewritten by the next chunk
-    }
-    for (uint i = 0; i < 4u; ++i) {
-        uint d = t + 64u * i;
-        if (d < D) out[(size_t)m * ld + h * D + d] = acc[i] / l;
-    }
-}
-
-// ---- decode attention, split: one query row at position pos -----------------------------------
-// Global H * S work-groups of AP_WG: group (h = i % H, s = i / H) attends head h over positions
-// [s L / S, (s + 1) L / S) of 0..pos (L = pos + 1; S <= L, so no range is empty) into
-// parts[h][s] (D + 2 floats); the last group of each head combines its S parts into out.
-// cnt: H counters, zero between launches (the last group resets its head's).
-__kernel __attribute__((reqd_work_group_size(AP_WG, 1, 1))) void
-attn_decode(__global const float *q, __global const float *kc, __global const float *vc,
-            __global float *out, uint H, uint Hkv, uint D, uint pos, float scale, uint S,
-            __global float *parts, __global uint *cnt) {
-    __local float qs[256];
-    __local float sc[AP_KEYS];
-    __local float rm[AP_KEYS];
-    __local float rl[AP_KEYS];
-    __local float red[AP_WG];
-    __local int flag;
-    uint i = get_group_id(0), h = i % H, s = i / H;
-    uint L = pos + 1u, kvh = h / (H / Hkv), kvd = Hkv * D;
-    __global float *hp = parts + (size_t)h * S * (D + 2u);
-    attn_part(q + h * D, kc + kvh * D, vc + kvh * D, kvd, D, s * L / S, (s + 1u) * L / S, scale,
-              hp + s * (D + 2u), qs, sc, rm, rl, red);
-    if (last_of(cnt + h, S, &flag)) attn_combine(hp, S, D, out + h * D);
-}
+// Attention (prefill and decode) is in attention.cl, a program of its own.
 
 // ---- embedding gather: x[m][i] = E[tok[tokoff + m]][i] ----------------------------------------
 // fmt: see embed_value. Global (ceil(D/64)*64, M).
@@ -705,7 +630,7 @@ BLK_KIND_G(q6_k)
         __global const T0 *wq0, __global const T1 *wq1, __global const T0 *wo0,                 \
         __global const T1 *wo1, __global const float *xin, __global const float *parts,        \
         uint nparts, __global float *xout, __global const float *g, float eps,                  \
-        __global float *kc, __global float *vc, __global const float2 *rope,                   \
+        __global KV_T *kc, __global KV_T *vc, __global const float2 *rope,                     \
         __global float *po, uint d, uint H, uint Hkv, uint D, uint npairs, uint pos,            \
         float scale, __local float *xs, __local float *qkv, __local float *red) {               \
         uint t = get_local_id(0), h = get_group_id(0);                                          \
@@ -727,21 +652,21 @@ BLK_KIND_G(q6_k)
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
         if (h % grp == 0u && t < D) {                                                           \
-            kc[(size_t)pos * dkv + kvh * D + t] = qkv[D + t];                                   \
-            vc[(size_t)pos * dkv + kvh * D + t] = qkv[2u * D + t];                              \
+            kv_put1(kc, (size_t)pos * dkv + kvh * D + t, qkv[D + t]);                           \
+            kv_put1(vc, (size_t)pos * dkv + kvh * D + t, qkv[2u * D + t]);                      \
         }                                                                                       \
         /* attention over 0..pos: key j < pos from the cache, j == pos from qkv */              \
         uint L = pos + 1u, parts_v = 256u / D, dd = t % D, pv = t / D;                          \
-        __global const float *kb = kc + kvh * D, *vb = vc + kvh * D;                            \
+        size_t kco = kvh * D;                                                                   \
         __local float *sc = red + 256u;                                                         \
         float mx = -INFINITY, l = 0.0f, acc = 0.0f;                                             \
         for (uint j0 = 0; j0 < L; j0 += 256u) {                                                 \
             uint j = j0 + t;                                                                    \
             float s = -INFINITY;                                                                \
             if (j < pos) {                                                                      \
-                __global const float *kp = kb + (size_t)j * dkv;                                \
+                size_t kr = (size_t)j * dkv + kco;                                              \
                 s = 0.0f;                                                                       \
-                for (uint e = 0; e < D; ++e) s += qkv[e] * kp[e];                               \
+                for (uint e = 0; e < D; ++e) s += qkv[e] * kv_ld(kc, kr + e);                   \
                 s *= scale;                                                                     \
             } else if (j == pos) {                                                              \
                 s = 0.0f;                                                                       \
@@ -758,7 +683,7 @@ BLK_KIND_G(q6_k)
             float a = 0.0f;                                                                     \
             for (uint jj = pv; jj < cnt; jj += parts_v) {                                       \
                 uint jv = j0 + jj;                                                              \
-                float vv = jv == pos ? qkv[2u * D + dd] : vb[(size_t)jv * dkv + dd];            \
+                float vv = jv == pos ? qkv[2u * D + dd] : kv_ld(vc, (size_t)jv * dkv + kco + dd); \
                 a += sc[jj] * vv;                                                               \
             }                                                                                   \
             acc = acc * corr + a;                                                               \

@@ -16,7 +16,7 @@
 // parameters (dq, dkv: q and k/v widths; hd: head width; npairs: rotated pairs per head;
 // rope[pos * npairs + i] = (cos, sin) of position pos, pair i; coff: the QKV column offset).
 #define EPI_PARAMS                                                                               \
-    uint mode, __global float *y, uint ldy, __global float *kc, __global float *vc,             \
+    uint mode, __global float *y, uint ldy, __global KV_ET *kc, __global KV_ET *vc,             \
         __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd, uint npairs,        \
         uint coff
 #define EPI_ARGS mode, y, ldy, kc, vc, rope, pos0, dq, dkv, hd, npairs, coff
@@ -27,7 +27,7 @@
 // non-coherent cache).
 #define EPI_PAIR_FN(NAME, Q)                                                                     \
     inline void NAME(uint m, uint c, uint N, float v0, float v1, uint mode, Q __global float *y, \
-                     uint ldy, __global float *kc, __global float *vc,                          \
+                     uint ldy, __global KV_ET *kc, __global KV_ET *vc,                          \
                      __global const float2 *rope, uint pos0, uint dq, uint dkv, uint hd,        \
                      uint npairs, uint coff) {                                                   \
         if (mode == EPI_STORE) {                                                                 \
@@ -60,14 +60,15 @@
                     v1 = v0 * cs.y + v1 * cs.x;                                                  \
                     v0 = a;                                                                      \
                 }                                                                                \
-                Q __global float *p =                                                            \
-                    c < dq ? y + (size_t)m * ldy + c : kc + (size_t)pos * dkv + cc;              \
-                p[0] = v0;                                                                       \
-                p[1] = v1;                                                                       \
+                if (c < dq) {                                                                    \
+                    Q __global float *p = y + (size_t)m * ldy + c;                               \
+                    p[0] = v0;                                                                   \
+                    p[1] = v1;                                                                   \
+                } else {                                                                         \
+                    kv_put2(kc, (size_t)kv_erow(pos, m) * dkv + cc, v0, v1);                     \
+                }                                                                                \
             } else {                                                                             \
-                __global float *p = vc + (size_t)pos * dkv + (c - dq - dkv);                     \
-                p[0] = v0;                                                                       \
-                p[1] = v1;                                                                       \
+                kv_put2(vc, (size_t)kv_erow(pos, m) * dkv + (c - dq - dkv), v0, v1);             \
             }                                                                                    \
         }                                                                                        \
     }
@@ -204,12 +205,14 @@ inline float embed_value(__global const uchar *w0, __global const half *w1, uint
 #define AP_KEYS (AP_WG / AP_TPP)
 
 // The part of one query head over positions [j0, j1) into part[0] = m, part[1] = l,
-// part[2 + d] = acc[d]. qg: the head's query (D floats, times `scale` here); kb/vb: its kv
-// head's key/value of position 0 (row stride kvd floats). Inputs are volatile: in the
+// part[2 + d] = acc[d]. qg: the head's query (D floats, times `scale` here); kb/vb: the K and
+// V caches (kv.cl; row stride kvd values), the kv head's values at columns coff.. of each
+// row. Inputs are volatile: in the
 // persistent step other work-groups of the same launch wrote them. Locals: qs[D],
 // sc/rm/rl[AP_KEYS], red[AP_WG].
-inline void attn_part(volatile __global const float *qg, volatile __global const float *kb,
-                      volatile __global const float *vb, uint kvd, uint D, uint j0, uint j1,
+inline void attn_part(volatile __global const float *qg, volatile __global const KV_T *kb,
+                      volatile __global const KV_T *vb, uint kvd, uint coff, uint D, uint j0,
+                      uint j1,
                       float scale, __global float *part, __local float *qs, __local float *sc,
                       __local float *rm, __local float *rl, __local float *red) {
     uint t = get_local_id(0);
@@ -221,8 +224,8 @@ inline void attn_part(volatile __global const float *qg, volatile __global const
         uint n = min(AP_KEYS, j1 - c0);
         float s = 0.0f;
         if (jp < n) {
-            volatile __global const float *kp = kb + (size_t)(c0 + jp) * kvd;
-            for (uint e = sub; e < D; e += AP_TPP) s += qs[e] * kp[e];
+            size_t kr = (size_t)(c0 + jp) * kvd + coff;
+            for (uint e = sub; e < D; e += AP_TPP) s += qs[e] * kv_ldv(kb, kr + e);
         }
         red[t] = s;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -256,7 +259,7 @@ inline void attn_part(volatile __global const float *qg, volatile __global const
         barrier(CLK_LOCAL_MEM_FENCE);
         float a = 0.0f;
         if (grp < ng)
-            for (uint jj = grp; jj < n; jj += ng) a += sc[jj] * vb[(size_t)(c0 + jj) * kvd + dd];
+            for (uint jj = grp; jj < n; jj += ng) a += sc[jj] * kv_ldv(vb, (size_t)(c0 + jj) * kvd + coff + dd);
         acc = acc * corr + a;
         mx = nm;
         barrier(CLK_LOCAL_MEM_FENCE); // sc, rm, rl, red are rewritten by the next pass

@@ -230,8 +230,8 @@ typedef struct {
     uint mode;
     volatile __global float *y;
     uint ldy;
-    __global float *kc;
-    __global float *vc;
+    __global KV_ET *kc;
+    __global KV_ET *vc;
     __global const float2 *rope;
     uint pos;
     uint dq, dkv, hd, npairs;
@@ -362,7 +362,7 @@ PK_GEMV(f16)
 __kernel __attribute__((reqd_work_group_size(PK_WG, 1, 1))) void
 pk_decode(__global const uchar *warena, __global const ulong *lofs, __global const uchar *head0,
           __global const uchar *head1, __global const float *onorm, __global const uchar *emb0,
-          __global const half *emb1, uint emb_fmt, __global float *kvarena,
+          __global const half *emb1, uint emb_fmt, __global KV_T *kvarena,
           __global const ulong *kvofs, __global const float2 *rope, __global const uint *tok,
           __global float *x, __global float *qb, __global float *att, __global float *hb,
           __global float *parts, __global float *logits, __global uint *ids,
@@ -390,17 +390,17 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
     e.dkv = dkv;
     e.hd = D;
     e.npairs = npairs;
-    e.kc = x;
-    e.vc = x;
+    e.kc = (__global KV_ET *)x;
+    e.vc = (__global KV_ET *)x;
     e.nonfin = state + ST_NONFIN;
     if (l0 == 0u && work)
         for (uint i = gid * PK_WG + lid; i < d; i += G * PK_WG)
             x[i] = embed_value(emb0, emb1, tok[0], i, d, emb_fmt);
     for (uint l = l0; l < l1 && ok; ++l) {
         __global const ulong *lo = lofs + (size_t)l * LO_N;
-        __global float *kc = kvarena + kvofs[2u * l], *vc = kvarena + kvofs[2u * l + 1u];
-        e.kc = kc;
-        e.vc = vc;
+        __global KV_T *kc = kvarena + kvofs[2u * l], *vc = kvarena + kvofs[2u * l + 1u];
+        e.kc = (__global KV_ET *)kc;
+        e.vc = (__global KV_ET *)vc;
         // 1: q/k/v
         e.mode = EPI_QKV;
         e.y = qb;
@@ -421,7 +421,7 @@ pk_decode(__global const uchar *warena, __global const ulong *lofs, __global con
             for (uint it = gid; it < H * S; it += G) {
                 uint h = it % H, s = it / H, kvh = h / (H / Hkv);
                 __global float *hp = parts + (size_t)h * S * (D + 2u);
-                attn_part(qb + h * D, kc + kvh * D, vc + kvh * D, dkv, D, s * L / S,
+                attn_part(qb + h * D, kc, vc, dkv, kvh * D, D, s * L / S,
                           (s + 1u) * L / S, scale, hp + s * (D + 2u), qs, sc, rm, rl, red);
                 if (last_of(state + ST_HEADS + h, S, &flag)) attn_combine(hp, S, D, att + h * D);
             }

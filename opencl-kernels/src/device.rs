@@ -433,6 +433,33 @@ impl Device {
         })
     }
 
+    /// Allocates a device buffer the host never reads or writes (`CL_MEM_HOST_NO_ACCESS`, OpenCL
+    /// 1.2): only kernels and device-side copies touch it (the decoder's KV cache), so a driver
+    /// need keep no host-side image of it. `clEnqueueRead/WriteBuffer` on it is an error.
+    pub fn alloc_device_only(self: &Arc<Self>, len: usize) -> Result<Buffer> {
+        if len == 0 {
+            return Err(Error::BadShape("zero-length buffer".into()));
+        }
+        let mut err = 0;
+        // SAFETY: valid context, no host pointer, nonzero size.
+        let mem = unsafe {
+            clf!(self.api, clCreateBuffer)(
+                self.context,
+                CL_MEM_READ_WRITE | CL_MEM_HOST_NO_ACCESS,
+                len,
+                ptr::null_mut(),
+                &mut err,
+            )
+        };
+        check("clCreateBuffer", err)?;
+        Ok(Buffer {
+            device: self.clone(),
+            mem,
+            len,
+            host: None,
+        })
+    }
+
     /// Allocates a buffer the host reads and writes by mapping it (`CL_MEM_ALLOC_HOST_PTR`): on
     /// a device with host-unified memory a map is zero-copy (the pointer is the buffer's own
     /// memory); elsewhere the driver stages it.

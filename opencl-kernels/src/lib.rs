@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod attention;
 pub mod caps;
 pub mod decoder;
 mod device;
@@ -12,6 +13,7 @@ mod layout;
 mod loader;
 pub mod reference;
 
+pub use attention::{Attention, AttentionShape, AttnLaunch, KvType, Tiles};
 pub use device::{
     cache_key, list, Buffer, Device, DeviceInfo, Program, Selector, CACHE_ENV, DEVICE_ENV,
     PLATFORM_ENV,

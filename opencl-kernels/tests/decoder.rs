@@ -15,7 +15,7 @@ use hetero_opencl_kernels::decoder::{
     DecodePath, Decoder, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix,
     ModelWeights, OpKind, Readout, Tensor,
 };
-use hetero_opencl_kernels::{self as ocl, reference, Device, Error, GgmlType, RopeMode};
+use hetero_opencl_kernels::{self as ocl, reference, Device, Error, GgmlType, KvType, RopeMode};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -37,6 +37,15 @@ fn device() -> Option<Arc<Device>> {
         Ok(d)
     });
     hetero_tests::require("opencl", r.as_ref().map(Arc::clone))
+}
+
+/// The default options with an f32 KV cache: the tests below compare against the f64
+/// reference at f32 bounds (the f16 and q8_0 caches have their own test and bounds).
+fn exact() -> DecoderOptions {
+    DecoderOptions {
+        kv: KvType::F32,
+        ..DecoderOptions::default()
+    }
 }
 
 /// One device open at a time (a profiling device is a second one).
@@ -383,21 +392,27 @@ fn ref_forward(m: &TestModel, tokens: &[u32], n_layers: usize) -> RefOut {
 }
 
 fn check_logits(what: &str, got: &[f32], want: &[f32]) {
+    check_logits_within(what, got, want, NMSE, MAX_REL)
+}
+
+/// [`check_logits`] with bounds of its own (an NMSE and a largest deviation relative to the
+/// row's largest logit).
+fn check_logits_within(what: &str, got: &[f32], want: &[f32], nmse: f64, max_rel: f64) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     assert!(
         got.iter().all(|v| v.is_finite()),
         "{what}: non-finite logits"
     );
     let e = reference::nmse(got, want);
-    assert!(e <= NMSE, "{what}: NMSE {e:e} > {NMSE:e}");
+    assert!(e <= nmse, "{what}: NMSE {e:e} > {nmse:e}");
     let scale = want.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
     let dev = got
         .iter()
         .zip(want)
         .fold(0f64, |a, (g, w)| a.max((*g as f64 - *w as f64).abs()));
     assert!(
-        dev <= MAX_REL * scale,
-        "{what}: max deviation {dev:e} > {MAX_REL:e} x {scale}"
+        dev <= max_rel * scale,
+        "{what}: max deviation {dev:e} > {max_rel:e} x {scale}"
     );
 }
 
@@ -502,7 +517,7 @@ fn q4_1_tied_q8_0_prefill_and_decode_match_reference() {
                 decode,
                 // Staged: also submit every 3 launches (what a batching driver may need).
                 flush_every: if zero_copy { 0 } else { 3 },
-                ..DecoderOptions::default()
+                ..exact()
             },
         );
         sendable(&dec);
@@ -577,10 +592,7 @@ fn other_formats_and_neox_match_reference() {
         );
         let toks = tokens(&mut r, 13, model.cfg.vocab);
         for decode in decode_paths(&dev) {
-            let opts = DecoderOptions {
-                decode,
-                ..DecoderOptions::default()
-            };
+            let opts = DecoderOptions { decode, ..exact() };
             let mut dec = model.decoder(&dev, opts);
             let what = format!(
                 "embed {embed}, layers {layer}, head {output:?}, {mode:?} {rd}, {decode:?}"
@@ -625,7 +637,7 @@ fn q5_and_k_quant_formats_match_reference() {
             let opts = DecoderOptions {
                 zero_copy: Some(zero_copy),
                 decode,
-                ..DecoderOptions::default()
+                ..exact()
             };
             let mut dec = model.decoder(&dev, opts);
             assert_eq!(dec.decode_blocks_on(), decode == DecodePath::Blocks);
@@ -661,7 +673,7 @@ fn mixed_type_layers_match_reference() {
     for zero_copy in [true, false] {
         let opts = DecoderOptions {
             zero_copy: Some(zero_copy),
-            ..DecoderOptions::default()
+            ..exact()
         };
         let mut dec = model.decoder(&dev, opts);
         prefill_then_decode(
@@ -678,7 +690,7 @@ fn mixed_type_layers_match_reference() {
     }
     let blocks = DecoderOptions {
         decode: DecodePath::Blocks,
-        ..DecoderOptions::default()
+        ..exact()
     };
     assert!(matches!(
         Decoder::new(&dev, model.cfg.clone(), &model.weights(), blocks),
@@ -687,7 +699,7 @@ fn mixed_type_layers_match_reference() {
     // The column hook over split runs and split gate/up, one row and several.
     let c = model.cfg.clone();
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let mut dec = model.decoder(&dev, exact());
     for (layer, l) in model.layers.iter().enumerate() {
         let cases: [Case<'_>; 7] = [
             (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
@@ -754,7 +766,7 @@ fn all_rows_readout_and_argmax_match_reference() {
     let toks = tokens(&mut r, 7, model.cfg.vocab);
     let want = ref_forward(&model, &toks, 2).logits;
     let v = model.cfg.vocab;
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let mut dec = model.decoder(&dev, exact());
     dec.enqueue(Input::Tokens(&toks), 0, 0..2, Readout::AllArgmax)
         .unwrap();
     let ids = dec.argmax().unwrap().to_vec();
@@ -800,7 +812,7 @@ fn layer_range_split_matches_reference() {
     );
     let d = model.cfg.d_model;
     let toks = tokens(&mut r, 7, model.cfg.vocab);
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let mut dec = model.decoder(&dev, exact());
     dec.enqueue(Input::Tokens(&toks[..6]), 0, 0..1, Readout::Hidden)
         .unwrap();
     let h1 = dec.hidden().unwrap().to_vec();
@@ -845,7 +857,7 @@ fn matmul_rows_matches_reference() {
     );
     let c = model.cfg.clone();
     let (d, dq, dkv, ff) = (c.d_model, c.q_dim(), c.kv_dim(), c.d_ff);
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let mut dec = model.decoder(&dev, exact());
     let l = &model.layers[1];
     let cases: [Case<'_>; 8] = [
         (Matrix::Q, 0, dq, d, Some(&l.attn_norm)),
@@ -948,7 +960,7 @@ fn bad_input_is_a_typed_error() {
     };
     let model = TestModel::random(&mut r, config(2, RopeMode::Normal, 16), t);
     let c = model.cfg.clone();
-    let mut dec = model.decoder(&dev, DecoderOptions::default());
+    let mut dec = model.decoder(&dev, exact());
     let ok = dec.forward(&[1, 2, 3], 0).unwrap().to_vec();
     let bad: Vec<Result<(), Error>> = vec![
         dec.enqueue(Input::Tokens(&[c.vocab as u32]), 0, 0..2, Readout::Logits),
@@ -967,15 +979,18 @@ fn bad_input_is_a_typed_error() {
     // The failed calls changed nothing: the same step gives the same logits.
     assert_eq!(dec.forward(&[1, 2, 3], 0).unwrap(), &ok[..]);
     // Too little memory: named sizes, before any upload.
-    let plan = Decoder::memory_plan(&c, &model.weights()).unwrap();
+    let plan = Decoder::memory_plan_with(&c, &model.weights(), KvType::F32).unwrap();
     assert!(plan.weights > 0 && plan.kv_cache == 2 * 2 * 48 * 32 * 4 && plan.scratch > 0);
+    // The default plan: an f16 cache, half the bytes.
+    let f16_plan = Decoder::memory_plan(&c, &model.weights()).unwrap();
+    assert_eq!(f16_plan.kv_cache, plan.kv_cache / 2);
     let e = Decoder::new(
         &dev,
         c.clone(),
         &model.weights(),
         DecoderOptions {
             memory_budget: Some(plan.total() - 1),
-            ..DecoderOptions::default()
+            ..exact()
         },
     )
     .unwrap_err();
@@ -993,26 +1008,26 @@ fn bad_input_is_a_typed_error() {
     let mut huge = c.clone();
     huge.max_context = (dev.info().global_mem_size / (2 * 2 * 32 * 4) + 1) as usize;
     assert!(matches!(
-        Decoder::new(&dev, huge, &model.weights(), DecoderOptions::default()),
+        Decoder::new(&dev, huge, &model.weights(), exact()),
         Err(Error::OutOfDeviceMemory { .. } | Error::BadShape(_))
     ));
     // Weights: wrong length, uncomputable type, K-quant rows not whole blocks, bad config.
     let mut w = model.weights();
     w.layers[1].wk.data = &w.layers[1].wk.data[1..];
     assert!(matches!(
-        Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()),
+        Decoder::new(&dev, c.clone(), &w, exact()),
         Err(Error::BadShape(_))
     ));
     let mut w = model.weights();
     w.layers[0].wo.ty = GgmlType::Q2K;
     assert_eq!(
-        Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err(),
+        Decoder::new(&dev, c.clone(), &w, exact()).unwrap_err(),
         Error::UnsupportedFormat(GgmlType::Q2K)
     );
     // A K-quant matrix whose rows (d_model 64) are not whole 256-value super-blocks.
     let mut w = model.weights();
     w.layers[0].wv.ty = GgmlType::Q4K;
-    let e = Decoder::new(&dev, c.clone(), &w, DecoderOptions::default()).unwrap_err();
+    let e = Decoder::new(&dev, c.clone(), &w, exact()).unwrap_err();
     assert!(
         matches!(e, Error::BadShape(ref s) if s.contains("multiple of 256")),
         "{e}"
@@ -1024,25 +1039,25 @@ fn bad_input_is_a_typed_error() {
     w.layers.clear();
     let blocks = DecoderOptions {
         decode: DecodePath::Blocks,
-        ..DecoderOptions::default()
+        ..exact()
     };
     assert!(matches!(
         Decoder::new(&dev, zero.clone(), &w, blocks),
         Err(Error::NotApplicable(_))
     ));
-    let mut dec0 = Decoder::new(&dev, zero, &w, DecoderOptions::default()).unwrap();
+    let mut dec0 = Decoder::new(&dev, zero, &w, exact()).unwrap();
     let want = ref_forward(&model, &[5], 0).logits;
     check_logits("no layers", dec0.forward(&[5], 0).unwrap(), &want[0]);
     let mut odd = c.clone();
     odd.d_model = 48;
     assert!(matches!(
-        Decoder::new(&dev, odd, &model.weights(), DecoderOptions::default()),
+        Decoder::new(&dev, odd, &model.weights(), exact()),
         Err(Error::BadShape(_))
     ));
     let mut w = model.weights();
     w.layers.pop();
     assert!(matches!(
-        Decoder::new(&dev, c, &w, DecoderOptions::default()),
+        Decoder::new(&dev, c, &w, exact()),
         Err(Error::BadShape(_))
     ));
 }
@@ -1073,7 +1088,7 @@ fn hung_device_is_an_error_not_a_hang() {
     for zero_copy in [true, false] {
         let opts = DecoderOptions {
             zero_copy: Some(zero_copy),
-            ..DecoderOptions::default()
+            ..exact()
         };
         let mut dec = model.decoder(&own, opts);
         // A first step with the default bound (PoCL compiles kernels at their first launch).
@@ -1094,7 +1109,7 @@ fn hung_device_is_an_error_not_a_hang() {
         own.finish().unwrap();
         drop(dec);
         // The device itself is fine again once the gate opens: a new decoder works.
-        let mut dec = model.decoder(&own, DecoderOptions::default());
+        let mut dec = model.decoder(&own, exact());
         assert_eq!(dec.forward_argmax(&[3], 0).unwrap(), ok);
     }
 }
@@ -1133,10 +1148,7 @@ fn profiled_steps_report_device_time_per_op() {
     .into_iter()
     .filter(|(d, _, _)| *d != DecodePath::Persistent || persistent_here(&dev))
     {
-        let opts = DecoderOptions {
-            decode,
-            ..DecoderOptions::default()
-        };
+        let opts = DecoderOptions { decode, ..exact() };
         let mut dec = model.decoder(&dev, opts);
         assert!(matches!(dec.take_op_times(), Err(Error::NotApplicable(_))));
         dec.set_profiling(true).unwrap();
@@ -1156,7 +1168,7 @@ fn profiled_steps_report_device_time_per_op() {
     }
     // A device without profiling refuses.
     let Some(plain) = device() else { return };
-    let mut dec = model.decoder(&plain, DecoderOptions::default());
+    let mut dec = model.decoder(&plain, exact());
     assert!(matches!(
         dec.set_profiling(true),
         Err(Error::NotApplicable(_))
@@ -1189,7 +1201,7 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
         let opts = DecoderOptions {
             decode: DecodePath::Persistent,
             persistent_groups: groups,
-            ..DecoderOptions::default()
+            ..exact()
         };
         let mut dec = model.decoder(&dev, opts);
         assert!(dec.persistent_groups().is_some_and(|g| g >= 1));
@@ -1210,7 +1222,7 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     let opts = DecoderOptions {
         decode: DecodePath::Persistent,
         persistent_barriers_only: true,
-        ..DecoderOptions::default()
+        ..exact()
     };
     let mut dec = model.decoder(&dev, opts);
     dec.forward_argmax(&toks[..1], 0).unwrap();
@@ -1224,13 +1236,13 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     };
     let forced = DecoderOptions {
         decode: DecodePath::Persistent,
-        ..DecoderOptions::default()
+        ..exact()
     };
     assert!(matches!(
         Decoder::new(&dev, c.clone(), &w, forced),
         Err(Error::NotApplicable(s)) if s.contains("alike")
     ));
-    let dec = Decoder::new(&dev, c, &w, DecoderOptions::default()).unwrap();
+    let dec = Decoder::new(&dev, c, &w, exact()).unwrap();
     assert_ne!(dec.decode_path(), DecodePath::Persistent);
     if !dev.info().is_cpu {
         println!("stuck-barrier case: runs on CPU devices only (a GPU holds these groups)");
@@ -1239,7 +1251,7 @@ fn persistent_step_argmax_groups_and_stuck_barrier() {
     let opts = DecoderOptions {
         decode: DecodePath::Persistent,
         persistent_groups: 64,
-        ..DecoderOptions::default()
+        ..exact()
     };
     let mut dec = model.decoder(&dev, opts);
     let t0 = std::time::Instant::now();
@@ -1281,13 +1293,13 @@ fn persistent_step_refuses_mixed_and_unsupported_layers() {
         let model = TestModel::random_mixed(&mut r, config(2, RopeMode::Normal, 16), t);
         let forced = DecoderOptions {
             decode: DecodePath::Persistent,
-            ..DecoderOptions::default()
+            ..exact()
         };
         match Decoder::new(&dev, model.cfg.clone(), &model.weights(), forced) {
             Err(Error::NotApplicable(s)) => assert!(s.contains(why), "{layer:?}: {s}"),
             other => panic!("{layer:?}: persistent not refused: {other:?}"),
         }
-        let dec = model.decoder(&dev, DecoderOptions::default());
+        let dec = model.decoder(&dev, exact());
         assert_ne!(dec.decode_path(), DecodePath::Persistent, "{layer:?}");
     }
 }
@@ -1324,10 +1336,7 @@ fn device_argmax_flags_non_finite_logits() {
     model.embed.1[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
     for decode in decode_paths(&dev) {
         let what = format!("{decode:?}");
-        let opts = DecoderOptions {
-            decode,
-            ..DecoderOptions::default()
-        };
+        let opts = DecoderOptions { decode, ..exact() };
         let mut dec = model.decoder(&dev, opts.clone());
         assert_eq!(dec.decode_path(), decode, "{what}");
         dec.enqueue(Input::Tokens(&toks[..4]), 0, 0..2, Readout::AllArgmax)
@@ -1350,10 +1359,7 @@ fn device_argmax_flags_non_finite_logits() {
     // Without the NaN: a token, no flag left over.
     model.embed.1 = clean;
     for decode in decode_paths(&dev) {
-        let opts = DecoderOptions {
-            decode,
-            ..DecoderOptions::default()
-        };
+        let opts = DecoderOptions { decode, ..exact() };
         let mut dec = model.decoder(&dev, opts);
         dec.forward(&toks[..4], 0).unwrap();
         for p in 4..6 {
@@ -1420,7 +1426,7 @@ fn persistent_step_stages_rows_in_chunks_and_runs_any_head() {
             DecoderOptions {
                 decode: DecodePath::Persistent,
                 persistent_stage_floats: stage,
-                ..DecoderOptions::default()
+                ..exact()
             },
         );
         let (got_stage, head_in_step) = dec.persistent_stage().expect("persistent");
@@ -1458,13 +1464,7 @@ fn persistent_step_stages_rows_in_chunks_and_runs_any_head() {
             .into_iter()
             .filter(|&d| persistent || d == DecodePath::Layered)
         {
-            let mut dec = model.decoder(
-                &dev,
-                DecoderOptions {
-                    decode,
-                    ..DecoderOptions::default()
-                },
-            );
+            let mut dec = model.decoder(&dev, DecoderOptions { decode, ..exact() });
             let what = format!(
                 "{} widths, {layer:?}, head {output:?}, {decode:?} (stage {:?})",
                 if eight_b { "8B" } else { "1B" },
@@ -1489,7 +1489,7 @@ fn op_costs_count_bytes_and_flops() {
         output: None,
     };
     let model = TestModel::random(&mut r, config(2, RopeMode::Normal, 16), t);
-    let dec = model.decoder(&dev, DecoderOptions::default());
+    let dec = model.decoder(&dev, exact());
     let c = &model.cfg;
     let (d, dq, dkv, ff, v, n) = (64u64, 64u64, 32u64, 96u64, 101u64, 2u64);
     assert_eq!((c.d_model, c.q_dim(), c.kv_dim(), c.d_ff), (64, 64, 32, 96));
@@ -1543,6 +1543,143 @@ fn op_costs_count_bytes_and_flops() {
             "{rows} rows ending at {last}"
         );
     }
+}
+
+/// An f16 (the default) and a q8_0 KV cache against the f64 reference (which keeps k and v
+/// unrounded): prefill in chunks past one decode range (positions > 64, so decode steps split
+/// the positions over ranges), then decode steps; layered and, for f16, in decode blocks.
+/// Bounds: f16 rounds each cached k and v by <= 2^-11 relative (q8_0 by <= 1/254 of its
+/// block's largest), which moves attention outputs by about that fraction of |v|, and logits
+/// after two layers by a few times that (this random model's sharp softmaxes amplify it):
+/// NMSE <= 1e-5 for f16 and <= 5e-3 for q8_0 (measured on PoCL: f16 8e-7 after the prefill,
+/// 4e-7 decoding; q8_0 8e-4 and 1.1e-3), rows within 1e-2 / 1e-1 of their largest logit; a
+/// wrong cache row, scale or block moves logits by O(1). The memory plan counts 2, resp. 1.0625 bytes a
+/// cached value, and q8_0 refuses the decode blocks and the persistent step.
+#[test]
+fn f16_and_q8_0_kv_caches_match_reference_within_bounds() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(61);
+    let cfg = DecoderConfig {
+        max_context: 80,
+        ..config(2, RopeMode::Normal, 16)
+    };
+    let model = TestModel::random(
+        &mut r,
+        cfg,
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::Q8_0,
+            output: None,
+        },
+    );
+    let n = 76;
+    let toks = tokens(&mut r, n, model.cfg.vocab);
+    let want = ref_forward(&model, &toks, model.cfg.n_layer).logits;
+    let p = 69;
+    let f32_plan = Decoder::memory_plan_with(&model.cfg, &model.weights(), KvType::F32).unwrap();
+    for (kv, nmse, max_rel, paths) in [
+        (
+            KvType::F16,
+            1e-5,
+            1e-2,
+            &[DecodePath::Layered, DecodePath::Blocks][..],
+        ),
+        (KvType::Q8_0, 5e-3, 1e-1, &[DecodePath::Layered][..]),
+    ] {
+        let plan = Decoder::memory_plan_with(&model.cfg, &model.weights(), kv).unwrap();
+        let values = 2 * 2 * 80 * model.cfg.kv_dim() as u64;
+        assert_eq!(f32_plan.kv_cache, values * 4);
+        let per = if kv == KvType::F16 { 2.0 } else { 34.0 / 32.0 };
+        assert_eq!(plan.kv_cache, (values as f64 * per) as u64, "{kv}");
+        for &decode in paths {
+            let opts = DecoderOptions {
+                kv,
+                decode,
+                ..DecoderOptions::default()
+            };
+            let mut dec = model.decoder(&dev, opts);
+            assert_eq!(dec.plan().kv_cache, plan.kv_cache);
+            let what = format!("{kv} {decode:?}");
+            let got = dec.forward(&toks[..p], 0).unwrap().to_vec();
+            let e = reference::nmse(&got, &want[p - 1]);
+            eprintln!("{what}: prefill {p} NMSE {e:e}");
+            check_logits_within(
+                &format!("{what}: prefill"),
+                &got,
+                &want[p - 1],
+                nmse,
+                max_rel,
+            );
+            for t in p..n {
+                let got = dec.forward(&toks[t..t + 1], t).unwrap().to_vec();
+                if t == n - 1 {
+                    eprintln!(
+                        "{what}: decode {t} NMSE {:e}",
+                        reference::nmse(&got, &want[t])
+                    );
+                }
+                check_logits_within(
+                    &format!("{what}: decode {t}"),
+                    &got,
+                    &want[t],
+                    nmse,
+                    max_rel,
+                );
+            }
+            // q8_0: the staged append is one more launch a layer.
+            let per_layer = if kv == KvType::Q8_0 { 6 } else { 5 };
+            if decode == DecodePath::Layered {
+                assert_eq!(
+                    dec.launches_per_token(Readout::Logits),
+                    1 + per_layer * 2 + 1
+                );
+            }
+        }
+        if kv == KvType::Q8_0 {
+            for decode in [DecodePath::Blocks, DecodePath::Persistent] {
+                let opts = DecoderOptions {
+                    kv,
+                    decode,
+                    ..DecoderOptions::default()
+                };
+                let e = Decoder::new(&dev, model.cfg.clone(), &model.weights(), opts);
+                assert!(matches!(e, Err(Error::NotApplicable(_))), "{decode:?}");
+            }
+            let auto = model.decoder(
+                &dev,
+                DecoderOptions {
+                    kv,
+                    ..DecoderOptions::default()
+                },
+            );
+            assert_eq!(auto.decode_path(), DecodePath::Layered);
+        }
+    }
+    // A q8_0 cache needs whole blocks a row: kv_dim 24 is refused.
+    let odd = DecoderConfig {
+        n_head: 3,
+        n_kv_head: 3,
+        head_dim: 8,
+        d_model: 64,
+        ..config(1, RopeMode::Normal, 8)
+    };
+    let m = TestModel::random(
+        &mut r,
+        odd.clone(),
+        Types {
+            embed: GgmlType::Q8_0,
+            layer: GgmlType::F16,
+            output: None,
+        },
+    );
+    let opts = DecoderOptions {
+        kv: KvType::Q8_0,
+        ..DecoderOptions::default()
+    };
+    assert!(matches!(
+        Decoder::new(&dev, odd, &m.weights(), opts),
+        Err(Error::BadShape(_))
+    ));
 }
 
 /// The device argmax split over work-groups (rows longer than 4096 values: `argmax_split`,

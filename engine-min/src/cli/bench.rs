@@ -22,6 +22,10 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test (0: skip it).
     #[arg(long, default_value_t = 64)]
     tg: usize,
+    /// KV-cache positions (default: the longer test's tokens + 1; at least that): a context
+    /// the memory cannot hold is refused with the sizes, before anything is uploaded.
+    #[arg(long)]
+    ctx: Option<usize>,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 5, value_parser = super::at_least_one)]
     reps: usize,
@@ -35,10 +39,12 @@ pub struct BenchArgs {
     /// per host op, and the thread pool's dispatch cost.
     #[arg(long)]
     breakdown: bool,
-    /// With `--plan auto`: in every timed repetition, each op class's (weight shape's and
+    /// With `--profile`: in every timed repetition, each op class's (weight shape's and
     /// phase's) predicted matmul time against the measured one (the whole resident step when
     /// the plan runs on the resident GPU decoder); prints the median and worst relative error
-    /// per class, and their spread over the classes.
+    /// per class, and their spread over the classes. Plans: `auto`, and the forced resident
+    /// `gpu` plan (predicted from the profile's resident paths); other forced plans run
+    /// nominal per-op tables and are refused with a message.
     #[arg(long)]
     predict: bool,
     #[command(flatten)]
@@ -52,13 +58,23 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
     let start = std::time::Instant::now();
     // The whole prompt in one chunk, as llama-bench processes it.
     let max_batch = a.pp.max(1);
-    let ctx = a.pp.max(a.tg) + 1;
+    let ctx = a.ctx.unwrap_or(0).max(a.pp.max(a.tg) + 1);
     let mut opts =
         super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
-    if a.predict && a.plan != PlanChoice::Auto {
-        return Err(Fail::Usage(
-            "--predict needs --plan auto (forced plans carry no prediction)".into(),
-        ));
+    let resident_forced =
+        a.plan == PlanChoice::Gpu && a.machine.gpu_path == crate::compose::GpuPath::Resident;
+    if a.predict {
+        if opts.profile.is_none() {
+            return Err(Fail::Usage(
+                "--predict needs --profile FILE (the measured curves it predicts from)".into(),
+            ));
+        }
+        if a.plan != PlanChoice::Auto && !resident_forced {
+            return Err(Fail::Usage(format!(
+                "--predict on --plan {}: a forced per-op plan runs nominal tables, not the                  profile's (nothing to compare); --plan auto predicts per op, and --plan gpu                  (resident) predicts whole steps",
+                a.plan
+            )));
+        }
     }
     opts.workload = crate::auto::Workload {
         prompt: a.pp,
@@ -76,10 +92,30 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
             )));
         }
     }
+    if let Some(c) = a.ctx.filter(|&c| c > context) {
+        return Err(Fail::Usage(format!(
+            "--ctx {c} exceeds the model's context length {context}"
+        )));
+    }
     let ctx = ctx.min(context);
     let loaded = start.elapsed();
     let (mut engine, _, decision) = super::run::build_engine(&model, &opts, ctx, &a.load)?;
     let built = start.elapsed();
+    // The forced resident plan's prediction: the profile's resident paths, as `auto` reads them.
+    let forced = match (a.predict && resident_forced, &opts.profile) {
+        (true, Some(p)) => {
+            let view = crate::auto::views(p).resident.ok_or_else(|| {
+                Fail::Usage(
+                    "--predict on --plan gpu: the profile has no gpu resident paths (measure                      one with a usable GPU)"
+                        .into(),
+                )
+            })?;
+            let r = crate::auto::ResidentModel::new(&view, crate::auto::StepShapes::of(&model))
+                .map_err(Fail::run)?;
+            Some(r)
+        }
+        _ => None,
+    };
     // The first token: one step from an empty cache on the mapped (or read) file, weights
     // touched for the first time (the page faults and the GPU's first launches included).
     let first = {
@@ -96,8 +132,18 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         a.reps,
         0x5eed,
         &mut |e, part, _| {
-            if let (true, Some(d)) = (a.predict, &decision) {
-                errors.observe(e, d, part, a.pp, a.tg, max_batch as u32);
+            if !a.predict {
+                return;
+            }
+            let resident = match (&forced, &decision) {
+                (Some(r), _) => Some(r),
+                (None, Some(d)) if d.mode == crate::auto::Mode::Resident => {
+                    d.resident.as_ref().map(|(r, _)| r)
+                }
+                _ => None,
+            };
+            if forced.is_some() || decision.is_some() {
+                errors.observe(e, resident, part, a.pp, a.tg, max_batch as u32);
             }
         },
     )
@@ -390,19 +436,20 @@ impl PredictionErrors {
         }
     }
 
-    /// Records one timed part of `engine` under the plan `d`.
+    /// Records one timed part of `engine`: against the resident decoder's model `resident`
+    /// when the plan runs on it, else against the executor's per-op tables.
     fn observe(
         &mut self,
         engine: &Engine,
-        d: &crate::auto::Decision,
+        resident: Option<&crate::auto::ResidentModel>,
         part: Part,
         pp: usize,
         tg: usize,
         max_batch: u32,
     ) {
         let c = &engine.model().config;
-        match (&d.mode, &d.resident) {
-            (crate::auto::Mode::Resident, Some((r, _))) => {
+        match resident {
+            Some(r) => {
                 let predicted: f64 = match part {
                     Part::Pp => crate::auto::chunks(pp, max_batch)
                         .map(|(m, last)| r.step_us(m, last).unwrap_or(f64::NAN))
@@ -418,7 +465,7 @@ impl PredictionErrors {
                     );
                 }
             }
-            _ => {
+            None => {
                 for p in engine.executor().predictions() {
                     if let Some(e) = p.relative_error() {
                         let label = format!(

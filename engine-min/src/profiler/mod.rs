@@ -98,6 +98,13 @@ impl Default for ProfileOptions {
     }
 }
 
+/// Prefill chunks the resident GPU decoder is also measured at beyond `max_batch`: `bench`
+/// runs a whole prompt as one chunk (pp512 is one 512-row step), and the resident path gets
+/// cheaper per row well past 128 rows (weights read once for more rows, fewer launches per
+/// row): read beyond its last point the curve is proportional to the rows, which at 1B
+/// predicted pp512 20% slow from a 128-row point (3,607 vs 4,512 tok/s measured on the H200).
+pub const RESIDENT_EXTRA_M: [u32; 2] = [256, 512];
+
 /// The prefill row counts measured for chunks of up to `max_batch` rows.
 pub fn prefill_rows(max_batch: u32) -> Vec<u32> {
     let mut v: Vec<u32> = PREFILL_M
@@ -108,6 +115,15 @@ pub fn prefill_rows(max_batch: u32) -> Vec<u32> {
     if max_batch > crate::phases::DECODE_ROWS {
         v.push(max_batch);
     }
+    v
+}
+
+/// The prefill row counts the resident GPU decoder is measured at: [`prefill_rows`] and
+/// [`RESIDENT_EXTRA_M`] above `max_batch` (each left out once the time budget would not hold
+/// it, see `resident::measure`).
+pub fn resident_prefill_rows(max_batch: u32) -> Vec<u32> {
+    let mut v = prefill_rows(max_batch);
+    v.extend(RESIDENT_EXTRA_M.iter().filter(|&&m| m > max_batch));
     v
 }
 
@@ -348,7 +364,7 @@ pub fn measure(
                 window.as_millis()
             ));
             let mut paths = Vec::new();
-            match measure_resident(model, o, &prefill_m, progress) {
+            match measure_resident(model, o, &resident_prefill_rows(max_m), progress) {
                 Ok((r, skipped)) => {
                     if !skipped.is_empty() {
                         notes.push(format!(
@@ -509,16 +525,28 @@ fn measure_resident(
     let dev = crate::backend::gpu::open_device(true)?;
     let c = &model.config;
     let max_m = o.max_batch.max(1) as usize;
-    // A decode token at position max_m (after one full chunk), prefill chunks from 0.
-    let ctx = (max_m + 16).min(c.context.max(1));
+    // A decode token at position max_m (after one full chunk), prefill chunks from 0 of up to
+    // the largest row count measured.
+    let rows = prefill_m
+        .iter()
+        .map(|&m| m as usize)
+        .max()
+        .unwrap_or(1)
+        .max(max_m);
+    let ctx = (rows + 16).min(c.context.max(1));
     let pos = max_m.min(ctx - 1);
-    let mut dec = crate::backend::resident::build(&dev, model, ctx, max_m)?;
+    let prefill_m: Vec<u32> = prefill_m
+        .iter()
+        .copied()
+        .filter(|&m| m as usize <= ctx)
+        .collect();
+    let mut dec = crate::backend::resident::build(&dev, model, ctx, rows.min(ctx))?;
     progress(&format!(
         "gpu resident decoder built in {:.1} s ({} launches a decode token)",
         t0.elapsed().as_secs_f64(),
         dec.launches_per_token(hetero_opencl_kernels::decoder::Readout::Logits)
     ));
-    let r = resident::measure(&mut dec, c, pos, prefill_m, o.reps, o.budget, progress)?;
+    let r = resident::measure(&mut dec, c, pos, &prefill_m, o.reps, o.budget, progress)?;
     Ok(((r.decode, r.prefill), r.skipped))
 }
 

@@ -16,8 +16,17 @@ pub(crate) struct Arena {
 }
 
 /// Parts of `sizes` bytes (each > 0), each at an offset aligned to the device's base address
-/// alignment (at least 256 bytes, so any vector type can be read from it).
-pub(crate) fn arena(dev: &Arc<Device>, sizes: &[usize]) -> Result<Arena> {
+/// alignment (at least 256 bytes, so any vector type can be read from it). `device_only`:
+/// buffers the host never reads or writes ([`Device::alloc_device_only`]: the KV caches), so
+/// a driver has no reason to keep a host image of them.
+pub(crate) fn arena(dev: &Arc<Device>, sizes: &[usize], device_only: bool) -> Result<Arena> {
+    let alloc = |len: usize| {
+        if device_only {
+            dev.alloc_device_only(len)
+        } else {
+            dev.alloc(len)
+        }
+    };
     let align = dev.info().base_addr_align.max(256);
     let mut offsets = Vec::with_capacity(sizes.len());
     let mut end = 0usize;
@@ -29,11 +38,11 @@ pub(crate) fn arena(dev: &Arc<Device>, sizes: &[usize]) -> Result<Arena> {
     if sizes.is_empty() || end as u64 > dev.info().max_mem_alloc_size {
         let parts = sizes
             .iter()
-            .map(|&s| dev.alloc(s))
+            .map(|&s| alloc(s))
             .collect::<Result<Vec<_>>>()?;
         return Ok(Arena { parts, whole: None });
     }
-    let whole = dev.alloc(end)?;
+    let whole = alloc(end)?;
     let parts = sizes
         .iter()
         .zip(&offsets)

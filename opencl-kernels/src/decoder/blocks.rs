@@ -3,6 +3,7 @@
 
 use super::ops::{self, BlockBufs, Op, Shared};
 use super::{DecoderConfig, LayerMats};
+use crate::attention::KvType;
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -20,7 +21,13 @@ pub(super) fn blocks_unfit(
     c: &DecoderConfig,
     layers: &[LayerMats],
     local_mem: u64,
+    kv: KvType,
 ) -> Option<&'static str> {
+    if kv == KvType::Q8_0 {
+        // Block A appends one row from one work-group per head: a q8_0 block's scale needs
+        // the whole 32 values, which the staged append (kv_store_q8) does between launches.
+        return Some("decode blocks need an f32 or f16 KV cache");
+    }
     if layers.is_empty() {
         return Some("decode blocks need at least one layer");
     }

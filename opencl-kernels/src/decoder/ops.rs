@@ -5,6 +5,7 @@
 use super::mm::MmSet;
 use super::prepare::MatKind;
 use super::OpKind;
+use crate::attention::{AttnLaunch, Grid};
 use crate::device::{Buffer, Device, Program};
 use crate::error::{Error, Result};
 use crate::event::{lost_or, Event};
@@ -94,8 +95,8 @@ pub(crate) struct Op {
     rows: Option<RowGrid>,
     xoff: Option<(u32, usize)>,
     tokoff: Option<u32>,
-    /// Split decode attention: the index of its split-count argument and the head count.
-    split: Option<(u32, usize)>,
+    /// An attention launch (attention.rs): its grid and the position and rows last set.
+    attn: Option<(Grid, usize, usize)>,
 }
 
 fn u32_of(v: usize, what: &str) -> Result<u32> {
@@ -119,28 +120,37 @@ impl Op {
             rows: None,
             xoff: None,
             tokoff: None,
-            split: None,
+            attn: None,
         }
     }
 
-    /// Sets the first position of the call's rows (RoPE, cache rows, causal bound); for the
-    /// split decode attention also how many ranges the positions `0..=pos0` are split into.
+    /// An attention launch of [`crate::attention`] as a decoder op (position and rows set by
+    /// [`Op::set_pos0`] and [`Op::set_rows`]).
+    pub(crate) fn attention(a: AttnLaunch, kind: OpKind) -> Op {
+        let mut op = Op::new(a.launch, kind);
+        op.attn = Some((a.grid, 0, 1));
+        op
+    }
+
+    /// Sets the first position of the call's rows (RoPE, cache rows, causal bound; for the
+    /// split decode attention also how many ranges the positions `0..=pos0` are split into).
     pub(crate) fn set_pos0(&mut self, pos0: usize) -> Result<()> {
         if let Some(i) = self.pos0 {
             self.launch.set_scalar(i, u32_of(pos0, "position")?)?;
         }
-        if let Some((i, heads)) = self.split {
-            let s = splits(pos0 + 1);
-            self.launch.set_scalar(i, u32_of(s, "splits")?)?;
-            let mut global = self.launch.global();
-            global[0] = heads * s * SPLIT_WG;
-            self.launch.set_global(global);
+        if let Some((g, p, m)) = &mut self.attn {
+            *p = pos0;
+            g.apply(&mut self.launch, pos0, *m)?;
         }
         Ok(())
     }
 
     /// Sets the number of rows `m` (GEMM, attention, gather, argmax: argument and grid).
     pub(crate) fn set_rows(&mut self, m: usize) -> Result<()> {
+        if let Some((g, p, rows)) = &mut self.attn {
+            *rows = m;
+            g.apply(&mut self.launch, *p, m)?;
+        }
         if let Some(g) = self.rows {
             if let Some(a) = g.arg {
                 self.launch.set_scalar(a, u32_of(m, "rows")?)?;
@@ -411,95 +421,6 @@ pub(crate) fn mm_matmul(
     };
     op.pos0 = Some(epi_args(&mut op.launch, epi, sh)?);
     Ok(Some(op))
-}
-
-/// Causal attention over the caches for up to `max_m` query rows of `q` into `out`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(
-    dev: &Arc<Device>,
-    prog: &Program,
-    q: &Buffer,
-    kc: &Buffer,
-    vc: &Buffer,
-    out: &Buffer,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    max_m: usize,
-) -> Result<Op> {
-    let l = Launch::create(dev, prog, "attn_causal", 2, [64 * heads, max_m], [64, 1])?;
-    let mut op = attention_op(l, q, (kc, vc), out, (heads, kv_heads, head_dim))?;
-    // One group per query row: the kernel reads its row from the grid.
-    op.rows = Some(RowGrid {
-        arg: None,
-        per_group: 1,
-        local: 1,
-    });
-    Ok(op)
-}
-
-/// The arguments both attention kernels start with (`attn_causal`, `attn_decode`): q, the
-/// caches, the output, the head counts and size, the first position (set per call, see
-/// [`Op::set_pos0`]) and the score scale `1/sqrt(head_dim)`.
-fn attention_op(
-    l: Launch,
-    q: &Buffer,
-    (kc, vc): (&Buffer, &Buffer),
-    out: &Buffer,
-    (heads, kv_heads, head_dim): (usize, usize, usize),
-) -> Result<Op> {
-    let mut op = Op::new(l, OpKind::Attention);
-    let l = &mut op.launch;
-    l.mem(q)?.mem(kc)?.mem(vc)?.mem(out)?;
-    l.scalar(u32_of(heads, "heads")?)?
-        .scalar(u32_of(kv_heads, "kv heads")?)?
-        .scalar(u32_of(head_dim, "head_dim")?)?;
-    op.pos0 = Some(l.next_arg());
-    l.scalar(0u32)?;
-    l.scalar(1.0f32 / (head_dim as f32).sqrt())?;
-    Ok(op)
-}
-
-/// Work-group size of the split decode attention (decoder_ops.cl's AP_WG).
-const SPLIT_WG: usize = 256;
-/// Positions per range of the split decode attention (fewer ranges for short contexts).
-const SPLIT_KEYS: usize = 16;
-/// Ranges a head's positions are split into at most.
-pub(crate) const SPLIT_MAX: usize = 32;
-
-/// Ranges the split decode attention cuts `len` positions into: one per SPLIT_KEYS, at least
-/// one, at most SPLIT_MAX and never more than there are positions.
-fn splits(len: usize) -> usize {
-    len.div_ceil(SPLIT_KEYS).clamp(1, SPLIT_MAX).min(len.max(1))
-}
-
-/// Attention of one query row (a decode step) split over heads x ranges of positions
-/// (`attn_decode`): `parts` holds `heads * SPLIT_MAX * (head_dim + 2)` floats, `cnt` one zeroed
-/// counter a head. The grid follows the position (`set_pos0`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention_decode(
-    dev: &Arc<Device>,
-    prog: &Program,
-    q: &Buffer,
-    (kc, vc): (&Buffer, &Buffer),
-    out: &Buffer,
-    (heads, kv_heads, head_dim): (usize, usize, usize),
-    (parts, cnt): (&Buffer, &Buffer),
-) -> Result<Op> {
-    let l = Launch::create(
-        dev,
-        prog,
-        "attn_decode",
-        1,
-        [SPLIT_WG * heads, 1],
-        [SPLIT_WG, 1],
-    )?;
-    let mut op = attention_op(l, q, (kc, vc), out, (heads, kv_heads, head_dim))?;
-    let l = &mut op.launch;
-    op.split = Some((l.next_arg(), heads));
-    l.scalar(1u32)?;
-    l.mem(parts)?.mem(cnt)?;
-    Ok(op)
 }
 
 /// The embedding gather from `w0`/`w1` (format `code`: decoder.cl's `embed`) into `x`.

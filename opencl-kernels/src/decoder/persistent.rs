@@ -5,6 +5,7 @@
 use super::ops::{Mat, Op, Shared};
 use super::prepare::MatKind;
 use super::{DecoderConfig, LayerMats, OpKind};
+use crate::attention::KvType;
 use crate::device::{Buffer, Device, DeviceInfo, Program};
 use crate::error::{Error, Result};
 use crate::kernels::{Launch, OPTIONS};
@@ -14,6 +15,7 @@ use std::sync::Arc;
 /// decoder's helpers, then the kernel.
 pub const PERSISTENT_SOURCE: &str = concat!(
     include_str!("../../kernels/common.cl"),
+    include_str!("../../kernels/kv.cl"),
     include_str!("../../kernels/decoder_ops.cl"),
     include_str!("../../kernels/persistent.cl")
 );
@@ -173,7 +175,13 @@ pub(super) fn unfit(
     arenas: &Arenas<'_>,
     info: &DeviceInfo,
     stage: usize,
+    kv: KvType,
 ) -> Option<&'static str> {
+    if kv == KvType::Q8_0 {
+        // The step appends k/v from its GEMV epilogue, pair by pair; a q8_0 block's scale
+        // needs all 32 values (the layered path stages them and quantizes between launches).
+        return Some("the persistent step needs an f32 or f16 KV cache");
+    }
     if layers.is_empty() {
         return Some("the persistent step needs at least one layer");
     }
@@ -239,6 +247,7 @@ pub(super) fn build(
     groups: usize,
     barriers_only: bool,
     stage: usize,
+    kv: KvType,
 ) -> Result<Persistent> {
     let Some(stage) = stage_floats(c, dev.info(), stage) else {
         return Err(Error::NotApplicable(
@@ -260,18 +269,20 @@ pub(super) fn build(
     let l0 = &l0;
     let opts = format!(
         "{OPTIONS} -DPK_QKV={} -DPK_O={} -DPK_GU={} -DPK_DN={} -DPK_HEAD={} -DPK_U={}u \
-         -DPK_XS={stage}u",
+         -DPK_XS={stage}u -DKV_TYPE={}",
         l0.qkv.kind.suffix(),
         l0.o.kind.suffix(),
         l0.gate_up.kind.suffix(),
         l0.down.kind.suffix(),
         head_kind.suffix(),
-        units_in_flight(c, l0, head_kind, stage)
+        units_in_flight(c, l0, head_kind, stage),
+        kv.code()
     );
     let prog = dev.build(PERSISTENT_SOURCE, &opts)?;
     let lofs = dev.upload(woffs)?;
-    // Cache offsets in floats (the kernel indexes a float arena).
-    let kvofs: Vec<u64> = kvoffs.iter().map(|o| o / 4).collect();
+    // Cache offsets in values (the kernel indexes an arena of the cache's type; f32 or f16).
+    let size = if kv == KvType::F16 { 2 } else { 4 };
+    let kvofs: Vec<u64> = kvoffs.iter().map(|o| o / size).collect();
     let kvofs = dev.upload(&kvofs)?;
     let (h, d) = (c.n_head, c.head_dim);
     let parts = dev.alloc(h * SMAX * (d + 2) * 4)?;

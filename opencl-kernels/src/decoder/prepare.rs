@@ -6,6 +6,7 @@
 //! checked before anything is uploaded.
 
 use super::{DecoderConfig, LayerWeights, ModelWeights, Tensor};
+use crate::attention::KvType;
 use crate::error::{Error, Result};
 use crate::format::{matrix_bytes, relayout_q4_t, relayout_q4_t_len, GgmlType};
 use crate::kernels::RopeMode;
@@ -443,7 +444,8 @@ fn mat_bytes(ty: GgmlType, n: usize, k: usize) -> Result<u64> {
 pub struct MemoryPlan {
     /// Every weight matrix and norm vector as uploaded.
     pub weights: u64,
-    /// K and V caches of every layer for `max_context` positions (FP32).
+    /// K and V caches of every layer for `max_context` positions (in the decoder's
+    /// [`KvType`](crate::KvType)).
     pub kv_cache: u64,
     /// Activations for `max_rows` rows, readback buffers and the RoPE table.
     pub scratch: u64,
@@ -488,7 +490,7 @@ fn check_weights(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan> {
+pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>, kv: KvType) -> Result<MemoryPlan> {
     check_weights(c, w)?;
     let (d, dq, dkv) = (c.d_model, c.q_dim(), c.kv_dim());
     let mut weights = 0u64;
@@ -546,7 +548,7 @@ pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan
         );
     }
     weights += d as u64 * 4;
-    let per_cache = c.max_context as u64 * dkv as u64 * 4;
+    let per_cache = c.max_context as u64 * kv.row_bytes(dkv)? as u64;
     let kv_cache = 2 * c.n_layer as u64 * per_cache;
     if per_cache > largest.0 {
         largest = (per_cache, "one layer's K (or V) cache");
@@ -564,7 +566,16 @@ pub(crate) fn plan(c: &DecoderConfig, w: &ModelWeights<'_>) -> Result<MemoryPlan
     // Decode blocks: a second residual row and the partial rows of O (per head) and down (per
     // chunk of at least 32 FFN columns).
     let blocks = (1 + c.n_head + c.d_ff / 32) as u64 * d as u64 * 4;
-    let scratch = acts + out + input + rope + blocks + rows * 4 + 64;
+    // A q8_0 cache: the chunk's k and v rows staged in f32 before they are quantized.
+    let staged = if kv == KvType::Q8_0 {
+        2 * rows * dkv as u64 * 4
+    } else {
+        0
+    };
+    // The split decode attention's partial results and counters.
+    let parts = (c.n_head * crate::attention::DECODE_SPLITS * (c.head_dim + 2)) as u64 * 4
+        + c.n_head as u64 * 4;
+    let scratch = acts + out + input + rope + blocks + rows * 4 + 64 + staged + parts;
     Ok(MemoryPlan {
         weights,
         kv_cache,

@@ -1,6 +1,7 @@
 //! The decoder's public vocabulary: the model's configuration and weights, the options, what a
 //! step starts from and reads back, the op kinds it launches, the matrices of the column hook.
 
+use crate::attention::KvType;
 use crate::error::{Error, Result};
 use crate::format::GgmlType;
 use crate::kernels::RopeMode;
@@ -172,8 +173,9 @@ pub struct DecoderOptions {
     /// kernel's register use, which OpenCL does not report: a count the device cannot hold
     /// ends each step in [`Error::GridBarrier`](crate::Error::GridBarrier) after a bounded wait.
     pub persistent_groups_per_cu: usize,
-    /// One-row decode attention split over heads x ranges of positions, the last group of a
-    /// head combining the parts (default); `false`: the prefill kernel, one work-group a head.
+    /// One-row decode attention split over ranges of positions, a work-group per range and
+    /// group of query heads of one kv head, the last of a group combining the parts (default);
+    /// `false`: the tiled prefill kernel on the one row.
     pub split_attention: bool,
     /// The fewest work-groups a one-row GEMV should have, where its rows allow: 0 (default):
     /// the device's compute units; 1: the widest work-groups (fewest groups).
@@ -201,6 +203,12 @@ pub struct DecoderOptions {
     pub gemm_tile_rows: usize,
     /// Measurement only: the fast GEMV's steps of four rows a team (0 = chosen per matrix).
     pub gemv_steps: usize,
+    /// How the KV cache stores its values: f16 (default, llama.cpp's default; half the
+    /// memory of f32), f32, or q8_0 (GGUF's Q8_0 blocks, about a quarter of f32; needs
+    /// `kv_dim` a multiple of 32, runs layered: decode blocks and the persistent step are
+    /// `NotApplicable`, `Auto` takes layered). Every kernel reads the type it stores and
+    /// computes in f32.
+    pub kv: KvType,
 }
 
 impl Default for DecoderOptions {
@@ -221,6 +229,7 @@ impl Default for DecoderOptions {
             int8_activations: None,
             gemm_tile_rows: 0,
             gemv_steps: 0,
+            kv: KvType::F16,
         }
     }
 }
