@@ -83,7 +83,7 @@ c_test_one() { # PKG DIR LIB
   local san=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1)
   echo "capi: $pkg: C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror "${san[@]}" -I"$dir/tests/c" "${srcs[@]}" \
     $(pkg-config --static --cflags "$pkg") "$PREFIX/lib/lib$lib.a" \
     $(pkg-config --static --libs-only-other --libs-only-l "$pkg" | sed "s/-l$lib//") -lm \
     -o "$tdir/${short}_asan"
@@ -91,9 +91,20 @@ c_test_one() { # PKG DIR LIB
   # stdout buffer): LeakSanitizer would report those, not our leaks.
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$tdir/${short}_asan"
+  if [[ $pkg == hetero-sync ]]; then
+    # Flags and barriers live in the caller's memory only: freeing one must not compile.
+    local bad
+    for bad in "hetero_sync_flag_free(f)" "hetero_sync_barrier_free((hetero_sync_barrier *)f)"; do
+      if printf '#include "hetero_sync.h"\nvoid f(hetero_sync_flag *f) { %s; }\n' "$bad" |
+        "$CC" -std=c11 -Wall -Werror -I"$dir/include" -x c -c -o /dev/null - 2>/dev/null; then
+        die "$pkg: '$bad' compiled: the header still has a _free for caller-placed memory"
+      fi
+    done
+    echo "capi: $pkg: freeing a caller-placed flag or barrier does not compile (as intended)"
+  fi
   echo "capi: $pkg: the same through pkg-config, shared library"
   # shellcheck disable=SC2046
-  "$CC" -std=c11 -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
+  "$CC" -std=c11 -pthread -Wall -Wextra -Werror -O2 -I"$dir/tests/c" "${srcs[@]}" \
     $(pkg-config --cflags --libs "$pkg") -lm -Wl,-rpath,"$PREFIX/lib" -o "$tdir/${short}_shared"
   "$tdir/${short}_shared"
 }

@@ -47,9 +47,10 @@ aarch64_test() { # PROFILE RUNNER REQUIRE
       -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
-# The crates with a C API (feature `capi`; scripts/capi.sh lists the same).
+# The crates with a C API (feature `capi`; scripts/capi.sh lists the same). `capi-tests` adds
+# the C tests (compiled with -Werror) that tests/capi.rs links; plain `capi` builds no C.
 CAPI_PKGS="-p hetero-sme -p hetero-sync -p hetero-uma"
-CAPI_FEATURES="hetero-sme/capi,hetero-sync/capi,hetero-uma/capi"
+CAPI_FEATURES="hetero-sme/capi-tests,hetero-sync/capi-tests,hetero-uma/capi-tests"
 
 run_stage() { # NAME
   case "$1" in

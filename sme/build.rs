@@ -1,13 +1,13 @@
-//! With the `capi` feature: compiles the C tests (`tests/c/`) into an archive that only
+//! With the test-only `capi-tests` feature: compiles the C tests (`tests/c/`) into an archive that only
 //! `tests/capi.rs` links (`#[link]` there; nothing is added to the library's own link line).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    #[cfg(feature = "capi")]
+    #[cfg(feature = "capi-tests")]
     c_tests();
 }
 
-#[cfg(feature = "capi")]
+#[cfg(feature = "capi-tests")]
 fn c_tests() {
     for f in [
         "tests/c/sme_capi_test.c",

@@ -1,17 +1,18 @@
-//! With the `capi` feature: compiles the C tests (`tests/c/`) into an archive that only
+//! With the test-only `capi-tests` feature: compiles the C tests (`tests/c/`) into an archive that only
 //! `tests/capi.rs` links (`#[link]` there; nothing is added to the library's own link line).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    #[cfg(feature = "capi")]
+    #[cfg(feature = "capi-tests")]
     c_tests();
 }
 
-#[cfg(feature = "capi")]
+#[cfg(feature = "capi-tests")]
 fn c_tests() {
     for f in [
         "tests/c/sync_capi_test.c",
         "tests/c/sync_example.c",
+        "tests/c/sync_process_test.c",
         "include/hetero_sync.h",
     ] {
         println!("cargo:rerun-if-changed={f}");
@@ -19,6 +20,7 @@ fn c_tests() {
     cc::Build::new()
         .file("tests/c/sync_capi_test.c")
         .file("tests/c/sync_example.c")
+        .file("tests/c/sync_process_test.c")
         .include("include")
         .std("c11")
         .warnings(true)

@@ -24,89 +24,23 @@
 #define HETERO_SME_PACKED_HEADER_BYTES 64
 
 /**
- * Outcome of a call. 0 is success; 1..=99 mean the same in every `hetero_*` library; 100 and
- * up are this library's own.
- */
-typedef enum hetero_sme_status {
-  /**
-   * Success.
-   */
-  HETERO_SME_OK = 0,
-  /**
-   * A required pointer was null.
-   */
-  HETERO_SME_NULL_POINTER = 1,
-  /**
-   * An argument is out of its domain (a shape, a range, a stride, a count).
-   */
-  HETERO_SME_INVALID_ARGUMENT = 2,
-  /**
-   * A buffer is shorter than the shape needs (query the size first).
-   */
-  HETERO_SME_BUFFER_TOO_SMALL = 3,
-  /**
-   * A size computation overflowed.
-   */
-  HETERO_SME_OVERFLOW = 4,
-  /**
-   * A buffer is not aligned as the call requires.
-   */
-  HETERO_SME_MISALIGNED = 5,
-  /**
-   * Rust panicked inside the call (a bug: please report it); nothing is promised about the
-   * outputs.
-   */
-  HETERO_SME_PANIC = 6,
-  /**
-   * The GGML type is not one this call computes with.
-   */
-  HETERO_SME_UNSUPPORTED_TYPE = 100,
-  /**
-   * The variant id names no variant of this family.
-   */
-  HETERO_SME_UNKNOWN_VARIANT = 101,
-  /**
-   * The variant exists but this CPU (or OS, or build) cannot run it.
-   */
-  HETERO_SME_VARIANT_UNAVAILABLE = 102,
-  /**
-   * A packed buffer has no valid header (wrong magic, version or kind, or corrupt sizes).
-   */
-  HETERO_SME_BAD_BLOB = 103,
-  /**
-   * A packed buffer was packed by another variant.
-   */
-  HETERO_SME_BLOB_VARIANT_MISMATCH = 104,
-  /**
-   * A packed buffer holds another type or shape than the call needs (e.g. activations
-   * quantized for another scheme, or another K).
-   */
-  HETERO_SME_BLOB_MISMATCH = 105,
-  /**
-   * An input value is NaN or infinite where it must be finite.
-   */
-  HETERO_SME_NON_FINITE = 106,
-  /**
-   * An input value is beyond what the target format represents.
-   */
-  HETERO_SME_VALUE_OUT_OF_RANGE = 107,
-  /**
-   * The thread pool could not start (a thread failed to spawn) or refused the job.
-   */
-  HETERO_SME_POOL_ERROR = 108,
-} hetero_sme_status;
-
-/**
  * Kernel variants (the `uint32_t variant` argument). A variant's packed weights are its own:
  * `run_matmul` refuses a blob packed by another one. Sizes, steps and `run_rhs_pack` work for
  * every variant this build knows; `run_lhs_pack` and `run_matmul` need the variant available
  * on this CPU (`hetero_sme_variant_available`), else `HETERO_SME_VARIANT_UNAVAILABLE`.
+ * Ids 5 and 6 are reserved for the aarch64 int8 kernels (NEON dot product, SME) and name no
+ * variant yet.
  */
 typedef enum hetero_sme_variant {
   /**
    * Int8 GEMM, portable Rust (every CPU; the oracle the others match bit for bit).
    */
   HETERO_SME_VARIANT_INT8_PORTABLE = 1,
+  /**
+   * Int8 GEMM, x86-64 AVX2 (`vpmaddubsw` + `vpmaddwd`; AVX2 + FMA + F16C): x86-64 CPUs
+   * without AVX-512.
+   */
+  HETERO_SME_VARIANT_INT8_AVX2 = 4,
   /**
    * Int8 GEMM, x86-64 AVX-512 VNNI.
    */
@@ -149,6 +83,12 @@ typedef enum hetero_sme_family {
 typedef struct hetero_sme_pool hetero_sme_pool;
 
 /**
+ * Outcome of a call (an `int32_t`: a fixed width, unlike a C enum). 0 is success; 1..=99 mean
+ * the same in every `hetero_*` library; 100 and up are this library's own.
+ */
+typedef int32_t hetero_sme_status;
+
+/**
  * One variant's whole interface as function pointers (KleidiAI's ukernel struct), filled by
  * `hetero_sme_matmul_ukernel_get`. Each pointer is the variant's plain function of the same
  * name (`hetero_sme_matmul_<name>`) with the variant bound; the same thread-safety applies.
@@ -189,55 +129,137 @@ typedef struct hetero_sme_matmul_ukernel {
   /**
    * See `hetero_sme_matmul_get_lhs_packed_size`.
    */
-  enum hetero_sme_status (*get_lhs_packed_size)(uint32_t ggml_type, size_t m, size_t k, size_t *size);
+  hetero_sme_status (*get_lhs_packed_size)(uint32_t ggml_type, size_t m, size_t k, size_t *size);
   /**
    * See `hetero_sme_matmul_run_lhs_pack`.
    */
-  enum hetero_sme_status (*run_lhs_pack)(uint32_t ggml_type,
-                                         size_t m,
-                                         size_t k,
-                                         const float *x,
-                                         size_t x_len,
-                                         size_t ldx,
-                                         uint8_t *lhs,
-                                         size_t lhs_size);
+  hetero_sme_status (*run_lhs_pack)(uint32_t ggml_type,
+                                    size_t m,
+                                    size_t k,
+                                    const float *x,
+                                    size_t x_len,
+                                    size_t ldx,
+                                    uint8_t *lhs,
+                                    size_t lhs_size);
   /**
    * See `hetero_sme_matmul_get_rhs_packed_size`.
    */
-  enum hetero_sme_status (*get_rhs_packed_size)(uint32_t ggml_type, size_t n, size_t k, size_t *size);
+  hetero_sme_status (*get_rhs_packed_size)(uint32_t ggml_type, size_t n, size_t k, size_t *size);
   /**
    * See `hetero_sme_matmul_run_rhs_pack`.
    */
-  enum hetero_sme_status (*run_rhs_pack)(uint32_t ggml_type,
-                                         size_t n,
-                                         size_t k,
-                                         const uint8_t *src,
-                                         size_t src_len,
-                                         uint8_t *rhs,
-                                         size_t rhs_size);
+  hetero_sme_status (*run_rhs_pack)(uint32_t ggml_type,
+                                    size_t n,
+                                    size_t k,
+                                    const uint8_t *src,
+                                    size_t src_len,
+                                    uint8_t *rhs,
+                                    size_t rhs_size);
   /**
-   * See `hetero_sme_matmul_get_dst_offset`.
+   * See `hetero_sme_matmul_get_dst_offset` (in floats).
    */
-  size_t (*get_dst_offset)(size_t m_idx, size_t n_idx, size_t dst_stride_row);
+  size_t (*get_dst_offset)(size_t m_idx, size_t n_idx, size_t ldd);
   /**
-   * See `hetero_sme_matmul_get_dst_size`.
+   * See `hetero_sme_matmul_get_dst_size` (in floats).
    */
-  size_t (*get_dst_size)(size_t m, size_t n, size_t dst_stride_row);
+  size_t (*get_dst_size)(size_t m, size_t n, size_t ldd);
   /**
    * See `hetero_sme_matmul_run_matmul`.
    */
-  enum hetero_sme_status (*run_matmul)(size_t m_start,
-                                       size_t m_end,
-                                       size_t n_start,
-                                       size_t n_end,
-                                       const uint8_t *lhs,
-                                       size_t lhs_size,
-                                       const uint8_t *rhs,
-                                       size_t rhs_size,
-                                       float *dst,
-                                       size_t dst_len,
-                                       size_t ldd);
+  hetero_sme_status (*run_matmul)(size_t m_start,
+                                  size_t m_end,
+                                  size_t n_start,
+                                  size_t n_end,
+                                  const uint8_t *lhs,
+                                  size_t lhs_size,
+                                  const uint8_t *rhs,
+                                  size_t rhs_size,
+                                  float *dst,
+                                  size_t dst_len,
+                                  size_t ldd);
 } hetero_sme_matmul_ukernel;
+
+/**
+ * Success.
+ */
+#define HETERO_SME_OK 0
+
+/**
+ * A required pointer was null.
+ */
+#define HETERO_SME_NULL_POINTER 1
+
+/**
+ * An argument is out of its domain (a shape, a range, a stride, a count).
+ */
+#define HETERO_SME_INVALID_ARGUMENT 2
+
+/**
+ * A buffer is shorter than the shape needs (query the size first).
+ */
+#define HETERO_SME_BUFFER_TOO_SMALL 3
+
+/**
+ * A size computation overflowed.
+ */
+#define HETERO_SME_OVERFLOW 4
+
+/**
+ * A buffer is not aligned as the call requires.
+ */
+#define HETERO_SME_MISALIGNED 5
+
+/**
+ * Rust panicked inside the call (a bug: please report it); nothing is promised about the
+ * outputs.
+ */
+#define HETERO_SME_PANIC 6
+
+/**
+ * The GGML type is not one this call computes with.
+ */
+#define HETERO_SME_UNSUPPORTED_TYPE 100
+
+/**
+ * The variant id names no variant of this family.
+ */
+#define HETERO_SME_UNKNOWN_VARIANT 101
+
+/**
+ * The variant exists but this CPU (or OS, or build) cannot run it.
+ */
+#define HETERO_SME_VARIANT_UNAVAILABLE 102
+
+/**
+ * A packed buffer has no valid header (wrong magic, version or kind, or corrupt sizes).
+ */
+#define HETERO_SME_BAD_BLOB 103
+
+/**
+ * A packed buffer was packed by another variant.
+ */
+#define HETERO_SME_BLOB_VARIANT_MISMATCH 104
+
+/**
+ * A packed buffer holds another type or shape than the call needs (e.g. activations
+ * quantized for another scheme, or another K).
+ */
+#define HETERO_SME_BLOB_MISMATCH 105
+
+/**
+ * An input value is NaN or infinite where it must be finite.
+ */
+#define HETERO_SME_NON_FINITE 106
+
+/**
+ * An input value is beyond what the target format represents.
+ */
+#define HETERO_SME_VALUE_OUT_OF_RANGE 107
+
+/**
+ * The thread pool could not start (a thread failed to spawn) or refused the job.
+ */
+#define HETERO_SME_POOL_ERROR 108
 
 #ifdef __cplusplus
 extern "C" {
@@ -245,11 +267,11 @@ extern "C" {
 
 /**
  * Static text for a status (a `hetero_sme_status` value; never null: values no status has
- * give "unknown status"). Takes an `int32_t` so that any value is safe to pass.
+ * give "unknown status").
  *
  * Thread-safe.
  */
-const char *hetero_sme_status_message(int32_t status);
+const char *hetero_sme_status_message(hetero_sme_status status);
 
 /**
  * Text of this thread's last failed call (NUL-terminated, at most 255 bytes; empty if none).
@@ -274,7 +296,7 @@ uint32_t hetero_sme_version(void);
  *
  * Thread-safe.
  */
-enum hetero_sme_status hetero_sme_selftest_panic(void);
+hetero_sme_status hetero_sme_selftest_panic(void);
 
 /**
  * Whether `variant` runs on this CPU (and this build).
@@ -307,7 +329,7 @@ uint32_t hetero_sme_variant_family(uint32_t variant);
  * # Safety
  * `out` valid for `capacity` writes (may be null when `capacity` is 0); `count` for one.
  */
-enum hetero_sme_status hetero_sme_variants_available(uint32_t *out, size_t capacity, size_t *count);
+hetero_sme_status hetero_sme_variants_available(uint32_t *out, size_t capacity, size_t *count);
 
 /**
  * The best available variant of `family` (a `hetero_sme_family`) into `*variant`: what the
@@ -318,7 +340,7 @@ enum hetero_sme_status hetero_sme_variants_available(uint32_t *out, size_t capac
  * # Safety
  * `variant` valid for one write.
  */
-enum hetero_sme_status hetero_sme_best_variant(uint32_t family, uint32_t *variant);
+hetero_sme_status hetero_sme_best_variant(uint32_t family, uint32_t *variant);
 
 /**
  * Rows a host engine should give one `run_matmul` call at least (its work unit: a tile of the
@@ -370,20 +392,23 @@ size_t hetero_sme_matmul_get_kr(uint32_t variant);
 size_t hetero_sme_matmul_get_sr(uint32_t variant);
 
 /**
- * Byte offset of output element (`m_idx`, `n_idx`) in a row-major f32 output whose rows are
- * `dst_stride_row` bytes apart; `SIZE_MAX` on overflow.
+ * Offset, in floats, of output element (`m_idx`, `n_idx`) of a row-major f32 output whose
+ * rows are `ldd` floats apart: `m_idx * ldd + n_idx` (`SIZE_MAX` on overflow). Every stride,
+ * length and offset of this API is in elements, as `run_matmul`'s `ldd` and `dst_len`
+ * (KleidiAI's `get_dst_offset` takes and returns bytes: multiply by 4).
  *
  * Thread-safe.
  */
-size_t hetero_sme_matmul_get_dst_offset(size_t m_idx, size_t n_idx, size_t dst_stride_row);
+size_t hetero_sme_matmul_get_dst_offset(size_t m_idx, size_t n_idx, size_t ldd);
 
 /**
- * Bytes of an `m` × `n` f32 output whose rows are `dst_stride_row` bytes apart (the last row
- * counted as `n` floats); `SIZE_MAX` on overflow.
+ * Floats of an `m` × `n` f32 output whose rows are `ldd` floats apart, the last row counted
+ * as `n` floats: `(m − 1) * ldd + n` (0 when `m` or `n` is 0; `SIZE_MAX` on overflow) — the
+ * least `dst_len` `run_matmul` accepts for the whole output.
  *
  * Thread-safe.
  */
-size_t hetero_sme_matmul_get_dst_size(size_t m, size_t n, size_t dst_stride_row);
+size_t hetero_sme_matmul_get_dst_size(size_t m, size_t n, size_t ldd);
 
 /**
  * Bytes of the packed weights (header included) of `n` rows × `k` values of `ggml_type` for
@@ -395,32 +420,32 @@ size_t hetero_sme_matmul_get_dst_size(size_t m, size_t n, size_t dst_stride_row)
  * # Safety
  * `size` valid for one write.
  */
-enum hetero_sme_status hetero_sme_matmul_get_rhs_packed_size(uint32_t variant,
-                                                             uint32_t ggml_type,
-                                                             size_t n,
-                                                             size_t k,
-                                                             size_t *size);
+hetero_sme_status hetero_sme_matmul_get_rhs_packed_size(uint32_t variant,
+                                                        uint32_t ggml_type,
+                                                        size_t n,
+                                                        size_t k,
+                                                        size_t *size);
 
 /**
  * Packs a GGUF weight (`src`: `n` rows of `k` values of `ggml_type` exactly as the file stores
  * them, `src_len` = n × row bytes, 2-byte aligned) into `rhs` (`rhs_size` bytes, at least
  * `get_rhs_packed_size`, `HETERO_SME_PACKED_ALIGN`-aligned). Once per weight, at load time;
- * works for every known variant (pure data). The int8 packer allocates one temporary copy
- * of the packed tensor. On error nothing is written.
+ * works for every known variant (pure data). No allocation (the int8 packer, too, packs in
+ * place into `rhs`). On error nothing is written (every check runs before the first write).
  *
  * Thread-safe (on distinct `rhs` buffers).
  *
  * # Safety
  * `src` valid for `src_len` byte reads, `rhs` for `rhs_size` byte writes, not overlapping.
  */
-enum hetero_sme_status hetero_sme_matmul_run_rhs_pack(uint32_t variant,
-                                                      uint32_t ggml_type,
-                                                      size_t n,
-                                                      size_t k,
-                                                      const uint8_t *src,
-                                                      size_t src_len,
-                                                      uint8_t *rhs,
-                                                      size_t rhs_size);
+hetero_sme_status hetero_sme_matmul_run_rhs_pack(uint32_t variant,
+                                                 uint32_t ggml_type,
+                                                 size_t n,
+                                                 size_t k,
+                                                 const uint8_t *src,
+                                                 size_t src_len,
+                                                 uint8_t *rhs,
+                                                 size_t rhs_size);
 
 /**
  * Bytes of the packed activations (header included) of `m` rows × `k` values for weights of
@@ -432,11 +457,11 @@ enum hetero_sme_status hetero_sme_matmul_run_rhs_pack(uint32_t variant,
  * # Safety
  * `size` valid for one write.
  */
-enum hetero_sme_status hetero_sme_matmul_get_lhs_packed_size(uint32_t variant,
-                                                             uint32_t ggml_type,
-                                                             size_t m,
-                                                             size_t k,
-                                                             size_t *size);
+hetero_sme_status hetero_sme_matmul_get_lhs_packed_size(uint32_t variant,
+                                                        uint32_t ggml_type,
+                                                        size_t m,
+                                                        size_t k,
+                                                        size_t *size);
 
 /**
  * Packs activations `x` (`m` rows of `k` f32, rows `ldx` ≥ k floats apart, `x_len` ≥
@@ -450,15 +475,15 @@ enum hetero_sme_status hetero_sme_matmul_get_lhs_packed_size(uint32_t variant,
  * # Safety
  * `x` valid for `x_len` float reads, `lhs` for `lhs_size` byte writes, not overlapping.
  */
-enum hetero_sme_status hetero_sme_matmul_run_lhs_pack(uint32_t variant,
-                                                      uint32_t ggml_type,
-                                                      size_t m,
-                                                      size_t k,
-                                                      const float *x,
-                                                      size_t x_len,
-                                                      size_t ldx,
-                                                      uint8_t *lhs,
-                                                      size_t lhs_size);
+hetero_sme_status hetero_sme_matmul_run_lhs_pack(uint32_t variant,
+                                                 uint32_t ggml_type,
+                                                 size_t m,
+                                                 size_t k,
+                                                 const float *x,
+                                                 size_t x_len,
+                                                 size_t ldx,
+                                                 uint8_t *lhs,
+                                                 size_t lhs_size);
 
 /**
  * Computes the tile `dst[m_start..m_end, n_start..n_end]` of `dst[M×N] = x·Wᵀ` from packed
@@ -476,18 +501,18 @@ enum hetero_sme_status hetero_sme_matmul_run_lhs_pack(uint32_t variant,
  * `lhs`/`rhs` valid for `lhs_size`/`rhs_size` byte reads and not written during the call;
  * `dst` valid for `dst_len` float reads and writes, its tile written by no one else meanwhile.
  */
-enum hetero_sme_status hetero_sme_matmul_run_matmul(uint32_t variant,
-                                                    size_t m_start,
-                                                    size_t m_end,
-                                                    size_t n_start,
-                                                    size_t n_end,
-                                                    const uint8_t *lhs,
-                                                    size_t lhs_size,
-                                                    const uint8_t *rhs,
-                                                    size_t rhs_size,
-                                                    float *dst,
-                                                    size_t dst_len,
-                                                    size_t ldd);
+hetero_sme_status hetero_sme_matmul_run_matmul(uint32_t variant,
+                                               size_t m_start,
+                                               size_t m_end,
+                                               size_t n_start,
+                                               size_t n_end,
+                                               const uint8_t *lhs,
+                                               size_t lhs_size,
+                                               const uint8_t *rhs,
+                                               size_t rhs_size,
+                                               float *dst,
+                                               size_t dst_len,
+                                               size_t ldd);
 
 /**
  * Fills `*out` with `variant`'s function-pointer interface. `HETERO_SME_UNKNOWN_VARIANT` or
@@ -499,20 +524,19 @@ enum hetero_sme_status hetero_sme_matmul_run_matmul(uint32_t variant,
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sme_status hetero_sme_matmul_ukernel_get(uint32_t variant,
-                                                     struct hetero_sme_matmul_ukernel *out);
+hetero_sme_status hetero_sme_matmul_ukernel_get(uint32_t variant,
+                                                struct hetero_sme_matmul_ukernel *out);
 
 /**
  * Starts a pool of `threads` (≥ 1) threads, the calling thread counted: `threads − 1` workers
- * are spawned now (the only allocation of this API besides the int8 weight packer). Free it
- * with `hetero_sme_pool_free`.
+ * are spawned now (the only allocation of this API). Free it with `hetero_sme_pool_free`.
  *
  * Thread-safe.
  *
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sme_status hetero_sme_pool_new(size_t threads, struct hetero_sme_pool **out);
+hetero_sme_status hetero_sme_pool_new(size_t threads, struct hetero_sme_pool **out);
 
 /**
  * Stops the pool's workers and frees it. Null is ignored. Not while another thread uses the
@@ -542,15 +566,15 @@ size_t hetero_sme_pool_threads(const struct hetero_sme_pool *pool);
  * # Safety
  * As `hetero_sme_matmul_run_matmul`, for the whole output; `pool` a live pool.
  */
-enum hetero_sme_status hetero_sme_matmul_pool(const struct hetero_sme_pool *pool,
-                                              uint32_t variant,
-                                              const uint8_t *lhs,
-                                              size_t lhs_size,
-                                              const uint8_t *rhs,
-                                              size_t rhs_size,
-                                              float *dst,
-                                              size_t dst_len,
-                                              size_t ldd);
+hetero_sme_status hetero_sme_matmul_pool(const struct hetero_sme_pool *pool,
+                                         uint32_t variant,
+                                         const uint8_t *lhs,
+                                         size_t lhs_size,
+                                         const uint8_t *rhs,
+                                         size_t rhs_size,
+                                         float *dst,
+                                         size_t dst_len,
+                                         size_t ldd);
 
 /**
  * Quantizes (int8) or copies (GEMV) the f32 activations `x` into the caller's `lhs_scratch`
@@ -562,19 +586,19 @@ enum hetero_sme_status hetero_sme_matmul_pool(const struct hetero_sme_pool *pool
  * # Safety
  * As those two functions.
  */
-enum hetero_sme_status hetero_sme_matmul_f32_pool(const struct hetero_sme_pool *pool,
-                                                  uint32_t variant,
-                                                  const float *x,
-                                                  size_t x_len,
-                                                  size_t m,
-                                                  size_t ldx,
-                                                  const uint8_t *rhs,
-                                                  size_t rhs_size,
-                                                  uint8_t *lhs_scratch,
-                                                  size_t lhs_scratch_size,
-                                                  float *dst,
-                                                  size_t dst_len,
-                                                  size_t ldd);
+hetero_sme_status hetero_sme_matmul_f32_pool(const struct hetero_sme_pool *pool,
+                                             uint32_t variant,
+                                             const float *x,
+                                             size_t x_len,
+                                             size_t m,
+                                             size_t ldx,
+                                             const uint8_t *rhs,
+                                             size_t rhs_size,
+                                             uint8_t *lhs_scratch,
+                                             size_t lhs_scratch_size,
+                                             float *dst,
+                                             size_t dst_len,
+                                             size_t ldd);
 
 /**
  * ggml's name of a GGUF type code (`"Q4_K"`, ...), static; `"unknown"` for codes outside
@@ -596,7 +620,7 @@ const char *hetero_sme_type_name(uint32_t ggml_type);
  * # Safety
  * `bytes` is null or valid for one write.
  */
-enum hetero_sme_status hetero_sme_type_row_bytes(uint32_t ggml_type, size_t k, size_t *bytes);
+hetero_sme_status hetero_sme_type_row_bytes(uint32_t ggml_type, size_t k, size_t *bytes);
 
 /**
  * Dequantizes one row: `src` (`src_len` bytes of `ggml_type`, 2-byte aligned for block types)
@@ -609,11 +633,11 @@ enum hetero_sme_status hetero_sme_type_row_bytes(uint32_t ggml_type, size_t k, s
  * # Safety
  * `src` valid for `src_len` byte reads, `dst` for `n` float writes (or null: refused).
  */
-enum hetero_sme_status hetero_sme_dequantize_row(uint32_t ggml_type,
-                                                 const uint8_t *src,
-                                                 size_t src_len,
-                                                 float *dst,
-                                                 size_t n);
+hetero_sme_status hetero_sme_dequantize_row(uint32_t ggml_type,
+                                            const uint8_t *src,
+                                            size_t src_len,
+                                            float *dst,
+                                            size_t n);
 
 /**
  * Quantizes one row: `src` (`n` floats, 4-byte aligned) into `dst` (`dst_len` bytes, exactly
@@ -626,11 +650,11 @@ enum hetero_sme_status hetero_sme_dequantize_row(uint32_t ggml_type,
  * # Safety
  * `src` valid for `n` float reads, `dst` for `dst_len` byte writes (or null: refused).
  */
-enum hetero_sme_status hetero_sme_quantize_row(uint32_t ggml_type,
-                                               const float *src,
-                                               size_t n,
-                                               uint8_t *dst,
-                                               size_t dst_len);
+hetero_sme_status hetero_sme_quantize_row(uint32_t ggml_type,
+                                          const float *src,
+                                          size_t n,
+                                          uint8_t *dst,
+                                          size_t dst_len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -301,17 +301,118 @@ impl I8Src for BlockQ6K {
     }
 }
 
+/// Quant bytes and scale words of the packed form of `n` rows × `k` of `fmt`.
+fn packed_sizes(fmt: Int8Fmt, n: usize, k: usize) -> Result<(usize, usize), Error> {
+    let ng = n.div_ceil(INT8_GROUP);
+    let qb = ng
+        .checked_mul(k / QK)
+        .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
+        .ok_or(Error::Overflow)?;
+    let sw = ng
+        .checked_mul(k / fmt.block())
+        .and_then(|x| x.checked_mul(fmt.scale_words()))
+        .ok_or(Error::Overflow)?;
+    Ok((qb, sw))
+}
+
+/// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
+fn chunk_at(fmt: Int8Fmt, k: usize, r: usize, i: usize) -> (usize, usize, usize) {
+    let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
+    ((g * (k / QK) + c) * fmt.chunk_bytes(), j, kk)
+}
+
+/// Sets `u` of (row `r`, element `i`) in packed quant bytes that start zeroed.
+fn put_u(fmt: Int8Fmt, k: usize, bytes: &mut [u8], r: usize, i: usize, u: u8) {
+    let (base, j, kk) = chunk_at(fmt, k, r, i);
+    if fmt == Int8Fmt::Q8_0 {
+        bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
+        return;
+    }
+    let (hi, st) = (kk / 16, kk % 16);
+    let (v, ii) = (st / 4, st % 4);
+    let at = 4 * j + ii;
+    bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
+    let plane = base + 256;
+    match fmt.high_bits() {
+        1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
+        2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
+        _ => {}
+    }
+}
+
+/// The packers' one body, over each block type's `u` and scale record, into the caller's
+/// `quants` and `scales` (exactly [`packed_sizes`] long; zeroed here first). Every check runs
+/// before the first write.
+fn pack_blocks_into<B: I8Src>(
+    blocks: &[B],
+    n: usize,
+    k: usize,
+    quants: &mut [u8],
+    scales: &mut [u16],
+) -> Result<(), Error> {
+    let fmt = B::FMT;
+    check_shape(fmt, n, k, blocks.len())?;
+    let (qb, sw_all) = packed_sizes(fmt, n, k)?;
+    if quants.len() != qb || scales.len() != sw_all {
+        return Err(Error::BufferTooSmall {
+            what: "packed int8 weight storage",
+            needed: qb + 2 * sw_all,
+            got: quants.len() + 2 * scales.len(),
+        });
+    }
+    quants.fill(0);
+    scales.fill(0);
+    let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
+    for r in 0..n {
+        for b in 0..nb {
+            let blk = &blocks[r * nb + b];
+            for e in 0..be {
+                put_u(fmt, k, quants, r, b * be + e, blk.u(e));
+            }
+            let rec = (r / INT8_GROUP * nb + b) * sw;
+            blk.put_scales(&mut scales[rec..rec + sw], r % INT8_GROUP);
+        }
+    }
+    Ok(())
+}
+
+/// Packs GGUF tensor bytes of `ty` (as [`Int8Weight::pack_gguf`]) into the caller's storage:
+/// `quants` and `scales` exactly as long as the packed form's quant bytes and scale words (else
+/// [`Error::BufferTooSmall`]). No allocation (the C API's packer); every check runs before the
+/// first write.
+#[cfg(feature = "capi")]
+pub(crate) fn pack_gguf_into(
+    ty: GgmlType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    quants: &mut [u8],
+    scales: &mut [u16],
+) -> Result<(), Error> {
+    fn go<B: I8Src>(
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        q: &mut [u8],
+        s: &mut [u16],
+    ) -> Result<(), Error> {
+        pack_blocks_into(B::slice_from_bytes(bytes)?, n, k, q, s)
+    }
+    match Int8Fmt::of(ty)? {
+        Int8Fmt::Q4_0 => go::<BlockQ4_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q4_1 => go::<BlockQ4_1>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5_0 => go::<BlockQ5_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5_1 => go::<BlockQ5_1>(bytes, n, k, quants, scales),
+        Int8Fmt::Q8_0 => go::<BlockQ8_0>(bytes, n, k, quants, scales),
+        Int8Fmt::Q4K => go::<BlockQ4K>(bytes, n, k, quants, scales),
+        Int8Fmt::Q5K => go::<BlockQ5K>(bytes, n, k, quants, scales),
+        Int8Fmt::Q6K => go::<BlockQ6K>(bytes, n, k, quants, scales),
+    }
+}
+
 impl Int8Weight {
     fn alloc(fmt: Int8Fmt, n: usize, k: usize) -> Result<Self, Error> {
-        let ng = n.div_ceil(INT8_GROUP);
-        let qb = ng
-            .checked_mul(k / QK)
-            .and_then(|x| x.checked_mul(fmt.chunk_bytes()))
-            .ok_or(Error::Overflow)?;
-        let sw = ng
-            .checked_mul(k / fmt.block())
-            .and_then(|x| x.checked_mul(fmt.scale_words()))
-            .ok_or(Error::Overflow)?;
+        let (qb, sw) = packed_sizes(fmt, n, k)?;
         Ok(Self {
             fmt,
             n,
@@ -319,13 +420,6 @@ impl Int8Weight {
             quants: vec![Chunk64([0; 64]); qb / 64],
             scales: vec![0; sw],
         })
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.quants.len() * 64;
-        // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is
-        // `len` initialized bytes, borrowed exclusively through `&mut self`.
-        unsafe { core::slice::from_raw_parts_mut(self.quants.as_mut_ptr().cast::<u8>(), len) }
     }
 
     /// The packed `u` bytes (layout in the type's doc).
@@ -343,47 +437,19 @@ impl Int8Weight {
 
     /// Byte offset of (row `r`, element `i`)'s 32-k chunk and its position `(j, kk)` in it.
     fn chunk_at(&self, r: usize, i: usize) -> (usize, usize, usize) {
-        let (g, j, c, kk) = (r / INT8_GROUP, r % INT8_GROUP, i / QK, i % QK);
-        ((g * (self.k / QK) + c) * self.fmt.chunk_bytes(), j, kk)
+        chunk_at(self.fmt, self.k, r, i)
     }
 
-    /// Sets `u` of (row `r`, element `i`); the packed bytes start zeroed.
-    fn put_u(&mut self, r: usize, i: usize, u: u8) {
-        let (base, j, kk) = self.chunk_at(r, i);
-        let f = self.fmt;
-        let bytes = self.bytes_mut();
-        if f == Int8Fmt::Q8_0 {
-            bytes[base + kk / 4 * 64 + 4 * j + kk % 4] = u;
-            return;
-        }
-        let (hi, st) = (kk / 16, kk % 16);
-        let (v, ii) = (st / 4, st % 4);
-        let at = 4 * j + ii;
-        bytes[base + v * 64 + at] |= (u & 15) << (4 * hi);
-        let plane = base + 256;
-        match f.high_bits() {
-            1 => bytes[plane + at] |= ((u >> 4) & 1) << (v + 4 * hi),
-            2 => bytes[plane + 64 * hi + at] |= ((u >> 4) & 3) << (2 * v),
-            _ => {}
-        }
-    }
-
-    /// The packers' one body, over each block type's `u` and scale record.
+    /// The packers' one body (see [`pack_blocks_into`]) into a new weight's own storage.
     fn pack_blocks<B: I8Src>(blocks: &[B], n: usize, k: usize) -> Result<Self, Error> {
-        let fmt = B::FMT;
-        check_shape(fmt, n, k, blocks.len())?;
-        let mut w = Self::alloc(fmt, n, k)?;
-        let (be, nb, sw) = (fmt.block(), k / fmt.block(), fmt.scale_words());
-        for r in 0..n {
-            for b in 0..nb {
-                let blk = &blocks[r * nb + b];
-                for e in 0..be {
-                    w.put_u(r, b * be + e, blk.u(e));
-                }
-                let rec = (r / INT8_GROUP * nb + b) * sw;
-                blk.put_scales(&mut w.scales[rec..rec + sw], r % INT8_GROUP);
-            }
-        }
+        check_shape(B::FMT, n, k, blocks.len())?;
+        let mut w = Self::alloc(B::FMT, n, k)?;
+        let len = w.quants.len() * 64;
+        // SAFETY: Chunk64 is repr(C) [u8; 64] with no padding, so the Vec's storage is `len`
+        // initialized bytes; `quants` and `scales` are distinct fields borrowed exclusively.
+        let quants =
+            unsafe { core::slice::from_raw_parts_mut(w.quants.as_mut_ptr().cast::<u8>(), len) };
+        pack_blocks_into(blocks, n, k, quants, &mut w.scales)?;
         Ok(w)
     }
 

@@ -1,13 +1,17 @@
-//! The C ABI from C (feature `capi`): `tests/c/sme_capi_test.c` (compiled by build.rs with the
+//! The C ABI from C (feature `capi-tests`): `tests/c/sme_capi_test.c` (compiled by build.rs with the
 //! `cc` crate) calls every exported function the way a host engine does; each result is
 //! compared here with the Rust API's, bit for bit. Run: `cargo test --profile ci -p hetero-sme
-//! --features capi --test capi`. The same C runs standalone under AddressSanitizer and
+//! --features capi-tests --test capi`. The same C runs standalone under AddressSanitizer and
 //! UndefinedBehaviorSanitizer in `scripts/capi.sh test` (CI stage `capi`).
-#![cfg(feature = "capi")]
+#![cfg(feature = "capi-tests")]
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
 use common::Rng;
+use hetero_sme::capi::*;
 use hetero_sme::{
     dequantize_row, qpack_gguf, qpacked_len, quantize_row, GgmlType, Int8Kernel, Int8Weight,
     Kernel, KernelKind, QActs, QPackedRef,
@@ -111,6 +115,7 @@ fn variants() -> Vec<u32> {
 fn int8_kernel(v: u32) -> Int8Kernel {
     let name = match v {
         1 => "portable",
+        4 => "avx2",
         2 => "avx512-vnni",
         3 => "amx-int8",
         _ => panic!("not an int8 variant: {v}"),
@@ -402,4 +407,198 @@ fn readme_example_runs_and_equals_the_rust_api() {
         readme.contains(body),
         "README's From C example differs from tests/c/sme_example.c"
     );
+}
+
+/// Counts this thread's allocations while armed (the C paths must make none).
+struct Counting;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; the bookkeeping touches only const thread-locals
+// (no allocation, no re-entry).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if ARMED.with(Cell::get) {
+            ALLOCS.with(|c| c.set(c.get() + 1));
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if ARMED.with(Cell::get) {
+            ALLOCS.with(|c| c.set(c.get() + 1));
+        }
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Allocations `f` makes on this thread.
+fn allocs_in(f: impl FnOnce()) -> usize {
+    ALLOCS.with(|c| c.set(0));
+    ARMED.with(|a| a.set(true));
+    f();
+    ARMED.with(|a| a.set(false));
+    ALLOCS.with(Cell::get)
+}
+
+/// A 64-aligned buffer of `n` bytes.
+fn buf64(n: usize) -> Vec<u128> {
+    vec![0u128; n.div_ceil(16) + 4]
+}
+
+/// No C path allocates: sizes, both packers (the int8 weight packer packs in place into the
+/// caller's buffer), run_matmul, and the pool convenience call (after the pool is made), for
+/// every available variant and a 32-block and a K-quant type; refusals too.
+#[test]
+fn the_c_paths_allocate_nothing() {
+    // The counter sees allocations (the int8 packer used to make one per call).
+    assert_eq!(allocs_in(|| drop(std::hint::black_box(vec![1u8; 64]))), 1);
+    let (m, n, k) = (5, 48, 256);
+    let mut rng = Rng::new(21);
+    let pool = {
+        let mut p = core::ptr::null_mut();
+        // SAFETY: a valid output.
+        assert_eq!(unsafe { hetero_sme_pool_new(2, &mut p) }, HETERO_SME_OK);
+        p
+    };
+    for v in variants() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4K] {
+            let w = weight(&mut rng, ty, n, k);
+            let x = rng.vec(m * k);
+            let (mut rs, mut ls) = (0usize, 0usize);
+            let mut rhs = Vec::new();
+            let mut lhs = Vec::new();
+            let mut y = vec![0f32; m * n];
+            // SAFETY: valid outputs.
+            let made = allocs_in(|| unsafe {
+                assert_eq!(
+                    hetero_sme_matmul_get_rhs_packed_size(v, ty.code(), n, k, &mut rs),
+                    HETERO_SME_OK
+                );
+                assert_eq!(
+                    hetero_sme_matmul_get_lhs_packed_size(v, ty.code(), m, k, &mut ls),
+                    HETERO_SME_OK
+                );
+            });
+            assert_eq!(made, 0, "variant {v} {ty}: size queries allocated");
+            rhs.extend(buf64(rs + 64));
+            lhs.extend(buf64(ls + 64));
+            let at64 = |b: &mut Vec<u128>| {
+                let p = b.as_mut_ptr().cast::<u8>();
+                p.wrapping_add(p.align_offset(64))
+            };
+            let (r, l) = (at64(&mut rhs), at64(&mut lhs));
+            // SAFETY: buffers sized by the queries, 64-aligned (u128 vectors offset to 64),
+            // valid for the lengths passed.
+            let made = allocs_in(|| unsafe {
+                let wb = w.bytes();
+                assert_eq!(
+                    hetero_sme_matmul_run_rhs_pack(
+                        v,
+                        ty.code(),
+                        n,
+                        k,
+                        wb.as_ptr(),
+                        wb.len(),
+                        r,
+                        rs
+                    ),
+                    HETERO_SME_OK
+                );
+                assert_eq!(
+                    hetero_sme_matmul_run_lhs_pack(v, ty.code(), m, k, x.as_ptr(), m * k, k, l, ls),
+                    HETERO_SME_OK
+                );
+                assert_eq!(
+                    hetero_sme_matmul_run_matmul(
+                        v,
+                        0,
+                        m,
+                        0,
+                        n,
+                        l,
+                        ls,
+                        r,
+                        rs,
+                        y.as_mut_ptr(),
+                        m * n,
+                        n
+                    ),
+                    HETERO_SME_OK
+                );
+                assert_eq!(
+                    hetero_sme_matmul_pool(pool, v, l, ls, r, rs, y.as_mut_ptr(), m * n, n),
+                    HETERO_SME_OK
+                );
+                // A refusal records its text without allocating.
+                assert_eq!(
+                    hetero_sme_matmul_run_matmul(v, 0, m, 0, n, l, ls, r, rs, y.as_mut_ptr(), 1, n),
+                    HETERO_SME_BUFFER_TOO_SMALL
+                );
+            });
+            assert_eq!(made, 0, "variant {v} {ty}: packing or running allocated");
+        }
+    }
+    // SAFETY: from hetero_sme_pool_new, freed once.
+    unsafe { hetero_sme_pool_free(pool) };
+}
+
+/// The C API lists exactly the Rust API's available int8 kernels (so an AVX2-only CPU gets the
+/// AVX2 variant), and its best variant per family is the Rust API's dispatch choice.
+#[test]
+fn c_variants_and_best_match_the_rust_dispatch() {
+    let vars = variants();
+    let c_int8: Vec<&str> = vars
+        .iter()
+        .filter(|&&v| {
+            hetero_sme_variant_family(v) == hetero_sme_family::HETERO_SME_FAMILY_INT8_GEMM as u32
+        })
+        .map(|&v| int8_kernel(v).name())
+        .collect();
+    let rust_int8: Vec<&str> = Int8Kernel::available().iter().map(|k| k.name()).collect();
+    let (mut a, mut b) = (c_int8.clone(), rust_int8.clone());
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "C int8 variants {c_int8:?} vs Rust's {rust_int8:?}");
+    let mut best = 0u32;
+    assert_eq!(
+        // SAFETY: a valid output.
+        unsafe {
+            hetero_sme_best_variant(
+                hetero_sme_family::HETERO_SME_FAMILY_INT8_GEMM as u32,
+                &mut best,
+            )
+        },
+        HETERO_SME_OK
+    );
+    assert_eq!(int8_kernel(best).name(), Int8Kernel::best().name());
+    assert_eq!(
+        // SAFETY: a valid output.
+        unsafe {
+            hetero_sme_best_variant(hetero_sme_family::HETERO_SME_FAMILY_QGEMV as u32, &mut best)
+        },
+        HETERO_SME_OK
+    );
+    assert_eq!(gemv_kernel(best).kind(), Kernel::best_gemv().kind());
+    // Every int8 id this build knows names itself; the reserved aarch64 ids name nothing yet.
+    for id in [1u32, 2, 3, 4] {
+        assert_eq!(
+            hetero_sme_variant_family(id),
+            hetero_sme_family::HETERO_SME_FAMILY_INT8_GEMM as u32
+        );
+    }
+    for id in [5u32, 6] {
+        assert_eq!(hetero_sme_variant_family(id), 0, "reserved id {id}");
+    }
 }

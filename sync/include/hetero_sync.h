@@ -34,69 +34,6 @@
 #define HETERO_SYNC_BARRIER_ALIGN 8
 
 /**
- * Outcome of a call. 0 is success; 1..=99 mean the same in every `hetero_*` library; 100 and
- * up are this library's own.
- */
-typedef enum hetero_sync_status {
-  /**
-   * Success.
-   */
-  HETERO_SYNC_OK = 0,
-  /**
-   * A required pointer was null.
-   */
-  HETERO_SYNC_NULL_POINTER = 1,
-  /**
-   * An argument is out of its domain.
-   */
-  HETERO_SYNC_INVALID_ARGUMENT = 2,
-  /**
-   * A buffer is shorter than needed (query the size first).
-   */
-  HETERO_SYNC_BUFFER_TOO_SMALL = 3,
-  /**
-   * A size computation overflowed.
-   */
-  HETERO_SYNC_OVERFLOW = 4,
-  /**
-   * A buffer is not aligned as the call requires.
-   */
-  HETERO_SYNC_MISALIGNED = 5,
-  /**
-   * Rust panicked inside the call (a bug: please report it).
-   */
-  HETERO_SYNC_PANIC = 6,
-  /**
-   * The wait's deadline passed before the flag reached the target epoch.
-   */
-  HETERO_SYNC_TIMEOUT = 100,
-  /**
-   * A publish or arrival named an epoch that is not after the current one.
-   */
-  HETERO_SYNC_STALE_EPOCH = 101,
-  /**
-   * An epoch with bit 31 set (epochs are 31-bit).
-   */
-  HETERO_SYNC_INVALID_EPOCH = 102,
-  /**
-   * A barrier arrival for an epoch that is not the next one.
-   */
-  HETERO_SYNC_EPOCH_NOT_OPEN = 103,
-  /**
-   * A barrier over 0 or more than 32 producers.
-   */
-  HETERO_SYNC_BAD_PRODUCER_COUNT = 104,
-  /**
-   * A barrier arrival from a producer index outside 0..producers.
-   */
-  HETERO_SYNC_UNKNOWN_PRODUCER = 105,
-  /**
-   * A producer arrived twice in one epoch.
-   */
-  HETERO_SYNC_DUPLICATE_PUBLISH = 106,
-} hetero_sync_status;
-
-/**
  * Who publishes the flag (decides the wait's block phase).
  */
 typedef enum hetero_sync_producer {
@@ -134,24 +71,38 @@ typedef enum hetero_sync_phase {
 } hetero_sync_phase;
 
 /**
- * A dependency barrier over 1..=32 producers (opaque): `hetero_sync_barrier_new`, or the
- * caller's memory (`HETERO_SYNC_BARRIER_SIZE` bytes, `HETERO_SYNC_BARRIER_ALIGN`) with
- * `hetero_sync_barrier_init`.
+ * A dependency barrier over 1..=32 producers (opaque), always in the caller's memory (a
+ * `hetero_sync_barrier_storage`, or `HETERO_SYNC_BARRIER_SIZE` bytes aligned to
+ * `HETERO_SYNC_BARRIER_ALIGN`), placed by `hetero_sync_barrier_init`; nothing to free.
  */
 typedef struct hetero_sync_barrier hetero_sync_barrier;
 
 /**
  * A completion flag (opaque): one 32-bit epoch word (`HETERO_SYNC_FLAG_SIZE` bytes, aligned
- * to `HETERO_SYNC_FLAG_ALIGN`), heap-allocated by `hetero_sync_flag_new` or placed in the
- * caller's memory (e.g. beside a tensor in shared memory) by `hetero_sync_flag_init`.
+ * to `HETERO_SYNC_FLAG_ALIGN`), always in the caller's memory: a `hetero_sync_flag_storage`
+ * (static, on the stack, in a struct, or from `malloc`), or any suitably aligned bytes, e.g.
+ * beside a tensor in memory a device or another process maps. `hetero_sync_flag_init` places
+ * one there, `hetero_sync_flag_attach` names one already there. The library never allocates
+ * or frees a flag, so there is no `_free` to call on the wrong kind of memory.
  */
 typedef struct hetero_sync_flag hetero_sync_flag;
 
 /**
  * What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
  * wait of one call site so the wait sleeps until just before the predicted completion.
+ *
+ * Safe to share between threads: each wait copies the state out at its start and stores what
+ * it learned when it returns, each under a short internal lock (never held during the wait).
+ * Two waits on one site at once both run with the prediction of their start; the state of the
+ * one that returns last is kept (the other's sample is lost, nothing else).
  */
 typedef struct hetero_sync_site hetero_sync_site;
+
+/**
+ * Outcome of a call (an `int32_t`: a fixed width, unlike a C enum). 0 is success; 1..=99 mean
+ * the same in every `hetero_*` library; 100 and up are this library's own.
+ */
+typedef int32_t hetero_sync_status;
 
 /**
  * How a wait behaves (`hetero_sync_wait_config_default` fills the defaults: thread producer,
@@ -198,17 +149,109 @@ typedef struct hetero_sync_wait_report {
   uint64_t slept_ns;
 } hetero_sync_wait_report;
 
+/**
+ * Memory for one flag with the right size and alignment (`HETERO_SYNC_FLAG_SIZE`,
+ * `HETERO_SYNC_FLAG_ALIGN`): declare one, pass its address to `hetero_sync_flag_init`.
+ */
+typedef struct hetero_sync_flag_storage {
+  /**
+   * Not for the caller to read or write (the flag's word).
+   */
+  uint32_t opaque[1];
+} hetero_sync_flag_storage;
+
+/**
+ * Memory for one barrier with the right size and alignment (`HETERO_SYNC_BARRIER_SIZE`,
+ * `HETERO_SYNC_BARRIER_ALIGN`): declare one, pass its address to `hetero_sync_barrier_init`.
+ */
+typedef struct hetero_sync_barrier_storage {
+  /**
+   * Not for the caller to read or write.
+   */
+  uint64_t opaque[2];
+} hetero_sync_barrier_storage;
+
+/**
+ * Success.
+ */
+#define HETERO_SYNC_OK 0
+
+/**
+ * A required pointer was null.
+ */
+#define HETERO_SYNC_NULL_POINTER 1
+
+/**
+ * An argument is out of its domain.
+ */
+#define HETERO_SYNC_INVALID_ARGUMENT 2
+
+/**
+ * A buffer is shorter than needed (query the size first).
+ */
+#define HETERO_SYNC_BUFFER_TOO_SMALL 3
+
+/**
+ * A size computation overflowed.
+ */
+#define HETERO_SYNC_OVERFLOW 4
+
+/**
+ * A buffer is not aligned as the call requires.
+ */
+#define HETERO_SYNC_MISALIGNED 5
+
+/**
+ * Rust panicked inside the call (a bug: please report it).
+ */
+#define HETERO_SYNC_PANIC 6
+
+/**
+ * The wait's deadline passed before the flag reached the target epoch.
+ */
+#define HETERO_SYNC_TIMEOUT 100
+
+/**
+ * A publish or arrival named an epoch that is not after the current one.
+ */
+#define HETERO_SYNC_STALE_EPOCH 101
+
+/**
+ * An epoch with bit 31 set (epochs are 31-bit).
+ */
+#define HETERO_SYNC_INVALID_EPOCH 102
+
+/**
+ * A barrier arrival for an epoch that is not the next one.
+ */
+#define HETERO_SYNC_EPOCH_NOT_OPEN 103
+
+/**
+ * A barrier over 0 or more than 32 producers.
+ */
+#define HETERO_SYNC_BAD_PRODUCER_COUNT 104
+
+/**
+ * A barrier arrival from a producer index outside 0..producers.
+ */
+#define HETERO_SYNC_UNKNOWN_PRODUCER 105
+
+/**
+ * A producer arrived twice in one epoch.
+ */
+#define HETERO_SYNC_DUPLICATE_PUBLISH 106
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
  * Static text for a status (a `hetero_sync_status` value; never null: values no status has give
- * "unknown status"). Takes an `int32_t` so that any value is safe to pass.
+ * "unknown status").
  *
  * Thread-safe.
  */
-const char *hetero_sync_status_message(int32_t status);
+const char *hetero_sync_status_message(hetero_sync_status status);
 
 /**
  * Text of this thread's last failed call (NUL-terminated, at most 255 bytes; empty if none).
@@ -233,7 +276,7 @@ uint32_t hetero_sync_version(void);
  *
  * Thread-safe.
  */
-enum hetero_sync_status hetero_sync_selftest_panic(void);
+hetero_sync_status hetero_sync_selftest_panic(void);
 
 /**
  * Fills `*out` with the default wait configuration.
@@ -243,33 +286,14 @@ enum hetero_sync_status hetero_sync_selftest_panic(void);
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_config *out);
+hetero_sync_status hetero_sync_wait_config_default(struct hetero_sync_wait_config *out);
 
 /**
- * A new flag at `epoch` (low 31 bits; 0 = nothing published) into `*out`; free it with
- * `hetero_sync_flag_free`.
- *
- * Thread-safe.
- *
- * # Safety
- * `out` valid for one write.
- */
-enum hetero_sync_status hetero_sync_flag_new(uint32_t epoch, struct hetero_sync_flag **out);
-
-/**
- * Frees a flag from `hetero_sync_flag_new` (null is ignored). Not for `_init` flags (their
- * memory is the caller's) and not while any thread uses the flag.
- *
- * # Safety
- * `flag` null or from `hetero_sync_flag_new`, freed once, unused afterwards.
- */
-void hetero_sync_flag_free(struct hetero_sync_flag *flag);
-
-/**
- * Places a flag at `epoch` in the caller's memory `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE`
- * bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned; e.g. the 4 bytes beside a tensor in memory a device
- * also maps) and gives its handle in `*out` (the same address). Also how to reset a flag to an
- * epoch: call it again, while no thread uses the flag. Nothing to free.
+ * Places a flag at `epoch` (low 31 bits; 0 = nothing published) in the caller's memory `mem`
+ * (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned: a
+ * `hetero_sync_flag_storage`, or e.g. the 4 bytes beside a tensor in memory a device also maps)
+ * and gives its handle in `*out` (the same address). Also how to reset a flag to an epoch: call
+ * it again, while no thread uses the flag. Nothing to free: the memory is the caller's.
  *
  * Not thread-safe with other users of the same memory.
  *
@@ -278,10 +302,26 @@ void hetero_sync_flag_free(struct hetero_sync_flag *flag);
  * through the flag's functions (or a device's atomic 32-bit stores) meanwhile; `out` valid
  * for one write.
  */
-enum hetero_sync_status hetero_sync_flag_init(void *mem,
-                                              size_t size,
-                                              uint32_t epoch,
-                                              struct hetero_sync_flag **out);
+hetero_sync_status hetero_sync_flag_init(void *mem,
+                                         size_t size,
+                                         uint32_t epoch,
+                                         struct hetero_sync_flag **out);
+
+/**
+ * The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
+ * `HETERO_SYNC_FLAG_ALIGN`-aligned), unchanged, into `*out` (the same address): for a flag
+ * another party placed, e.g. a uma slot's flag word (`hetero_uma_raw_slot.flag`) or a flag in a
+ * memfd page this process mapped from another process (at any address: waits and publishes
+ * in different processes wake each other). Nothing to free.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `mem` valid for `size` bytes for as long as the flag is used, holding a flag (from
+ * `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
+ * atomically meanwhile; `out` valid for one write.
+ */
+hetero_sync_status hetero_sync_flag_attach(void *mem, size_t size, struct hetero_sync_flag **out);
 
 /**
  * Publishes `epoch` (the "signal"): every write the caller made before is visible to a
@@ -294,8 +334,7 @@ enum hetero_sync_status hetero_sync_flag_init(void *mem,
  * # Safety
  * `flag` a live flag.
  */
-enum hetero_sync_status hetero_sync_flag_publish(const struct hetero_sync_flag *flag,
-                                                 uint32_t epoch);
+hetero_sync_status hetero_sync_flag_publish(const struct hetero_sync_flag *flag, uint32_t epoch);
 
 /**
  * The flag's epoch now (acquire); 0 for null.
@@ -337,17 +376,18 @@ bool hetero_sync_flag_wait_spin(const struct hetero_sync_flag *flag,
  * `cfg` null = defaults; `site` (null = no prediction) learns from each wait; `report` (may be
  * null) says what the wait did. `HETERO_SYNC_TIMEOUT` after `cfg->timeout_ns`.
  *
- * Thread-safe (several waiters on one flag are fine; one `site` per waiting thread).
+ * Thread-safe (several waiters on one flag are fine, and one `site` may be shared by waits
+ * on several threads: see `hetero_sync_site`).
  *
  * # Safety
- * `flag` a live flag; `cfg`, `site`, `report` null or valid (the site used by this thread
- * only during the call).
+ * `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
+ * only).
  */
-enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
-                                              uint32_t target,
-                                              const struct hetero_sync_wait_config *cfg,
-                                              struct hetero_sync_site *site,
-                                              struct hetero_sync_wait_report *report);
+hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *flag,
+                                         uint32_t target,
+                                         const struct hetero_sync_wait_config *cfg,
+                                         struct hetero_sync_site *site,
+                                         struct hetero_sync_wait_report *report);
 
 /**
  * Waits with no time limit for a thread producer: a short poll, then blocking in the kernel.
@@ -357,34 +397,14 @@ enum hetero_sync_status hetero_sync_flag_wait(const struct hetero_sync_flag *fla
  * # Safety
  * `flag` a live flag.
  */
-enum hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_flag *flag,
-                                                       uint32_t target);
+hetero_sync_status hetero_sync_flag_wait_blocking(const struct hetero_sync_flag *flag,
+                                                  uint32_t target);
 
 /**
- * A new barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive in
- * is the next), into `*out`. Free with `hetero_sync_barrier_free`.
- *
- * Thread-safe.
- *
- * # Safety
- * `out` valid for one write.
- */
-enum hetero_sync_status hetero_sync_barrier_new(uint32_t producers,
-                                                uint32_t completed,
-                                                struct hetero_sync_barrier **out);
-
-/**
- * Frees a barrier from `hetero_sync_barrier_new` (null is ignored); not while in use.
- *
- * # Safety
- * `barrier` null or from `hetero_sync_barrier_new`, freed once, unused afterwards.
- */
-void hetero_sync_barrier_free(struct hetero_sync_barrier *barrier);
-
-/**
- * Places a barrier in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
- * `HETERO_SYNC_BARRIER_ALIGN`-aligned), handle in `*out` (the same address). Calling it again
- * resets it (while no thread uses it). Nothing to free.
+ * Places a barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive
+ * in is the next) in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
+ * `HETERO_SYNC_BARRIER_ALIGN`-aligned: a `hetero_sync_barrier_storage`), handle in `*out` (the
+ * same address). Calling it again resets it (while no thread uses it). Nothing to free.
  *
  * Not thread-safe with other users of the same memory.
  *
@@ -392,11 +412,11 @@ void hetero_sync_barrier_free(struct hetero_sync_barrier *barrier);
  * `mem` valid for `size` byte writes while the barrier is used, accessed only through these
  * functions; `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_barrier_init(void *mem,
-                                                 size_t size,
-                                                 uint32_t producers,
-                                                 uint32_t completed,
-                                                 struct hetero_sync_barrier **out);
+hetero_sync_status hetero_sync_barrier_init(void *mem,
+                                            size_t size,
+                                            uint32_t producers,
+                                            uint32_t completed,
+                                            struct hetero_sync_barrier **out);
 
 /**
  * Producer `producer` finished its writes for `epoch`; `*remaining` (may be null) gets how
@@ -409,10 +429,10 @@ enum hetero_sync_status hetero_sync_barrier_init(void *mem,
  * # Safety
  * `barrier` a live barrier; `remaining` null or valid for one write.
  */
-enum hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barrier *barrier,
-                                                   uint32_t producer,
-                                                   uint32_t epoch,
-                                                   uint32_t *remaining);
+hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barrier *barrier,
+                                              uint32_t producer,
+                                              uint32_t epoch,
+                                              uint32_t *remaining);
 
 /**
  * Waits until `epoch` is complete (every producer arrived); as `hetero_sync_flag_wait`.
@@ -422,11 +442,11 @@ enum hetero_sync_status hetero_sync_barrier_arrive(const struct hetero_sync_barr
  * # Safety
  * As `hetero_sync_flag_wait`, with a live barrier.
  */
-enum hetero_sync_status hetero_sync_barrier_wait(const struct hetero_sync_barrier *barrier,
-                                                 uint32_t epoch,
-                                                 const struct hetero_sync_wait_config *cfg,
-                                                 struct hetero_sync_site *site,
-                                                 struct hetero_sync_wait_report *report);
+hetero_sync_status hetero_sync_barrier_wait(const struct hetero_sync_barrier *barrier,
+                                            uint32_t epoch,
+                                            const struct hetero_sync_wait_config *cfg,
+                                            struct hetero_sync_site *site,
+                                            struct hetero_sync_wait_report *report);
 
 /**
  * The barrier's last completed epoch (acquire); 0 for null.
@@ -459,10 +479,10 @@ const struct hetero_sync_flag *hetero_sync_barrier_flag(const struct hetero_sync
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_sync_status hetero_sync_site_new(uint64_t mean_ns,
-                                             uint64_t jitter_ns,
-                                             uint64_t overshoot_ns,
-                                             struct hetero_sync_site **out);
+hetero_sync_status hetero_sync_site_new(uint64_t mean_ns,
+                                        uint64_t jitter_ns,
+                                        uint64_t overshoot_ns,
+                                        struct hetero_sync_site **out);
 
 /**
  * Frees a site (null is ignored).
@@ -476,7 +496,7 @@ void hetero_sync_site_free(struct hetero_sync_site *site);
  * The site's predicted wait in ns into `*ns` (false, nothing written, before any sample);
  * `*samples` (may be null) gets how many waits it learned from.
  *
- * Not thread-safe with a wait using the same site.
+ * Thread-safe (also while waits use the same site: a consistent snapshot).
  *
  * # Safety
  * `site` a live site; `ns_out` valid for one write; `samples` null or valid for one write.

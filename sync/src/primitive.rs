@@ -54,6 +54,14 @@ impl Parker {
 
 /// Blocks the calling thread while `*word == expected`, for at most `timeout_ns` (None: no
 /// limit). May return early or spuriously; callers re-check.
+///
+/// A shared futex (no `FUTEX_PRIVATE_FLAG`): a flag may live in memory another process maps
+/// (a uma slot's flag in its memfd, a `hetero_sync_flag_init` flag in a `MAP_SHARED` page), and
+/// the kernel keys a shared futex by the backing page, so a publish in one process wakes a
+/// waiter in another, whatever address each maps the page at. A private futex is keyed by the
+/// process's address space: such a waiter would never wake. The cost, paid only in the block
+/// phase (`benches/futex_shared.rs`, loaded dev VM): +0.2–0.4 µs per wake and +1.5–4.6 µs per
+/// blocking round trip over private futexes (`benches/results/sync.md`).
 #[cfg(all(feature = "std", not(loom), target_os = "linux"))]
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) {
     let ts;
@@ -74,24 +82,20 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            libc::FUTEX_WAIT,
             expected,
             ts_ptr,
         );
     }
 }
 
-/// Wakes every thread blocked in [`futex_wait`] on `word`.
+/// Wakes every thread blocked in [`futex_wait`] on `word`, in any process (a shared futex, as
+/// in [`futex_wait`]).
 #[cfg(all(feature = "std", not(loom), target_os = "linux"))]
 pub(crate) fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: `word` is a live, aligned atomic; FUTEX_WAKE does not access memory through it.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
 }
 

@@ -1,11 +1,11 @@
-//! The C ABI from C (feature `capi`): `tests/c/sync_capi_test.c` (compiled by build.rs with
+//! The C ABI from C (feature `capi-tests`): `tests/c/sync_capi_test.c` (compiled by build.rs with
 //! the `cc` crate) drives every exported function; random operation sequences run through the
 //! C API and through the Rust API must give the same results. Run: `cargo test --profile ci -p
-//! hetero-sync --features capi --test capi`. The same C runs standalone under ASan + UBSan in
+//! hetero-sync --features capi-tests --test capi`. The same C runs standalone under ASan + UBSan in
 //! `scripts/capi.sh test` (CI stage `capi`).
-#![cfg(all(feature = "capi", not(loom)))]
+#![cfg(all(feature = "capi-tests", not(loom)))]
 
-use hetero_sync::capi::hetero_sync_status as St;
+use hetero_sync::capi::*;
 use hetero_sync::{Arrival, CompletionFlag, DependencyBarrier, SyncError};
 
 #[link(name = "hetero_sync_ctest", kind = "static")]
@@ -19,6 +19,8 @@ extern "C" {
     ) -> i32;
     fn ctest_sync_threads(rounds: u32) -> i32;
     fn ctest_sync_bad_inputs() -> i32;
+    fn ctest_sync_cross_process(timeout_s: f64) -> i32;
+    fn ctest_sync_shared_site(rounds: u32) -> i32;
     fn example_sync_handoff() -> i32;
 }
 
@@ -44,15 +46,13 @@ impl Rng {
 
 fn status(e: SyncError) -> i64 {
     -(match e {
-        SyncError::Timeout { .. } => St::HETERO_SYNC_TIMEOUT,
-        SyncError::StaleEpoch { .. } => St::HETERO_SYNC_STALE_EPOCH,
-        SyncError::InvalidEpoch(_) => St::HETERO_SYNC_INVALID_EPOCH,
-        SyncError::EpochNotOpen { .. } => St::HETERO_SYNC_EPOCH_NOT_OPEN,
-        SyncError::ZeroProducers | SyncError::TooManyProducers(_) => {
-            St::HETERO_SYNC_BAD_PRODUCER_COUNT
-        }
-        SyncError::UnknownProducer { .. } => St::HETERO_SYNC_UNKNOWN_PRODUCER,
-        SyncError::DuplicatePublish { .. } => St::HETERO_SYNC_DUPLICATE_PUBLISH,
+        SyncError::Timeout { .. } => HETERO_SYNC_TIMEOUT,
+        SyncError::StaleEpoch { .. } => HETERO_SYNC_STALE_EPOCH,
+        SyncError::InvalidEpoch(_) => HETERO_SYNC_INVALID_EPOCH,
+        SyncError::EpochNotOpen { .. } => HETERO_SYNC_EPOCH_NOT_OPEN,
+        SyncError::ZeroProducers | SyncError::TooManyProducers(_) => HETERO_SYNC_BAD_PRODUCER_COUNT,
+        SyncError::UnknownProducer { .. } => HETERO_SYNC_UNKNOWN_PRODUCER,
+        SyncError::DuplicatePublish { .. } => HETERO_SYNC_DUPLICATE_PUBLISH,
     } as i64)
 }
 
@@ -156,4 +156,24 @@ fn readme_example_runs() {
         readme.contains(body),
         "README's From C example differs from tests/c/sync_example.c"
     );
+}
+
+/// A flag in a memfd page shared with a forked child that maps the fd again (at another
+/// address): the child blocks in `hetero_sync_flag_wait_blocking`, the parent publishes, the
+/// child must wake and see the data (tests/c/sync_process_test.c). With process-private
+/// futexes the child never woke and this failed after its 5 s timeout.
+#[test]
+fn a_publish_wakes_a_blocked_waiter_in_another_process() {
+    // SAFETY: no pointers; the C side forks a child that only waits and exits.
+    let rc = unsafe { ctest_sync_cross_process(5.0) };
+    assert_eq!(rc, 0, "see stderr: 7 = the blocked child was never woken");
+}
+
+/// One wait site shared by two waiting pthreads while a third reads it (tests/c/sync_capi_test.c
+/// `ctest_sync_shared_site`): every wait succeeds and every snapshot is a whole state. Before
+/// the site had its own lock, two waits on one site made two `&mut` to it.
+#[test]
+fn one_site_shared_by_two_waiting_threads() {
+    // SAFETY: no pointers.
+    assert_eq!(unsafe { ctest_sync_shared_site(100) }, 0, "see stderr");
 }

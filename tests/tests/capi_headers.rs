@@ -65,6 +65,8 @@ fn generate(folder: &str, lib: &str, upper: &str, what: &str) -> String {
                 format!("{lib}_family"),
                 format!("{lib}_producer"),
                 format!("{lib}_phase"),
+                format!("{lib}_flag_storage"),
+                format!("{lib}_barrier_storage"),
             ],
             ..Default::default()
         },

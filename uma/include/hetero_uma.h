@@ -14,69 +14,22 @@
 
 
 /**
- * Outcome of a call. 0 is success; 1..=99 mean the same in every `hetero_*` library; 100 and
- * up are this library's own.
- */
-typedef enum hetero_uma_status {
-  /**
-   * Success.
-   */
-  HETERO_UMA_OK = 0,
-  /**
-   * A required pointer was null.
-   */
-  HETERO_UMA_NULL_POINTER = 1,
-  /**
-   * An argument is out of its domain (a range, a layout).
-   */
-  HETERO_UMA_INVALID_ARGUMENT = 2,
-  /**
-   * A buffer is shorter than needed.
-   */
-  HETERO_UMA_BUFFER_TOO_SMALL = 3,
-  /**
-   * A size computation overflowed.
-   */
-  HETERO_UMA_OVERFLOW = 4,
-  /**
-   * A size or buffer is not aligned as required (slot sizes: multiples of 4096).
-   */
-  HETERO_UMA_MISALIGNED = 5,
-  /**
-   * Rust panicked inside the call (a bug: please report it).
-   */
-  HETERO_UMA_PANIC = 6,
-  /**
-   * Zero slots or slot size, too many slots, or the pool would be too large.
-   */
-  HETERO_UMA_BAD_CONFIG = 100,
-  /**
-   * The OS refused the mapping (memfd_create, ftruncate or mmap).
-   */
-  HETERO_UMA_MAP_FAILED = 101,
-  /**
-   * Every slot is held.
-   */
-  HETERO_UMA_EXHAUSTED = 102,
-  /**
-   * The slot handle belongs to another pool (or names no slot).
-   */
-  HETERO_UMA_FOREIGN_HANDLE = 103,
-  /**
-   * The slot handle's generation is not the slot's current one (released since).
-   */
-  HETERO_UMA_STALE_HANDLE = 104,
-} hetero_uma_status;
-
-/**
  * A fixed-slot buffer pool (opaque): one memfd-backed mapping made at `hetero_uma_pool_new`.
  */
 typedef struct hetero_uma_pool hetero_uma_pool;
 
 /**
+ * Outcome of a call (an `int32_t`: a fixed width, unlike a C enum). 0 is success; 1..=99 mean
+ * the same in every `hetero_*` library; 100 and up are this library's own.
+ */
+typedef int32_t hetero_uma_status;
+
+/**
  * One acquisition of a slot: copyable, but only the acquirer may use or release it; every
  * call checks the pool and the generation, so a copy kept after the release is refused
- * (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner.
+ * (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner. Release is one
+ * compare-exchange on the slot's (generation, state): of two releases of one acquisition,
+ * even at the same moment from two threads, exactly one succeeds.
  */
 typedef struct hetero_uma_slot {
   /**
@@ -176,17 +129,77 @@ typedef struct hetero_uma_view {
   size_t row_stride;
 } hetero_uma_view;
 
+/**
+ * Success.
+ */
+#define HETERO_UMA_OK 0
+
+/**
+ * A required pointer was null.
+ */
+#define HETERO_UMA_NULL_POINTER 1
+
+/**
+ * An argument is out of its domain (a range, a layout).
+ */
+#define HETERO_UMA_INVALID_ARGUMENT 2
+
+/**
+ * A buffer is shorter than needed.
+ */
+#define HETERO_UMA_BUFFER_TOO_SMALL 3
+
+/**
+ * A size computation overflowed.
+ */
+#define HETERO_UMA_OVERFLOW 4
+
+/**
+ * A size or buffer is not aligned as required (slot sizes: multiples of 4096).
+ */
+#define HETERO_UMA_MISALIGNED 5
+
+/**
+ * Rust panicked inside the call (a bug: please report it).
+ */
+#define HETERO_UMA_PANIC 6
+
+/**
+ * Zero slots or slot size, too many slots, or the pool would be too large.
+ */
+#define HETERO_UMA_BAD_CONFIG 100
+
+/**
+ * The OS refused the mapping (memfd_create, ftruncate or mmap).
+ */
+#define HETERO_UMA_MAP_FAILED 101
+
+/**
+ * Every slot is held.
+ */
+#define HETERO_UMA_EXHAUSTED 102
+
+/**
+ * The slot handle belongs to another pool (or names no slot).
+ */
+#define HETERO_UMA_FOREIGN_HANDLE 103
+
+/**
+ * The slot handle's generation is not the slot's current one (released since).
+ */
+#define HETERO_UMA_STALE_HANDLE 104
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
  * Static text for a status (a `hetero_uma_status` value; never null: values no status has give
- * "unknown status"). Takes an `int32_t` so that any value is safe to pass.
+ * "unknown status").
  *
  * Thread-safe.
  */
-const char *hetero_uma_status_message(int32_t status);
+const char *hetero_uma_status_message(hetero_uma_status status);
 
 /**
  * Text of this thread's last failed call (NUL-terminated, at most 255 bytes; empty if none).
@@ -211,7 +224,7 @@ uint32_t hetero_uma_version(void);
  *
  * Thread-safe.
  */
-enum hetero_uma_status hetero_uma_selftest_panic(void);
+hetero_uma_status hetero_uma_selftest_panic(void);
 
 /**
  * `bytes` rounded up to a valid slot size (a multiple of 4096) into `*out`.
@@ -221,7 +234,7 @@ enum hetero_uma_status hetero_uma_selftest_panic(void);
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_uma_status hetero_uma_round_slot_size(size_t bytes, size_t *out);
+hetero_uma_status hetero_uma_round_slot_size(size_t bytes, size_t *out);
 
 /**
  * Maps a pool of `slots` slots of `slot_size` bytes (a multiple of 4096), zero-filled, into
@@ -233,9 +246,7 @@ enum hetero_uma_status hetero_uma_round_slot_size(size_t bytes, size_t *out);
  * # Safety
  * `out` valid for one write.
  */
-enum hetero_uma_status hetero_uma_pool_new(size_t slots,
-                                           size_t slot_size,
-                                           struct hetero_uma_pool **out);
+hetero_uma_status hetero_uma_pool_new(size_t slots, size_t slot_size, struct hetero_uma_pool **out);
 
 /**
  * Unmaps and frees the pool; returns how many slots were still held (0 = clean; null → 0).
@@ -254,10 +265,10 @@ size_t hetero_uma_pool_free(struct hetero_uma_pool *pool);
  * # Safety
  * `pool` null or a live pool.
  */
-enum hetero_uma_status hetero_uma_pool_info(const struct hetero_uma_pool *pool,
-                                            size_t *slots,
-                                            size_t *slot_size,
-                                            size_t *free_slots);
+hetero_uma_status hetero_uma_pool_info(const struct hetero_uma_pool *pool,
+                                       size_t *slots,
+                                       size_t *slot_size,
+                                       size_t *free_slots);
 
 /**
  * Takes a free slot into `*slot`; `HETERO_UMA_EXHAUSTED` when every slot is held.
@@ -267,21 +278,22 @@ enum hetero_uma_status hetero_uma_pool_info(const struct hetero_uma_pool *pool,
  * # Safety
  * `pool` a live pool; `slot` valid for one write.
  */
-enum hetero_uma_status hetero_uma_acquire(const struct hetero_uma_pool *pool,
-                                          struct hetero_uma_slot *slot);
+hetero_uma_status hetero_uma_acquire(const struct hetero_uma_pool *pool,
+                                     struct hetero_uma_slot *slot);
 
 /**
  * Gives a slot back (its generation advances, so every copy of `slot` becomes stale).
- * `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle,
- * `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
+ * `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle, also when a copy
+ * of it is released by another thread at the same moment (one compare-exchange: exactly one
+ * of the two succeeds); `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
  *
  * Thread-safe.
  *
  * # Safety
  * `pool` a live pool.
  */
-enum hetero_uma_status hetero_uma_release(const struct hetero_uma_pool *pool,
-                                          struct hetero_uma_slot slot);
+hetero_uma_status hetero_uma_release(const struct hetero_uma_pool *pool,
+                                     struct hetero_uma_slot slot);
 
 /**
  * Whether `slot` is still the current acquisition of its slot (false for null or stale).
@@ -301,9 +313,9 @@ bool hetero_uma_slot_is_current(const struct hetero_uma_pool *pool, struct heter
  * # Safety
  * `pool` a live pool; `out` valid for one write.
  */
-enum hetero_uma_status hetero_uma_slot_raw(const struct hetero_uma_pool *pool,
-                                           struct hetero_uma_slot slot,
-                                           struct hetero_uma_raw_slot *out);
+hetero_uma_status hetero_uma_slot_raw(const struct hetero_uma_pool *pool,
+                                      struct hetero_uma_slot slot,
+                                      struct hetero_uma_raw_slot *out);
 
 /**
  * Columns `c0..c1` of a matrix `layout` in a held slot, into `*out`: checks that the layout
@@ -316,12 +328,12 @@ enum hetero_uma_status hetero_uma_slot_raw(const struct hetero_uma_pool *pool,
  * # Safety
  * `pool` a live pool; `layout` valid for a read; `out` valid for one write.
  */
-enum hetero_uma_status hetero_uma_slot_columns(const struct hetero_uma_pool *pool,
-                                               struct hetero_uma_slot slot,
-                                               const struct hetero_uma_layout *layout,
-                                               size_t c0,
-                                               size_t c1,
-                                               struct hetero_uma_view *out);
+hetero_uma_status hetero_uma_slot_columns(const struct hetero_uma_pool *pool,
+                                          struct hetero_uma_slot slot,
+                                          const struct hetero_uma_layout *layout,
+                                          size_t c0,
+                                          size_t c1,
+                                          struct hetero_uma_view *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -25,8 +25,9 @@ const FREE: u32 = 1;
 
 /// The per-slot header, at `HEADER_STRIDE * i` in the mapping: the slot's completion flag (the
 /// sync crate's 32-bit epoch word) at offset 0 and its state word at offset 4: `generation << 1
-/// | free`. Acquire is one CAS on it (free → held, same generation); release is one Release
-/// store (held → free, generation + 1), made only by the handle's unique holder.
+/// | free`. Acquire is one CAS on it (free → held, same generation); release is one CAS too
+/// (held in the handle's generation → free, generation + 1), so a stale copy of a handle can
+/// never release a slot twice or free its next owner's acquisition.
 #[repr(C, align(128))]
 pub(crate) struct SlotHeader {
     pub(crate) flag: CompletionFlag,
@@ -83,6 +84,19 @@ impl Handle {
     /// The slot's generation when this handle was issued.
     pub fn generation(&self) -> u32 {
         self.generation
+    }
+
+    /// Loom-only test hook: a second handle for the same acquisition, as a C caller gets by
+    /// copying its `hetero_uma_slot` value. The loom suite races its release against the
+    /// holder's (exactly one may succeed).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn duplicate_for_loom(&self) -> Handle {
+        Handle {
+            pool: self.pool,
+            slot: self.slot,
+            generation: self.generation,
+        }
     }
 
     /// A copyable name for this acquisition (pool, slot, generation), e.g. to pass to another
@@ -402,19 +416,24 @@ impl Pool {
             Err(error) => return Err(ReleaseError { error, handle }),
         };
         let st = &self.header(slot).state;
-        // Relaxed: only the holder writes a held slot's state, and we are the holder.
         let held = handle.generation << 1;
-        if st.load(Ordering::Relaxed) != held {
-            // Unreachable through the safe API (handles are unique); kept as a guard.
+        let next = handle.generation.wrapping_add(1) & (u32::MAX >> 1);
+        // One compare-exchange on (generation, free): it succeeds only while the slot is held
+        // in exactly this handle's generation, so of two releases of one acquisition (the C
+        // ABI's handles are copyable: a stale copy may be released while its holder releases)
+        // exactly one wins, and a copy can never free the slot's next owner. A load followed
+        // by a store could not promise that: both releasers could load `held` before either
+        // stored (tests/loom.rs and the C release race catch it). Release on success hands
+        // our writes to the next acquirer; a failure publishes nothing (Relaxed).
+        if st
+            .compare_exchange(held, next << 1 | FREE, order, Ordering::Relaxed)
+            .is_err()
+        {
             return Err(ReleaseError {
                 error: UmaError::StaleHandle,
                 handle,
             });
         }
-        // A plain store suffices: while the slot is held no other thread writes its state (an
-        // acquirer's CAS fails on a held slot). Release hands our writes to the next acquirer.
-        let next = handle.generation.wrapping_add(1) & (u32::MAX >> 1);
-        st.store(next << 1 | FREE, order);
         Ok(())
     }
 

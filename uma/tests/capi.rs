@@ -1,11 +1,11 @@
-//! The C ABI from C (feature `capi`): `tests/c/uma_capi_test.c` (compiled by build.rs with the
+//! The C ABI from C (feature `capi-tests`): `tests/c/uma_capi_test.c` (compiled by build.rs with the
 //! `cc` crate) drives every exported function; random acquire/release sequences through the C
 //! API must give the Rust API's slots, generations and refusals. Run: `cargo test --profile ci
-//! -p hetero-uma --features capi --test capi`. The same C runs standalone under ASan + UBSan in
+//! -p hetero-uma --features capi-tests --test capi`. The same C runs standalone under ASan + UBSan in
 //! `scripts/capi.sh test` (CI stage `capi`).
-#![cfg(all(feature = "capi", not(loom)))]
+#![cfg(all(feature = "capi-tests", not(loom)))]
 
-use hetero_uma::capi::hetero_uma_status as St;
+use hetero_uma::capi::{HETERO_UMA_EXHAUSTED, HETERO_UMA_STALE_HANDLE};
 use hetero_uma::{Handle, Pool, PoolConfig, UmaError};
 
 #[link(name = "hetero_uma_ctest", kind = "static")]
@@ -13,6 +13,14 @@ extern "C" {
     fn ctest_uma_sequence(slots: usize, ops: *const u32, n: usize, results: *mut i64) -> i32;
     fn ctest_uma_views() -> i32;
     fn ctest_uma_bad_inputs() -> i32;
+    fn ctest_uma_release_race(
+        pairs: u32,
+        acquirers: u32,
+        rounds: u32,
+        double_ok: *mut u64,
+        aliased: *mut u64,
+        leaked: *mut u64,
+    ) -> i32;
     fn example_uma_split() -> i32;
 }
 
@@ -47,7 +55,7 @@ fn random_sequences_from_c_equal_the_rust_api() {
                     }
                     Err(e) => {
                         assert_eq!(e, UmaError::Exhausted);
-                        -(St::HETERO_UMA_EXHAUSTED as i64)
+                        -(HETERO_UMA_EXHAUSTED as i64)
                     }
                 });
             } else {
@@ -58,7 +66,7 @@ fn random_sequences_from_c_equal_the_rust_api() {
                         pool.release(h).expect("release");
                         0
                     }
-                    None => -(St::HETERO_UMA_STALE_HANDLE as i64),
+                    None => -(HETERO_UMA_STALE_HANDLE as i64),
                 });
             }
         }
@@ -84,6 +92,30 @@ fn bad_input_gives_a_status_and_changes_nothing() {
     // SAFETY: no arguments.
     let fails = unsafe { ctest_uma_bad_inputs() };
     assert_eq!(fails, 0, "stderr names the failed checks");
+}
+
+/// Stale copies released at the same moment as their holder's release, from C threads, with
+/// other threads acquiring meanwhile (tests/c/uma_race_test.c): every acquisition is released
+/// exactly once and no slot gets two owners. Before release became a compare-exchange this
+/// failed on every run here (31 to 589 double releases in 100 000 rounds).
+#[test]
+fn stale_releases_racing_acquires_from_c_threads() {
+    let (mut dbl, mut aliased, mut leaked) = (u64::MAX, u64::MAX, u64::MAX);
+    // SAFETY: three valid outputs.
+    let rc = unsafe { ctest_uma_release_race(2, 2, 30_000, &mut dbl, &mut aliased, &mut leaked) };
+    assert_eq!(
+        rc, 0,
+        "the race test stopped early (a status it did not expect)"
+    );
+    assert_eq!(
+        dbl, 0,
+        "rounds where both releases of one acquisition succeeded"
+    );
+    assert_eq!(aliased, 0, "moments two acquirers held one slot");
+    assert_eq!(
+        leaked, 0,
+        "slots held at the end, or releases not matching acquisitions"
+    );
 }
 
 #[test]

@@ -86,3 +86,49 @@ fn model(weak: bool) {
         assert_eq!(total as usize, got);
     });
 }
+
+/// Two releases of one acquisition at once (the C ABI's handles are copyable: a stale copy can
+/// be released while its holder releases), then the holder acquires again: exactly one of the
+/// two releases may succeed, and the slot's new owner must still hold it afterwards (were the
+/// second release to succeed too, it would mark the new owner's slot free and the next acquirer
+/// would get it as well). Fails on a load-then-store release; passes with a compare-exchange.
+#[test]
+fn stale_copy_release_never_frees_the_next_owner() {
+    loom::model(|| {
+        let pool = Arc::new(
+            Pool::new(PoolConfig {
+                slots: 1,
+                slot_size: SLOT_ALIGN,
+            })
+            .unwrap(),
+        );
+        let h = pool.acquire().unwrap();
+        let copy = h.duplicate_for_loom();
+        let stale = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.release(copy).is_ok())
+        };
+        let holder = {
+            let pool = pool.clone();
+            thread::spawn(move || {
+                let ok = pool.release(h).is_ok();
+                // Re-acquire (the slot is free once either release succeeded).
+                (ok, pool.acquire().ok())
+            })
+        };
+        let stale_ok = stale.join().unwrap();
+        let (holder_ok, again) = holder.join().unwrap();
+        assert_eq!(
+            stale_ok as u32 + holder_ok as u32,
+            1,
+            "one acquisition released twice (or never)"
+        );
+        if let Some(h2) = again {
+            // The new owner's slot must not have been freed by the other release.
+            assert_eq!(pool.free_slots(), 0, "the new owner's slot was marked free");
+            assert!(pool.acquire().is_err(), "a second owner got the held slot");
+            pool.release(h2).unwrap();
+        }
+        assert_eq!(pool.free_slots(), 1);
+    });
+}

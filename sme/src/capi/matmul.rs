@@ -16,13 +16,11 @@
 
 use core::ptr;
 
-use super::hetero_sme_status as St;
-use super::hetero_sme_status;
-use super::{aligned, guard, guard_value, nonnull, put, Fail};
+use super::*;
 use crate::int8::{Ctx, Int8Fmt};
 use crate::{
-    qpack_gguf, qpacked_len, ActBlocks, BlockMeta, GgmlType, Int8Kernel, Int8Weight, Kernel,
-    KernelKind, OutMut, QPackedPlan, QPackedRef, SuperMeta, QPACK_ROWS,
+    qpack_gguf, qpacked_len, ActBlocks, BlockMeta, GgmlType, Int8Kernel, Kernel, KernelKind,
+    OutMut, QPackedPlan, QPackedRef, SuperMeta, QPACK_ROWS,
 };
 
 /// Alignment every packed buffer (weights and activations) must have, in bytes.
@@ -44,15 +42,23 @@ pub enum hetero_sme_family {
 /// `run_matmul` refuses a blob packed by another one. Sizes, steps and `run_rhs_pack` work for
 /// every variant this build knows; `run_lhs_pack` and `run_matmul` need the variant available
 /// on this CPU (`hetero_sme_variant_available`), else `HETERO_SME_VARIANT_UNAVAILABLE`.
+/// Ids 5 and 6 are reserved for the aarch64 int8 kernels (NEON dot product, SME) and name no
+/// variant yet.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum hetero_sme_variant {
     /// Int8 GEMM, portable Rust (every CPU; the oracle the others match bit for bit).
     HETERO_SME_VARIANT_INT8_PORTABLE = 1,
+    /// Int8 GEMM, x86-64 AVX2 (`vpmaddubsw` + `vpmaddwd`; AVX2 + FMA + F16C): x86-64 CPUs
+    /// without AVX-512.
+    HETERO_SME_VARIANT_INT8_AVX2 = 4,
     /// Int8 GEMM, x86-64 AVX-512 VNNI.
     HETERO_SME_VARIANT_INT8_AVX512_VNNI = 2,
     /// Int8 GEMM, x86-64 AMX-INT8 (row chunks of up to 8 rows run the VNNI kernel).
     HETERO_SME_VARIANT_INT8_AMX = 3,
+    // Ids 5 and 6 are kept for the aarch64 int8 kernels (NEON dot product / i8mm, and SME)
+    // once the Rust side has them (`Int8Kernel` has no aarch64 variant yet); until then they
+    // are HETERO_SME_UNKNOWN_VARIANT. Ids 1..=16 are the int8 family, 17..=32 the GEMV.
     /// Packed GEMV, portable Rust (every CPU).
     HETERO_SME_VARIANT_QGEMV_PORTABLE = 17,
     /// Packed GEMV, x86-64 AVX-512 (every type).
@@ -118,10 +124,10 @@ pub struct hetero_sme_matmul_ukernel {
         rhs: *mut u8,
         rhs_size: usize,
     ) -> hetero_sme_status,
-    /// See `hetero_sme_matmul_get_dst_offset`.
-    pub get_dst_offset: extern "C" fn(m_idx: usize, n_idx: usize, dst_stride_row: usize) -> usize,
-    /// See `hetero_sme_matmul_get_dst_size`.
-    pub get_dst_size: extern "C" fn(m: usize, n: usize, dst_stride_row: usize) -> usize,
+    /// See `hetero_sme_matmul_get_dst_offset` (in floats).
+    pub get_dst_offset: extern "C" fn(m_idx: usize, n_idx: usize, ldd: usize) -> usize,
+    /// See `hetero_sme_matmul_get_dst_size` (in floats).
+    pub get_dst_size: extern "C" fn(m: usize, n: usize, ldd: usize) -> usize,
     /// See `hetero_sme_matmul_run_matmul`.
     pub run_matmul: unsafe extern "C" fn(
         m_start: usize,
@@ -140,10 +146,15 @@ pub struct hetero_sme_matmul_ukernel {
 
 // ---- variants ----------------------------------------------------------------------------------
 
-/// A known variant.
+/// A known variant. To add one (e.g. the aarch64 int8 kernels, ids 5 and 6, once
+/// `Int8Kernel` has them): an arm here, its id in `of`/`id` and the header enum, its name, its
+/// token probe in `runner`, its place in `VARIANTS` (worst to best within its family: that
+/// order is what `hetero_sme_best_variant` picks from), its `m_step`, and its `table::<ID>` in
+/// `hetero_sme_matmul_ukernel_get`. The C tests run every available variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum V {
     I8Portable,
+    I8Avx2,
     I8Vnni,
     I8Amx,
     QPortable,
@@ -151,9 +162,11 @@ enum V {
     QNeon,
 }
 
-/// Every known variant, per family worst to best.
-const VARIANTS: [V; 6] = [
+/// Every known variant, per family worst to best (the order `Int8Kernel::available` and
+/// `KernelKind` use).
+const VARIANTS: [V; 7] = [
     V::I8Portable,
+    V::I8Avx2,
     V::I8Vnni,
     V::I8Amx,
     V::QPortable,
@@ -178,22 +191,19 @@ impl V {
     fn of(id: u32) -> Result<V, Fail> {
         Ok(match id {
             1 => V::I8Portable,
+            4 => V::I8Avx2,
             2 => V::I8Vnni,
             3 => V::I8Amx,
             17 => V::QPortable,
             18 => V::QAvx512,
             19 => V::QNeon,
-            _ => {
-                return Err(Fail::new(
-                    St::HETERO_SME_UNKNOWN_VARIANT,
-                    "unknown variant id",
-                ))
-            }
+            _ => return Err(Fail::new(HETERO_SME_UNKNOWN_VARIANT, "unknown variant id")),
         })
     }
     fn id(self) -> u32 {
         match self {
             V::I8Portable => 1,
+            V::I8Avx2 => 4,
             V::I8Vnni => 2,
             V::I8Amx => 3,
             V::QPortable => 17,
@@ -203,13 +213,14 @@ impl V {
     }
     fn family(self) -> Family {
         match self {
-            V::I8Portable | V::I8Vnni | V::I8Amx => Family::Int8,
+            V::I8Portable | V::I8Avx2 | V::I8Vnni | V::I8Amx => Family::Int8,
             _ => Family::Qgemv,
         }
     }
     fn name(self) -> &'static core::ffi::CStr {
         match self {
             V::I8Portable => c"int8-portable",
+            V::I8Avx2 => c"int8-avx2",
             V::I8Vnni => c"int8-avx512-vnni",
             V::I8Amx => c"int8-amx",
             V::QPortable => c"qgemv-portable",
@@ -220,10 +231,15 @@ impl V {
     /// The token, probed once per variant (no allocation after the first call).
     fn runner(self) -> Option<Runner> {
         use std::sync::OnceLock;
-        static CACHE: [OnceLock<Option<Runner>>; 6] = [const { OnceLock::new() }; 6];
+        static CACHE: [OnceLock<Option<Runner>>; VARIANTS.len()] =
+            [const { OnceLock::new() }; VARIANTS.len()];
         let i = VARIANTS.iter().position(|&v| v == self).unwrap_or(0);
         *CACHE[i].get_or_init(|| match self {
             V::I8Portable => Some(Runner::Int8(Int8Kernel::Portable)),
+            #[cfg(target_arch = "x86_64")]
+            V::I8Avx2 => {
+                crate::arch::x86_64::Avx2::try_new().map(|t| Runner::Int8(Int8Kernel::Avx2(t)))
+            }
             #[cfg(target_arch = "x86_64")]
             V::I8Vnni => {
                 crate::arch::x86_64::Vnni::try_new().map(|t| Runner::Int8(Int8Kernel::Vnni(t)))
@@ -242,7 +258,7 @@ impl V {
     fn runnable(self) -> Result<Runner, Fail> {
         self.runner().ok_or_else(|| {
             Fail::new(
-                St::HETERO_SME_VARIANT_UNAVAILABLE,
+                HETERO_SME_VARIANT_UNAVAILABLE,
                 "the variant is not available on this CPU",
             )
         })
@@ -251,7 +267,7 @@ impl V {
         match self {
             // Rows of one int8 tile call (the AMX tile program takes 64).
             V::I8Amx => 64,
-            V::I8Portable | V::I8Vnni => crate::INT8_TILE_ROWS,
+            V::I8Portable | V::I8Avx2 | V::I8Vnni => crate::INT8_TILE_ROWS,
             // The GEMV kernels take at most 16 rows per call.
             _ => crate::GEMV_MAX_ROWS,
         }
@@ -319,11 +335,11 @@ unsafe fn read_header(
     nonnull(blob, what)?;
     aligned(blob, HETERO_SME_PACKED_ALIGN, what)?;
     if size < HDR {
-        return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, what));
+        return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, what));
     }
     // SAFETY: size >= 64 readable bytes (caller's contract), 64-aligned (checked).
     let h = unsafe { blob.cast::<Header>().read() };
-    let bad = |t| Err(Fail::new(St::HETERO_SME_BAD_BLOB, t));
+    let bad = |t| Err(Fail::new(HETERO_SME_BAD_BLOB, t));
     if h.magic != MAGIC {
         return bad("packed buffer: bad magic (not packed by hetero-sme, or corrupt)");
     }
@@ -339,13 +355,13 @@ unsafe fn read_header(
     }
     if h.payload > (size - HDR) as u64 {
         return Err(Fail::new(
-            St::HETERO_SME_BUFFER_TOO_SMALL,
+            HETERO_SME_BUFFER_TOO_SMALL,
             "packed buffer: shorter than its header says",
         ));
     }
     if h.variant != v.id() {
         return Err(Fail::new(
-            St::HETERO_SME_BLOB_VARIANT_MISMATCH,
+            HETERO_SME_BLOB_VARIANT_MISMATCH,
             "packed buffer: packed by another variant",
         ));
     }
@@ -361,17 +377,14 @@ pub(crate) unsafe fn peek_rhs(rhs: *const u8, rhs_size: usize) -> Result<(u32, u
     nonnull(rhs, "rhs")?;
     aligned(rhs, HETERO_SME_PACKED_ALIGN, "rhs")?;
     if rhs_size < HDR {
-        return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, "rhs"));
+        return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, "rhs"));
     }
     // SAFETY: 64 readable, aligned bytes (checked against the caller's size).
     let h = unsafe { rhs.cast::<Header>().read() };
     if h.magic != MAGIC || h.version != BLOB_VERSION || h.kind != KIND_RHS {
-        return Err(Fail::new(
-            St::HETERO_SME_BAD_BLOB,
-            "rhs: not a packed weight",
-        ));
+        return Err(Fail::new(HETERO_SME_BAD_BLOB, "rhs: not a packed weight"));
     }
-    let k = usize::try_from(h.k).map_err(|_| Fail::new(St::HETERO_SME_BAD_BLOB, "rhs: corrupt"))?;
+    let k = usize::try_from(h.k).map_err(|_| Fail::new(HETERO_SME_BAD_BLOB, "rhs: corrupt"))?;
     Ok((h.ggml_type, k))
 }
 
@@ -390,11 +403,11 @@ fn scheme_of(f: Int8Fmt) -> u32 {
 }
 
 fn overflow() -> Fail {
-    Fail::new(St::HETERO_SME_OVERFLOW, "size overflow")
+    Fail::new(HETERO_SME_OVERFLOW, "size overflow")
 }
 
 fn invalid(t: &'static str) -> Fail {
-    Fail::new(St::HETERO_SME_INVALID_ARGUMENT, t)
+    Fail::new(HETERO_SME_INVALID_ARGUMENT, t)
 }
 
 /// Checks K against the type's block size (and K, N > 0 for weights).
@@ -563,7 +576,7 @@ pub unsafe extern "C" fn hetero_sme_best_variant(
             .iter()
             .rev()
             .find(|v| v.family() == fam && v.runner().is_some())
-            .ok_or_else(|| Fail::new(St::HETERO_SME_VARIANT_UNAVAILABLE, "no variant"))?;
+            .ok_or_else(|| Fail::new(HETERO_SME_VARIANT_UNAVAILABLE, "no variant"))?;
         // SAFETY: the caller's contract.
         unsafe { put(variant, best.id(), "variant") }
     })
@@ -624,41 +637,40 @@ pub extern "C" fn hetero_sme_matmul_get_sr(variant: u32) -> usize {
     guard_value(0, || V::of(variant).map(V::sr).unwrap_or(0))
 }
 
-/// Byte offset of output element (`m_idx`, `n_idx`) in a row-major f32 output whose rows are
-/// `dst_stride_row` bytes apart; `SIZE_MAX` on overflow.
+/// Offset, in floats, of output element (`m_idx`, `n_idx`) of a row-major f32 output whose
+/// rows are `ldd` floats apart: `m_idx * ldd + n_idx` (`SIZE_MAX` on overflow). Every stride,
+/// length and offset of this API is in elements, as `run_matmul`'s `ldd` and `dst_len`
+/// (KleidiAI's `get_dst_offset` takes and returns bytes: multiply by 4).
 ///
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hetero_sme_matmul_get_dst_offset(
     m_idx: usize,
     n_idx: usize,
-    dst_stride_row: usize,
+    ldd: usize,
 ) -> usize {
     guard_value(usize::MAX, || {
         m_idx
-            .checked_mul(dst_stride_row)
-            .and_then(|a| n_idx.checked_mul(4).and_then(|b| a.checked_add(b)))
+            .checked_mul(ldd)
+            .and_then(|a| a.checked_add(n_idx))
             .unwrap_or(usize::MAX)
     })
 }
 
-/// Bytes of an `m` × `n` f32 output whose rows are `dst_stride_row` bytes apart (the last row
-/// counted as `n` floats); `SIZE_MAX` on overflow.
+/// Floats of an `m` × `n` f32 output whose rows are `ldd` floats apart, the last row counted
+/// as `n` floats: `(m − 1) * ldd + n` (0 when `m` or `n` is 0; `SIZE_MAX` on overflow) — the
+/// least `dst_len` `run_matmul` accepts for the whole output.
 ///
 /// Thread-safe.
 #[no_mangle]
-pub extern "C" fn hetero_sme_matmul_get_dst_size(
-    m: usize,
-    n: usize,
-    dst_stride_row: usize,
-) -> usize {
+pub extern "C" fn hetero_sme_matmul_get_dst_size(m: usize, n: usize, ldd: usize) -> usize {
     guard_value(usize::MAX, || {
         if m == 0 || n == 0 {
             return 0;
         }
         (m - 1)
-            .checked_mul(dst_stride_row)
-            .and_then(|a| n.checked_mul(4).and_then(|b| a.checked_add(b)))
+            .checked_mul(ldd)
+            .and_then(|a| a.checked_add(n))
             .unwrap_or(usize::MAX)
     })
 }
@@ -691,8 +703,8 @@ pub unsafe extern "C" fn hetero_sme_matmul_get_rhs_packed_size(
 /// Packs a GGUF weight (`src`: `n` rows of `k` values of `ggml_type` exactly as the file stores
 /// them, `src_len` = n × row bytes, 2-byte aligned) into `rhs` (`rhs_size` bytes, at least
 /// `get_rhs_packed_size`, `HETERO_SME_PACKED_ALIGN`-aligned). Once per weight, at load time;
-/// works for every known variant (pure data). The int8 packer allocates one temporary copy
-/// of the packed tensor. On error nothing is written.
+/// works for every known variant (pure data). No allocation (the int8 packer, too, packs in
+/// place into `rhs`). On error nothing is written (every check runs before the first write).
 ///
 /// Thread-safe (on distinct `rhs` buffers).
 ///
@@ -729,7 +741,7 @@ pub unsafe extern "C" fn hetero_sme_matmul_run_rhs_pack(
             return Err(invalid("src_len is not n rows of k values of the type"));
         }
         if rhs_size < with_header(payload)? {
-            return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, "rhs_size"));
+            return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, "rhs_size"));
         }
         // SAFETY: the caller's contract: src_len readable bytes.
         let s = unsafe { core::slice::from_raw_parts(src, src_len) };
@@ -738,21 +750,18 @@ pub unsafe extern "C" fn hetero_sme_matmul_run_rhs_pack(
         let out = unsafe { rhs.add(HDR) };
         match v.family() {
             Family::Int8 => {
-                let w = Int8Weight::pack_gguf(ty, s, n, k)?;
-                let (q, sw) = (w.quant_bytes(), w.scale_words());
+                // Packed in place, into the caller's buffer: no allocation.
                 let (qb, sb) = int8_rhs_bytes(f, n, k)?;
-                if q.len() != qb || sw.len() * 2 != sb {
-                    return Err(Fail::new(
-                        St::HETERO_SME_PANIC,
-                        "int8 layout size disagrees",
-                    ));
-                }
-                // SAFETY: qb + sb = payload bytes inside rhs (checked); the sources are the
-                // weight's own storage, distinct from rhs.
-                unsafe {
-                    ptr::copy_nonoverlapping(q.as_ptr(), out, qb);
-                    ptr::copy_nonoverlapping(sw.as_ptr().cast::<u8>(), out.add(qb), sb);
-                }
+                // SAFETY: qb + sb = payload bytes inside rhs (checked), not overlapping src;
+                // the scale words start qb bytes after the 64-aligned payload (qb is a whole
+                // number of 64-byte chunks), so they are 2-aligned.
+                let (q, sw) = unsafe {
+                    (
+                        core::slice::from_raw_parts_mut(out, qb),
+                        core::slice::from_raw_parts_mut(out.add(qb).cast::<u16>(), sb / 2),
+                    )
+                };
+                crate::int8::pack_gguf_into(ty, s, n, k, q, sw)?;
             }
             Family::Qgemv => {
                 // SAFETY: payload writable bytes inside rhs (checked).
@@ -865,11 +874,11 @@ unsafe fn lhs_pack(
             .and_then(|a| a.checked_add(k))
             .ok_or_else(overflow)?;
         if x_len < need {
-            return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, "x_len"));
+            return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, "x_len"));
         }
     }
     if lhs_size < with_header(payload)? {
-        return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, "lhs_size"));
+        return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, "lhs_size"));
     }
     // SAFETY: HDR + payload <= lhs_size writable bytes (checked).
     let out = unsafe { lhs.add(HDR) };
@@ -992,7 +1001,7 @@ impl Job {
         let lh = unsafe { read_header(lhs, lhs_size, KIND_LHS, v, "lhs")? };
         nonnull(dst, "dst")?;
         aligned(dst, 4, "dst (4-byte alignment)")?;
-        let corrupt = || Fail::new(St::HETERO_SME_BAD_BLOB, "packed buffer: corrupt header");
+        let corrupt = || Fail::new(HETERO_SME_BAD_BLOB, "packed buffer: corrupt header");
         let (ty, f) = family_type(rh.ggml_type).map_err(|_| corrupt())?;
         let n = usize::try_from(rh.rows).map_err(|_| corrupt())?;
         let k = usize::try_from(rh.k).map_err(|_| corrupt())?;
@@ -1003,20 +1012,36 @@ impl Job {
         }
         if lh.k != rh.k {
             return Err(Fail::new(
-                St::HETERO_SME_BLOB_MISMATCH,
+                HETERO_SME_BLOB_MISMATCH,
                 "activations packed for another K",
             ));
         }
+        // The LHS header must be consistent in itself (its scheme the one its type implies) and
+        // match what the weight expects (the weight's scheme), because `run` lays the
+        // activations' records out by the weight's format: a header whose type and scheme
+        // disagree (forged or corrupt) would otherwise pass a payload check made with one and
+        // be read with the other, past the buffer.
         let (_, lf) = family_type(lh.ggml_type).map_err(|_| corrupt())?;
-        let lp = lhs_payload(v, lf, m, k).map_err(|_| corrupt())?;
-        if lp as u64 != lh.payload {
-            return Err(corrupt());
-        }
-        if v.family() == Family::Int8 && lh.scheme != scheme_of(f) {
+        let own_scheme = match v.family() {
+            Family::Int8 => scheme_of(lf),
+            Family::Qgemv => SCHEME_NONE,
+        };
+        if lh.scheme != own_scheme {
             return Err(Fail::new(
-                St::HETERO_SME_BLOB_MISMATCH,
+                HETERO_SME_BAD_BLOB,
+                "packed activations: corrupt header (scheme and type disagree)",
+            ));
+        }
+        if v.family() == Family::Int8 && own_scheme != scheme_of(f) {
+            return Err(Fail::new(
+                HETERO_SME_BLOB_MISMATCH,
                 "activations quantized for another scheme (per 32 vs per 256 values)",
             ));
+        }
+        // Sized with the weight's format: exactly the layout `run` reads.
+        let lp = lhs_payload(v, f, m, k).map_err(|_| corrupt())?;
+        if lp as u64 != lh.payload {
+            return Err(corrupt());
         }
         let (m_end, n_end) = bound.unwrap_or((m, n));
         if m_end > m || n_end > n {
@@ -1031,7 +1056,7 @@ impl Job {
                 .and_then(|a| a.checked_add(n_end))
                 .ok_or_else(overflow)?;
             if dst_len < need {
-                return Err(Fail::new(St::HETERO_SME_BUFFER_TOO_SMALL, "dst_len"));
+                return Err(Fail::new(HETERO_SME_BUFFER_TOO_SMALL, "dst_len"));
             }
         }
         Ok(Job {
@@ -1049,6 +1074,28 @@ impl Job {
         })
     }
 
+    /// A GEMV job (Q4_0, M = 1, N = 16, K = 32) whose weight payload is recorded as 0 bytes:
+    /// its tile fails with `BufferTooSmall` (for the pool's error-reporting test).
+    ///
+    /// # Safety
+    /// `lhs` holds 64 + 128 readable bytes, `rhs` 64, `dst` 16 writable floats, for the job's use.
+    #[cfg(test)]
+    pub(crate) unsafe fn bogus_gemv_for_test(lhs: *const u8, rhs: *const u8, dst: *mut f32) -> Job {
+        Job {
+            runner: Runner::Qgemv(Kernel::new(KernelKind::Portable).expect("portable")),
+            ty: GgmlType::Q4_0,
+            fmt: Int8Fmt::of(GgmlType::Q4_0).expect("Q4_0"),
+            m: 1,
+            n: 16,
+            k: 32,
+            lhs,
+            rhs,
+            rhs_payload: 0,
+            dst,
+            ldd: 16,
+        }
+    }
+
     /// Checks a tile range: within the shapes, `n_start` on a group boundary, `n_end` on one or
     /// at N.
     pub(crate) fn check_range(
@@ -1060,7 +1107,7 @@ impl Job {
     ) -> Result<(), Fail> {
         if m_start > m_end || m_end > self.m || n_start > n_end || n_end > self.n {
             return Err(Fail::new(
-                St::HETERO_SME_INVALID_ARGUMENT,
+                HETERO_SME_INVALID_ARGUMENT,
                 "tile range reversed or beyond the shapes",
             ));
         }
@@ -1342,6 +1389,7 @@ pub unsafe extern "C" fn hetero_sme_matmul_ukernel_get(
         let fam = hetero_sme_variant_family(variant);
         let t = match v {
             V::I8Portable => table::<1>(fam),
+            V::I8Avx2 => table::<4>(fam),
             V::I8Vnni => table::<2>(fam),
             V::I8Amx => table::<3>(fam),
             V::QPortable => table::<17>(fam),

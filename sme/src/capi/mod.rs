@@ -10,8 +10,8 @@
 //!   does);
 //! - pointers are checked for null, lengths (in elements, as the header says) for overflow and
 //!   against the shapes, buffers for alignment; on any failure nothing is written;
-//! - no call allocates except `hetero_sme_pool_new` and the int8 weight packer (one temporary
-//!   copy of the tensor, at load time); every buffer is the caller's, sized by a query first.
+//! - no call allocates except `hetero_sme_pool_new` (the pool's threads); every buffer is the
+//!   caller's, sized by a query first (the weight packers pack in place into it).
 #![allow(non_camel_case_types)]
 
 mod matmul;
@@ -23,241 +23,134 @@ pub use pool::*;
 pub use types::*;
 
 use core::ffi::c_char;
-use std::cell::RefCell;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use hetero_ffi::Fail as FfiFail;
+pub(crate) use hetero_ffi::{aligned, guard_value, nonnull, put};
 
 use crate::Error;
 
-// The header's HETERO_SME_VERSION_* macros hold the same numbers (tests/capi_headers.rs).
-const VERSION_MAJOR: u32 = parse_version(env!("CARGO_PKG_VERSION_MAJOR"));
-const VERSION_MINOR: u32 = parse_version(env!("CARGO_PKG_VERSION_MINOR"));
-const VERSION_PATCH: u32 = parse_version(env!("CARGO_PKG_VERSION_PATCH"));
+/// Outcome of a call (an `int32_t`: a fixed width, unlike a C enum). 0 is success; 1..=99 mean
+/// the same in every `hetero_*` library; 100 and up are this library's own.
+pub type hetero_sme_status = i32;
 
-const fn parse_version(s: &str) -> u32 {
-    let b = s.as_bytes();
-    let mut v = 0u32;
-    let mut i = 0;
-    while i < b.len() {
-        v = v * 10 + (b[i] - b'0') as u32;
-        i += 1;
-    }
-    v
-}
+/// Success.
+pub const HETERO_SME_OK: hetero_sme_status = 0;
+/// A required pointer was null.
+pub const HETERO_SME_NULL_POINTER: hetero_sme_status = 1;
+/// An argument is out of its domain (a shape, a range, a stride, a count).
+pub const HETERO_SME_INVALID_ARGUMENT: hetero_sme_status = 2;
+/// A buffer is shorter than the shape needs (query the size first).
+pub const HETERO_SME_BUFFER_TOO_SMALL: hetero_sme_status = 3;
+/// A size computation overflowed.
+pub const HETERO_SME_OVERFLOW: hetero_sme_status = 4;
+/// A buffer is not aligned as the call requires.
+pub const HETERO_SME_MISALIGNED: hetero_sme_status = 5;
+/// Rust panicked inside the call (a bug: please report it); nothing is promised about the
+/// outputs.
+pub const HETERO_SME_PANIC: hetero_sme_status = 6;
+/// The GGML type is not one this call computes with.
+pub const HETERO_SME_UNSUPPORTED_TYPE: hetero_sme_status = 100;
+/// The variant id names no variant of this family.
+pub const HETERO_SME_UNKNOWN_VARIANT: hetero_sme_status = 101;
+/// The variant exists but this CPU (or OS, or build) cannot run it.
+pub const HETERO_SME_VARIANT_UNAVAILABLE: hetero_sme_status = 102;
+/// A packed buffer has no valid header (wrong magic, version or kind, or corrupt sizes).
+pub const HETERO_SME_BAD_BLOB: hetero_sme_status = 103;
+/// A packed buffer was packed by another variant.
+pub const HETERO_SME_BLOB_VARIANT_MISMATCH: hetero_sme_status = 104;
+/// A packed buffer holds another type or shape than the call needs (e.g. activations
+/// quantized for another scheme, or another K).
+pub const HETERO_SME_BLOB_MISMATCH: hetero_sme_status = 105;
+/// An input value is NaN or infinite where it must be finite.
+pub const HETERO_SME_NON_FINITE: hetero_sme_status = 106;
+/// An input value is beyond what the target format represents.
+pub const HETERO_SME_VALUE_OUT_OF_RANGE: hetero_sme_status = 107;
+/// The thread pool could not start (a thread failed to spawn) or refused the job.
+pub const HETERO_SME_POOL_ERROR: hetero_sme_status = 108;
 
-/// Outcome of a call. 0 is success; 1..=99 mean the same in every `hetero_*` library; 100 and
-/// up are this library's own.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum hetero_sme_status {
-    /// Success.
-    HETERO_SME_OK = 0,
-    /// A required pointer was null.
-    HETERO_SME_NULL_POINTER = 1,
-    /// An argument is out of its domain (a shape, a range, a stride, a count).
-    HETERO_SME_INVALID_ARGUMENT = 2,
-    /// A buffer is shorter than the shape needs (query the size first).
-    HETERO_SME_BUFFER_TOO_SMALL = 3,
-    /// A size computation overflowed.
-    HETERO_SME_OVERFLOW = 4,
-    /// A buffer is not aligned as the call requires.
-    HETERO_SME_MISALIGNED = 5,
-    /// Rust panicked inside the call (a bug: please report it); nothing is promised about the
-    /// outputs.
-    HETERO_SME_PANIC = 6,
-    /// The GGML type is not one this call computes with.
-    HETERO_SME_UNSUPPORTED_TYPE = 100,
-    /// The variant id names no variant of this family.
-    HETERO_SME_UNKNOWN_VARIANT = 101,
-    /// The variant exists but this CPU (or OS, or build) cannot run it.
-    HETERO_SME_VARIANT_UNAVAILABLE = 102,
-    /// A packed buffer has no valid header (wrong magic, version or kind, or corrupt sizes).
-    HETERO_SME_BAD_BLOB = 103,
-    /// A packed buffer was packed by another variant.
-    HETERO_SME_BLOB_VARIANT_MISMATCH = 104,
-    /// A packed buffer holds another type or shape than the call needs (e.g. activations
-    /// quantized for another scheme, or another K).
-    HETERO_SME_BLOB_MISMATCH = 105,
-    /// An input value is NaN or infinite where it must be finite.
-    HETERO_SME_NON_FINITE = 106,
-    /// An input value is beyond what the target format represents.
-    HETERO_SME_VALUE_OUT_OF_RANGE = 107,
-    /// The thread pool could not start (a thread failed to spawn) or refused the job.
-    HETERO_SME_POOL_ERROR = 108,
-}
-
-use hetero_sme_status as St;
-
-/// A refused call: the status and what the thread's last-error text says.
-pub(crate) struct Fail {
-    status: St,
-    detail: Detail,
-}
-
-enum Detail {
-    /// Already recorded by an inner call.
-    Kept,
-    Text(&'static str),
+/// The crate errors a refusal may carry (formatted into the last-error text).
+#[derive(Debug)]
+pub(crate) enum SmeErr {
     Rust(Error),
     Pool(crate::PoolError),
 }
 
-impl Fail {
-    pub(crate) fn new(status: St, text: &'static str) -> Self {
-        Fail {
-            status,
-            detail: Detail::Text(text),
+impl core::fmt::Display for SmeErr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SmeErr::Rust(e) => write!(f, "{e}"),
+            SmeErr::Pool(e) => write!(f, "{e}"),
         }
     }
-    /// An inner entry point's status, whose detail it already recorded.
-    pub(crate) fn passed(status: St) -> Self {
-        Fail {
-            status,
-            detail: Detail::Kept,
-        }
-    }
-    pub(crate) fn null(what: &'static str) -> Self {
-        Self::new(St::HETERO_SME_NULL_POINTER, what)
-    }
-    pub(crate) fn pool(e: crate::PoolError) -> Self {
-        Fail {
-            status: St::HETERO_SME_POOL_ERROR,
-            detail: Detail::Pool(e),
-        }
-    }
+}
+
+// The shared statuses are the same numbers in every hetero library (literals above, so the
+// header generator sees them).
+const _: () = assert!(
+    HETERO_SME_OK == hetero_ffi::OK
+        && HETERO_SME_NULL_POINTER == hetero_ffi::NULL_POINTER
+        && HETERO_SME_INVALID_ARGUMENT == hetero_ffi::INVALID_ARGUMENT
+        && HETERO_SME_BUFFER_TOO_SMALL == hetero_ffi::BUFFER_TOO_SMALL
+        && HETERO_SME_OVERFLOW == hetero_ffi::OVERFLOW
+        && HETERO_SME_MISALIGNED == hetero_ffi::MISALIGNED
+        && HETERO_SME_PANIC == hetero_ffi::PANIC
+);
+
+/// A refused call: the status and what the thread's last-error text says.
+pub(crate) type Fail = FfiFail<SmeErr>;
+
+/// A thread pool's refusal.
+pub(crate) fn pool_fail(e: crate::PoolError) -> Fail {
+    Fail::err(HETERO_SME_POOL_ERROR, SmeErr::Pool(e))
 }
 
 impl From<Error> for Fail {
     fn from(e: Error) -> Self {
         let status = match e {
-            Error::BufferTooSmall { .. } => St::HETERO_SME_BUFFER_TOO_SMALL,
-            Error::Misaligned { .. } => St::HETERO_SME_MISALIGNED,
-            Error::Unsupported { .. } => St::HETERO_SME_VARIANT_UNAVAILABLE,
+            Error::BufferTooSmall { .. } => HETERO_SME_BUFFER_TOO_SMALL,
+            Error::Misaligned { .. } => HETERO_SME_MISALIGNED,
+            Error::Unsupported { .. } => HETERO_SME_VARIANT_UNAVAILABLE,
             Error::UnsupportedFormat { .. } | Error::FormatMismatch { .. } => {
-                St::HETERO_SME_UNSUPPORTED_TYPE
+                HETERO_SME_UNSUPPORTED_TYPE
             }
-            Error::MissingActivations { .. } => St::HETERO_SME_BLOB_MISMATCH,
-            Error::NonFinite { .. } => St::HETERO_SME_NON_FINITE,
-            Error::ValueOutOfRange { .. } => St::HETERO_SME_VALUE_OUT_OF_RANGE,
-            Error::Overflow => St::HETERO_SME_OVERFLOW,
-            _ => St::HETERO_SME_INVALID_ARGUMENT,
+            Error::MissingActivations { .. } => HETERO_SME_BLOB_MISMATCH,
+            Error::NonFinite { .. } => HETERO_SME_NON_FINITE,
+            Error::ValueOutOfRange { .. } => HETERO_SME_VALUE_OUT_OF_RANGE,
+            Error::Overflow => HETERO_SME_OVERFLOW,
+            _ => HETERO_SME_INVALID_ARGUMENT,
         };
-        Fail {
-            status,
-            detail: Detail::Rust(e),
-        }
+        Fail::err(status, SmeErr::Rust(e))
     }
 }
-
-/// Capacity of the per-thread last-error text, terminator included.
-const LAST_LEN: usize = 256;
 
 thread_local! {
-    // A fixed buffer: recording an error never allocates.
-    static LAST: RefCell<[u8; LAST_LEN]> = const { RefCell::new([0; LAST_LEN]) };
-}
-
-/// Writes into a fixed buffer, truncating (at a UTF-8 boundary) and keeping room for the NUL.
-struct Trunc<'a> {
-    buf: &'a mut [u8; LAST_LEN],
-    at: usize,
-}
-
-impl core::fmt::Write for Trunc<'_> {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let room = LAST_LEN - 1 - self.at;
-        let mut take = s.len().min(room);
-        while !s.is_char_boundary(take) {
-            take -= 1;
-        }
-        self.buf[self.at..self.at + take].copy_from_slice(&s.as_bytes()[..take]);
-        self.at += take;
-        Ok(())
-    }
-}
-
-fn record(f: &Fail) {
-    use core::fmt::Write;
-    let _ = LAST.try_with(|cell| {
-        if let Ok(mut buf) = cell.try_borrow_mut() {
-            let mut w = Trunc {
-                buf: &mut buf,
-                at: 0,
-            };
-            let _ = match &f.detail {
-                Detail::Kept => return,
-                Detail::Text(t) => w.write_str(t),
-                Detail::Rust(e) => write!(w, "{e}"),
-                Detail::Pool(e) => write!(w, "{e}"),
-            };
-            let end = w.at;
-            buf[end] = 0;
-        }
-    });
+    // This library's own last-error text (the other hetero libraries keep theirs).
+    static LAST: hetero_ffi::LastError = const { hetero_ffi::LastError::new() };
 }
 
 /// Runs one C entry point's body: a panic becomes `HETERO_SME_PANIC`, a refusal its status
 /// (recorded as this thread's last error).
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> hetero_sme_status {
-    let fail = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => return St::HETERO_SME_OK,
-        Ok(Err(fail)) => fail,
-        Err(_) => Fail::new(St::HETERO_SME_PANIC, "a panic inside hetero-sme (a bug)"),
-    };
-    record(&fail);
-    fail.status
-}
-
-/// As [`guard`] for the infallible queries: a panic (never expected) returns `default`.
-pub(crate) fn guard_value<T>(default: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(default)
+    hetero_ffi::guard(&LAST, "hetero-sme", f)
 }
 
 /// Static text for a status (a `hetero_sme_status` value; never null: values no status has
-/// give "unknown status"). Takes an `int32_t` so that any value is safe to pass.
+/// give "unknown status").
 ///
 /// Thread-safe.
 #[no_mangle]
-pub extern "C" fn hetero_sme_status_message(status: i32) -> *const c_char {
-    const ALL: [St; 16] = [
-        St::HETERO_SME_OK,
-        St::HETERO_SME_NULL_POINTER,
-        St::HETERO_SME_INVALID_ARGUMENT,
-        St::HETERO_SME_BUFFER_TOO_SMALL,
-        St::HETERO_SME_OVERFLOW,
-        St::HETERO_SME_MISALIGNED,
-        St::HETERO_SME_PANIC,
-        St::HETERO_SME_UNSUPPORTED_TYPE,
-        St::HETERO_SME_UNKNOWN_VARIANT,
-        St::HETERO_SME_VARIANT_UNAVAILABLE,
-        St::HETERO_SME_BAD_BLOB,
-        St::HETERO_SME_BLOB_VARIANT_MISMATCH,
-        St::HETERO_SME_BLOB_MISMATCH,
-        St::HETERO_SME_NON_FINITE,
-        St::HETERO_SME_VALUE_OUT_OF_RANGE,
-        St::HETERO_SME_POOL_ERROR,
-    ];
-    let s: &'static core::ffi::CStr = match ALL.iter().find(|&&v| v as i32 == status) {
-        None => c"unknown status",
-        Some(St::HETERO_SME_OK) => c"success",
-        Some(St::HETERO_SME_NULL_POINTER) => c"a required pointer was null",
-        Some(St::HETERO_SME_INVALID_ARGUMENT) => c"an argument is out of its domain",
-        Some(St::HETERO_SME_BUFFER_TOO_SMALL) => c"a buffer is too small for the shape",
-        Some(St::HETERO_SME_OVERFLOW) => c"a size computation overflowed",
-        Some(St::HETERO_SME_MISALIGNED) => c"a buffer is misaligned",
-        Some(St::HETERO_SME_PANIC) => c"a panic inside the library (a bug)",
-        Some(St::HETERO_SME_UNSUPPORTED_TYPE) => c"the GGML type is not supported by this call",
-        Some(St::HETERO_SME_UNKNOWN_VARIANT) => c"no such kernel variant",
-        Some(St::HETERO_SME_VARIANT_UNAVAILABLE) => {
-            c"the kernel variant is not available on this CPU"
-        }
-        Some(St::HETERO_SME_BAD_BLOB) => c"the packed buffer has no valid header",
-        Some(St::HETERO_SME_BLOB_VARIANT_MISMATCH) => {
-            c"the packed buffer was packed by another variant"
-        }
-        Some(St::HETERO_SME_BLOB_MISMATCH) => c"the packed buffer holds another type or shape",
-        Some(St::HETERO_SME_NON_FINITE) => c"an input value is not finite",
-        Some(St::HETERO_SME_VALUE_OUT_OF_RANGE) => c"an input value is beyond the format's range",
-        Some(St::HETERO_SME_POOL_ERROR) => c"the thread pool failed",
+pub extern "C" fn hetero_sme_status_message(status: hetero_sme_status) -> *const c_char {
+    let s: &'static core::ffi::CStr = match status {
+        HETERO_SME_UNSUPPORTED_TYPE => c"the GGML type is not supported by this call",
+        HETERO_SME_UNKNOWN_VARIANT => c"no such kernel variant",
+        HETERO_SME_VARIANT_UNAVAILABLE => c"the kernel variant is not available on this CPU",
+        HETERO_SME_BAD_BLOB => c"the packed buffer has no valid header",
+        HETERO_SME_BLOB_VARIANT_MISMATCH => c"the packed buffer was packed by another variant",
+        HETERO_SME_BLOB_MISMATCH => c"the packed buffer holds another type or shape",
+        HETERO_SME_NON_FINITE => c"an input value is not finite",
+        HETERO_SME_VALUE_OUT_OF_RANGE => c"an input value is beyond the format's range",
+        HETERO_SME_POOL_ERROR => c"the thread pool failed",
+        s => hetero_ffi::common_message(s).unwrap_or(c"unknown status"),
     };
     s.as_ptr()
 }
@@ -268,11 +161,7 @@ pub extern "C" fn hetero_sme_status_message(status: i32) -> *const c_char {
 /// Thread-safe (each thread has its own).
 #[no_mangle]
 pub extern "C" fn hetero_sme_last_error() -> *const c_char {
-    static EMPTY: [u8; 1] = [0];
-    guard_value(EMPTY.as_ptr().cast(), || {
-        LAST.try_with(|cell| cell.as_ptr().cast::<c_char>().cast_const())
-            .unwrap_or(EMPTY.as_ptr().cast())
-    })
+    hetero_ffi::last_error(&LAST)
 }
 
 /// The library's version as `major << 16 | minor << 8 | patch` (compare with the header's
@@ -281,7 +170,13 @@ pub extern "C" fn hetero_sme_last_error() -> *const c_char {
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hetero_sme_version() -> u32 {
-    VERSION_MAJOR << 16 | VERSION_MINOR << 8 | VERSION_PATCH
+    // The header's HETERO_SME_VERSION_* macros hold the same numbers (tests/capi_headers.rs).
+    const V: u32 = hetero_ffi::version(
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH"),
+    );
+    V
 }
 
 /// Panics inside the boundary on purpose and returns what the guard made of it:
@@ -298,31 +193,4 @@ pub extern "C" fn hetero_sme_selftest_panic() -> hetero_sme_status {
         let _ = v[i];
         Ok(())
     })
-}
-
-/// Checks a pointer for null.
-pub(crate) fn nonnull<T>(p: *const T, what: &'static str) -> Result<(), Fail> {
-    if p.is_null() {
-        return Err(Fail::null(what));
-    }
-    Ok(())
-}
-
-/// Checks a pointer's alignment.
-pub(crate) fn aligned<T>(p: *const T, align: usize, what: &'static str) -> Result<(), Fail> {
-    if !(p as usize).is_multiple_of(align) {
-        return Err(Fail::new(St::HETERO_SME_MISALIGNED, what));
-    }
-    Ok(())
-}
-
-/// Writes an output value through a checked pointer.
-///
-/// # Safety
-/// `out`, if not null, is valid for a write of `T`.
-pub(crate) unsafe fn put<T>(out: *mut T, v: T, what: &'static str) -> Result<(), Fail> {
-    nonnull(out, what)?;
-    // SAFETY: not null (checked); valid by the caller's contract.
-    unsafe { out.write(v) };
-    Ok(())
 }

@@ -1,9 +1,7 @@
 //! The convenience path: a whole matmul on the crate's own `ThreadPool` (an opaque handle).
 
-use super::hetero_sme_status as St;
-use super::hetero_sme_status;
 use super::matmul::{hetero_sme_matmul_get_lhs_packed_size, hetero_sme_matmul_run_lhs_pack, Job};
-use super::{guard, guard_value, nonnull, put, Fail};
+use super::*;
 
 use crate::{ThreadPool, QPACK_ROWS};
 
@@ -13,8 +11,7 @@ pub struct hetero_sme_pool {
 }
 
 /// Starts a pool of `threads` (≥ 1) threads, the calling thread counted: `threads − 1` workers
-/// are spawned now (the only allocation of this API besides the int8 weight packer). Free it
-/// with `hetero_sme_pool_free`.
+/// are spawned now (the only allocation of this API). Free it with `hetero_sme_pool_free`.
 ///
 /// Thread-safe.
 ///
@@ -29,11 +26,11 @@ pub unsafe extern "C" fn hetero_sme_pool_new(
         nonnull(out, "out")?;
         if threads == 0 {
             return Err(Fail::new(
-                St::HETERO_SME_INVALID_ARGUMENT,
+                HETERO_SME_INVALID_ARGUMENT,
                 "threads must be >= 1",
             ));
         }
-        let pool = ThreadPool::new(threads).map_err(Fail::pool)?;
+        let pool = ThreadPool::new(threads).map_err(pool_fail)?;
         let p = Box::into_raw(Box::new(hetero_sme_pool { pool }));
         // SAFETY: the caller's contract.
         unsafe { put(out, p, "out") }
@@ -120,22 +117,24 @@ unsafe fn run_on(pool: &ThreadPool, job: &Job) -> Result<(), Fail> {
     let (rc, cc) = (m.div_ceil(rows), n.div_ceil(cols));
     let tasks = rc
         .checked_mul(cc)
-        .ok_or(Fail::new(St::HETERO_SME_OVERFLOW, "tasks"))?;
-    let failed = std::sync::atomic::AtomicBool::new(false);
+        .ok_or(Fail::new(HETERO_SME_OVERFLOW, "tasks"))?;
+    // The first failing tile's refusal, reported as it is (its status and text). Validated
+    // tiles are not expected to fail; if one does, the caller learns why, not just "a bug".
+    let first: std::sync::OnceLock<Fail> = std::sync::OnceLock::new();
     pool.run(tasks, &|t, _thread| {
         let (c, r) = (t / rc, t % rc);
         let (m0, n0) = (r * rows, c * cols);
         let (m1, n1) = ((m0 + rows).min(m), (n0 + cols).min(n));
         // SAFETY: each task index runs once, and tasks cover disjoint tiles of the validated
         // output; the tiles are on group boundaries (n0 multiple of 64, n1 too or N).
-        if unsafe { job.run(m0, m1, n0, n1) }.is_err() {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = unsafe { job.run(m0, m1, n0, n1) } {
+            let _ = first.set(e);
         }
     });
-    if failed.into_inner() {
-        return Err(Fail::new(St::HETERO_SME_PANIC, "a validated tile failed"));
+    match first.into_inner() {
+        Some(fail) => Err(fail),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Quantizes (int8) or copies (GEMV) the f32 activations `x` into the caller's `lhs_scratch`
@@ -170,7 +169,7 @@ pub unsafe extern "C" fn hetero_sme_matmul_f32_pool(
         let mut need = 0usize;
         // SAFETY: a local.
         let st = unsafe { hetero_sme_matmul_get_lhs_packed_size(variant, ty, m, k, &mut need) };
-        if st != St::HETERO_SME_OK {
+        if st != HETERO_SME_OK {
             return Err(Fail::passed(st));
         }
         // SAFETY: forwarded.
@@ -187,7 +186,7 @@ pub unsafe extern "C" fn hetero_sme_matmul_f32_pool(
                 lhs_scratch_size,
             )
         };
-        if st != St::HETERO_SME_OK {
+        if st != HETERO_SME_OK {
             return Err(Fail::passed(st));
         }
         // SAFETY: forwarded; the scratch now holds a valid LHS blob of `need` bytes.
@@ -204,9 +203,36 @@ pub unsafe extern "C" fn hetero_sme_matmul_f32_pool(
                 ldd,
             )
         };
-        if st != St::HETERO_SME_OK {
+        if st != HETERO_SME_OK {
             return Err(Fail::passed(st));
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tile that fails inside the pool reports its own status and text, not
+    /// `HETERO_SME_PANIC` (a GEMV job whose weight payload is too short for its shape).
+    #[test]
+    fn a_failing_tile_reports_its_error() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let lhs = [0f32; 16 + 32];
+        let rhs = [0u64; 8 + 8];
+        let mut dst = [f32::NAN; 64];
+        // SAFETY: the buffers outlive the job; the bogus payload length is what is tested.
+        let job = unsafe {
+            Job::bogus_gemv_for_test(lhs.as_ptr().cast(), rhs.as_ptr().cast(), dst.as_mut_ptr())
+        };
+        // SAFETY: the job's output is `dst`, owned here.
+        let err = unsafe { run_on(&pool, &job) }.expect_err("the tile must fail");
+        assert_eq!(err.status, HETERO_SME_BUFFER_TOO_SMALL);
+        assert!(
+            matches!(err.detail, hetero_ffi::Detail::Err(SmeErr::Rust(_))),
+            "{:?}",
+            err.detail
+        );
+    }
 }

@@ -2,15 +2,13 @@
 
 use core::ffi::c_char;
 
-use super::hetero_sme_status as St;
-use super::hetero_sme_status;
-use super::{guard, guard_value, nonnull, put, Fail};
+use super::*;
 use crate::{dequantize_row, quantize_row, GgmlType};
 
 /// The GGML type of a GGUF code, or `HETERO_SME_UNSUPPORTED_TYPE`.
 pub(crate) fn ty_of(code: u32) -> Result<GgmlType, Fail> {
     GgmlType::from_code(code)
-        .ok_or_else(|| Fail::new(St::HETERO_SME_UNSUPPORTED_TYPE, "unknown GGML type code"))
+        .ok_or_else(|| Fail::new(HETERO_SME_UNSUPPORTED_TYPE, "unknown GGML type code"))
 }
 
 /// ggml's name of a GGUF type code (`"Q4_K"`, ...), static; `"unknown"` for codes outside
@@ -69,19 +67,19 @@ pub unsafe extern "C" fn hetero_sme_type_row_bytes(
         let ty = ty_of(ggml_type)?;
         let (be, bb) = ty.block().ok_or_else(|| {
             Fail::new(
-                St::HETERO_SME_UNSUPPORTED_TYPE,
+                HETERO_SME_UNSUPPORTED_TYPE,
                 "the type has no tabulated size",
             )
         })?;
         if !k.is_multiple_of(be) {
             return Err(Fail::new(
-                St::HETERO_SME_INVALID_ARGUMENT,
+                HETERO_SME_INVALID_ARGUMENT,
                 "k is not a whole number of blocks",
             ));
         }
         let n = (k / be)
             .checked_mul(bb)
-            .ok_or_else(|| Fail::new(St::HETERO_SME_OVERFLOW, "row bytes overflow"))?;
+            .ok_or_else(|| Fail::new(HETERO_SME_OVERFLOW, "row bytes overflow"))?;
         // SAFETY: the caller's contract.
         unsafe { put(bytes, n, "bytes") }
     })
@@ -111,10 +109,10 @@ pub unsafe extern "C" fn hetero_sme_dequantize_row(
         super::aligned(dst, 4, "dst (4-byte alignment)")?;
         let need = ty
             .row_bytes(n)
-            .ok_or_else(|| Fail::new(St::HETERO_SME_INVALID_ARGUMENT, "n is not whole blocks"))?;
+            .ok_or_else(|| Fail::new(HETERO_SME_INVALID_ARGUMENT, "n is not whole blocks"))?;
         if need != src_len {
             return Err(Fail::new(
-                St::HETERO_SME_INVALID_ARGUMENT,
+                HETERO_SME_INVALID_ARGUMENT,
                 "src_len is not the row bytes of n values",
             ));
         }
@@ -155,10 +153,10 @@ pub unsafe extern "C" fn hetero_sme_quantize_row(
         super::aligned(src, 4, "src (4-byte alignment)")?;
         let need = ty
             .row_bytes(n)
-            .ok_or_else(|| Fail::new(St::HETERO_SME_INVALID_ARGUMENT, "n is not whole blocks"))?;
+            .ok_or_else(|| Fail::new(HETERO_SME_INVALID_ARGUMENT, "n is not whole blocks"))?;
         if need != dst_len {
             return Err(Fail::new(
-                St::HETERO_SME_INVALID_ARGUMENT,
+                HETERO_SME_INVALID_ARGUMENT,
                 "dst_len is not the row bytes of n values",
             ));
         }

@@ -99,7 +99,9 @@ int ctest_sme_matmul(uint32_t v, uint32_t type, size_t m, size_t n, size_t k, co
         uk.get_n_step() != hetero_sme_matmul_get_n_step(v) || uk.get_mr() != hetero_sme_matmul_get_mr(v) ||
         uk.get_nr() != hetero_sme_matmul_get_nr(v) || uk.get_kr() != hetero_sme_matmul_get_kr(v) ||
         uk.get_sr() != hetero_sme_matmul_get_sr(v) ||
-        uk.get_dst_offset(3, 16, 400) != 3 * 400 + 16 * 4 || uk.get_dst_size(2, 5, 400) != 400 + 20) {
+        uk.get_dst_offset(3, 16, 100) != 3 * 100 + 16 || uk.get_dst_size(2, 5, 100) != 100 + 5 ||
+        uk.get_dst_size(m, n, ldd) != out_len(m, n, ldd) || uk.get_dst_size(0, 5, 100) != 0 ||
+        uk.get_dst_offset(SIZE_MAX, 2, 2) != SIZE_MAX) {
         rc = 1004;
         goto done;
     }
@@ -312,6 +314,10 @@ int ctest_sme_bad_inputs(uint32_t int8_v, uint32_t gemv_v, uint32_t unavailable_
         EXPECT(hetero_sme_matmul_run_matmul(gemv_v, 0, m, 0, n, lhs, ls, grhs, sz, y, dst_len, ldd), HETERO_SME_BLOB_VARIANT_MISMATCH);
         EXPECT(hetero_sme_matmul_run_matmul(gemv_v, 0, m, 0, n, glhs, gls, grhs, sz, y, dst_len, ldd), HETERO_SME_OK);
         poison(y, dst_len + 1);
+        /* f32 activations carry no scheme: a forged one is a corrupt header */
+        glhs[40] = 1;
+        EXPECT(hetero_sme_matmul_run_matmul(gemv_v, 0, m, 0, n, glhs, gls, grhs, sz, y, dst_len, ldd), HETERO_SME_BAD_BLOB);
+        glhs[40] = 0;
     }
     EXPECT(hetero_sme_matmul_run_matmul(int8_v, 0, m, 0, n, rhs, rs, lhs, ls, y, dst_len, ldd), HETERO_SME_BAD_BLOB);
     {
@@ -331,6 +337,24 @@ int ctest_sme_bad_inputs(uint32_t int8_v, uint32_t gemv_v, uint32_t unavailable_
         uint8_t *lk = alloc64(l2), *l32 = NULL;
         EXPECT(hetero_sme_matmul_run_lhs_pack(int8_v, Q4_K, m, k2, x2, m * k2, k2, lk, l2), HETERO_SME_OK);
         EXPECT(hetero_sme_matmul_run_matmul(int8_v, 0, m, 0, 16, lk, l2, rhs2, r2, y, dst_len, ldd), HETERO_SME_BLOB_MISMATCH);
+        {
+            /* Forged LHS headers (fields: ggml_type at byte 12, payload at 32, scheme at 40), in
+             * a copy no larger than the blob, so reading it as another layout is an ASan error.
+             * The Q4_K activations' scheme forged to "per 32" (what the Q4_0 weight expects):
+             * type and scheme disagree, refused (it used to pass and be read per 32: past the
+             * buffer). Then the type forged to Q4_0 too: its payload is per 256's. */
+            const size_t lks = l2;
+            uint8_t *fl = aligned_alloc(HETERO_SME_PACKED_ALIGN, (lks + 63) / 64 * 64);
+            memcpy(fl, lk, lks);
+            const uint32_t per32 = 1, per256 = 2, q40 = Q4_0;
+            memcpy(fl + 40, &per32, 4);
+            EXPECT(hetero_sme_matmul_run_matmul(int8_v, 0, m, 0, 16, fl, lks, rhs2, r2, y, dst_len, ldd), HETERO_SME_BAD_BLOB);
+            memcpy(fl + 12, &q40, 4);
+            EXPECT(hetero_sme_matmul_run_matmul(int8_v, 0, m, 0, 16, fl, lks, rhs2, r2, y, dst_len, ldd), HETERO_SME_BAD_BLOB);
+            memcpy(fl + 40, &per256, 4);
+            EXPECT(hetero_sme_matmul_run_matmul(int8_v, 0, m, 0, 16, fl, lks, rhs2, r2, y, dst_len, ldd), HETERO_SME_BAD_BLOB);
+            free(fl);
+        }
         EXPECT(hetero_sme_matmul_get_lhs_packed_size(int8_v, Q4_0, m, k2, &l2), HETERO_SME_OK);
         l32 = alloc64(l2);
         EXPECT(hetero_sme_matmul_run_lhs_pack(int8_v, Q4_0, m, k2, x2, m * k2, k2, l32, l2), HETERO_SME_OK);

@@ -1,29 +1,116 @@
 //! The flag, the barrier and the wait-time predictor from C.
 
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::hetero_sync_status as St;
-use super::{aligned, guard, guard_value, hetero_sync_status, nonnull, put, Fail};
+use super::*;
 use crate::{Arrival, CompletionFlag, DependencyBarrier, Phase, Producer, SiteState, WaitConfig};
 
 /// A completion flag (opaque): one 32-bit epoch word (`HETERO_SYNC_FLAG_SIZE` bytes, aligned
-/// to `HETERO_SYNC_FLAG_ALIGN`), heap-allocated by `hetero_sync_flag_new` or placed in the
-/// caller's memory (e.g. beside a tensor in shared memory) by `hetero_sync_flag_init`.
+/// to `HETERO_SYNC_FLAG_ALIGN`), always in the caller's memory: a `hetero_sync_flag_storage`
+/// (static, on the stack, in a struct, or from `malloc`), or any suitably aligned bytes, e.g.
+/// beside a tensor in memory a device or another process maps. `hetero_sync_flag_init` places
+/// one there, `hetero_sync_flag_attach` names one already there. The library never allocates
+/// or frees a flag, so there is no `_free` to call on the wrong kind of memory.
 pub struct hetero_sync_flag {
     flag: CompletionFlag,
 }
 
-/// A dependency barrier over 1..=32 producers (opaque): `hetero_sync_barrier_new`, or the
-/// caller's memory (`HETERO_SYNC_BARRIER_SIZE` bytes, `HETERO_SYNC_BARRIER_ALIGN`) with
-/// `hetero_sync_barrier_init`.
+/// A dependency barrier over 1..=32 producers (opaque), always in the caller's memory (a
+/// `hetero_sync_barrier_storage`, or `HETERO_SYNC_BARRIER_SIZE` bytes aligned to
+/// `HETERO_SYNC_BARRIER_ALIGN`), placed by `hetero_sync_barrier_init`; nothing to free.
 pub struct hetero_sync_barrier {
     barrier: DependencyBarrier,
 }
 
+/// Memory for one flag with the right size and alignment (`HETERO_SYNC_FLAG_SIZE`,
+/// `HETERO_SYNC_FLAG_ALIGN`): declare one, pass its address to `hetero_sync_flag_init`.
+#[repr(C)]
+pub struct hetero_sync_flag_storage {
+    /// Not for the caller to read or write (the flag's word).
+    pub opaque: [u32; 1],
+}
+
+/// Memory for one barrier with the right size and alignment (`HETERO_SYNC_BARRIER_SIZE`,
+/// `HETERO_SYNC_BARRIER_ALIGN`): declare one, pass its address to `hetero_sync_barrier_init`.
+#[repr(C)]
+pub struct hetero_sync_barrier_storage {
+    /// Not for the caller to read or write.
+    pub opaque: [u64; 2],
+}
+
 /// What one wait site has learned (opaque, `hetero_sync_site_new`): pass the same one to every
 /// wait of one call site so the wait sleeps until just before the predicted completion.
+///
+/// Safe to share between threads: each wait copies the state out at its start and stores what
+/// it learned when it returns, each under a short internal lock (never held during the wait).
+/// Two waits on one site at once both run with the prediction of their start; the state of the
+/// one that returns last is kept (the other's sample is lost, nothing else).
 pub struct hetero_sync_site {
-    site: SiteState,
+    lock: AtomicBool,
+    site: UnsafeCell<SiteState>,
+}
+
+impl hetero_sync_site {
+    fn new(site: SiteState) -> Self {
+        hetero_sync_site {
+            lock: AtomicBool::new(false),
+            site: UnsafeCell::new(site),
+        }
+    }
+
+    /// Runs `f` on the state under the lock (a few nanoseconds: a copy in or out).
+    fn with<R>(&self, f: impl FnOnce(&mut SiteState) -> R) -> R {
+        let mut spins = 0u32;
+        // Acquire pairs with the Release below: the previous holder's writes are visible.
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                // The holder may have been preempted inside its copy: give it the core.
+                std::thread::yield_now();
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        // SAFETY: the lock is held, so this is the only reference to the state until the
+        // Release store below.
+        let r = f(unsafe { &mut *self.site.get() });
+        self.lock.store(false, Ordering::Release);
+        r
+    }
+
+    fn load(&self) -> SiteState {
+        self.with(|s| *s)
+    }
+
+    fn store(&self, v: SiteState) {
+        self.with(|s| *s = v);
+    }
+}
+
+/// Runs a wait with a copy of `site`'s state (if any), then stores what it learned.
+///
+/// # Safety
+/// `site` null or a live site.
+unsafe fn with_site<R>(
+    site: *const hetero_sync_site,
+    wait: impl FnOnce(Option<&mut SiteState>) -> R,
+) -> R {
+    // SAFETY: null or live (the caller's contract); only shared references are made.
+    match unsafe { site.as_ref() } {
+        None => wait(None),
+        Some(s) => {
+            let mut local = s.load();
+            let r = wait(Some(&mut local));
+            s.store(local);
+            r
+        }
+    }
 }
 
 /// Bytes of a flag.
@@ -40,6 +127,10 @@ const _: () = {
     assert!(core::mem::align_of::<hetero_sync_flag>() == HETERO_SYNC_FLAG_ALIGN);
     assert!(core::mem::size_of::<hetero_sync_barrier>() == HETERO_SYNC_BARRIER_SIZE);
     assert!(core::mem::align_of::<hetero_sync_barrier>() == HETERO_SYNC_BARRIER_ALIGN);
+    assert!(core::mem::size_of::<hetero_sync_flag_storage>() == HETERO_SYNC_FLAG_SIZE);
+    assert!(core::mem::align_of::<hetero_sync_flag_storage>() == HETERO_SYNC_FLAG_ALIGN);
+    assert!(core::mem::size_of::<hetero_sync_barrier_storage>() == HETERO_SYNC_BARRIER_SIZE);
+    assert!(core::mem::align_of::<hetero_sync_barrier_storage>() == HETERO_SYNC_BARRIER_ALIGN);
 };
 
 /// Who publishes the flag (decides the wait's block phase).
@@ -107,7 +198,7 @@ fn config(cfg: *const hetero_sync_wait_config) -> Result<WaitConfig, Fail> {
         1 => Producer::Device,
         _ => {
             return Err(Fail::new(
-                St::HETERO_SYNC_INVALID_ARGUMENT,
+                HETERO_SYNC_INVALID_ARGUMENT,
                 "unknown producer kind",
             ))
         }
@@ -151,45 +242,11 @@ pub unsafe extern "C" fn hetero_sync_wait_config_default(
 
 // ---- flag ---------------------------------------------------------------------------------------
 
-/// A new flag at `epoch` (low 31 bits; 0 = nothing published) into `*out`; free it with
-/// `hetero_sync_flag_free`.
-///
-/// Thread-safe.
-///
-/// # Safety
-/// `out` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_flag_new(
-    epoch: u32,
-    out: *mut *mut hetero_sync_flag,
-) -> hetero_sync_status {
-    guard(|| {
-        nonnull(out, "out")?;
-        let f = Box::into_raw(Box::new(hetero_sync_flag {
-            flag: CompletionFlag::with_epoch(epoch),
-        }));
-        // SAFETY: the caller's contract.
-        unsafe { put(out, f, "out") }
-    })
-}
-
-/// Frees a flag from `hetero_sync_flag_new` (null is ignored). Not for `_init` flags (their
-/// memory is the caller's) and not while any thread uses the flag.
-///
-/// # Safety
-/// `flag` null or from `hetero_sync_flag_new`, freed once, unused afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_flag_free(flag: *mut hetero_sync_flag) {
-    if !flag.is_null() {
-        // SAFETY: the caller's contract: from Box::into_raw, freed once.
-        drop(unsafe { Box::from_raw(flag) });
-    }
-}
-
-/// Places a flag at `epoch` in the caller's memory `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE`
-/// bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned; e.g. the 4 bytes beside a tensor in memory a device
-/// also maps) and gives its handle in `*out` (the same address). Also how to reset a flag to an
-/// epoch: call it again, while no thread uses the flag. Nothing to free.
+/// Places a flag at `epoch` (low 31 bits; 0 = nothing published) in the caller's memory `mem`
+/// (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes, `HETERO_SYNC_FLAG_ALIGN`-aligned: a
+/// `hetero_sync_flag_storage`, or e.g. the 4 bytes beside a tensor in memory a device also maps)
+/// and gives its handle in `*out` (the same address). Also how to reset a flag to an epoch: call
+/// it again, while no thread uses the flag. Nothing to free: the memory is the caller's.
 ///
 /// Not thread-safe with other users of the same memory.
 ///
@@ -209,7 +266,7 @@ pub unsafe extern "C" fn hetero_sync_flag_init(
         nonnull(out, "out")?;
         aligned(mem, HETERO_SYNC_FLAG_ALIGN, "mem (HETERO_SYNC_FLAG_ALIGN)")?;
         if size < HETERO_SYNC_FLAG_SIZE {
-            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
         }
         let f = mem.cast::<hetero_sync_flag>();
         // SAFETY: aligned, large enough, exclusively the caller's now (contract).
@@ -220,6 +277,36 @@ pub unsafe extern "C" fn hetero_sync_flag_init(
         };
         // SAFETY: the caller's contract.
         unsafe { put(out, f, "out") }
+    })
+}
+
+/// The flag already living at `mem` (`size` ≥ `HETERO_SYNC_FLAG_SIZE` bytes,
+/// `HETERO_SYNC_FLAG_ALIGN`-aligned), unchanged, into `*out` (the same address): for a flag
+/// another party placed, e.g. a uma slot's flag word (`hetero_uma_raw_slot.flag`) or a flag in a
+/// memfd page this process mapped from another process (at any address: waits and publishes
+/// in different processes wake each other). Nothing to free.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `mem` valid for `size` bytes for as long as the flag is used, holding a flag (from
+/// `hetero_sync_flag_init`, or a word only ever written with 31-bit epochs), and accessed only
+/// atomically meanwhile; `out` valid for one write.
+#[no_mangle]
+pub unsafe extern "C" fn hetero_sync_flag_attach(
+    mem: *mut core::ffi::c_void,
+    size: usize,
+    out: *mut *mut hetero_sync_flag,
+) -> hetero_sync_status {
+    guard(|| {
+        nonnull(mem, "mem")?;
+        nonnull(out, "out")?;
+        aligned(mem, HETERO_SYNC_FLAG_ALIGN, "mem (HETERO_SYNC_FLAG_ALIGN)")?;
+        if size < HETERO_SYNC_FLAG_SIZE {
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(out, mem.cast::<hetero_sync_flag>(), "out") }
     })
 }
 
@@ -308,11 +395,12 @@ pub unsafe extern "C" fn hetero_sync_flag_wait_spin(
 /// `cfg` null = defaults; `site` (null = no prediction) learns from each wait; `report` (may be
 /// null) says what the wait did. `HETERO_SYNC_TIMEOUT` after `cfg->timeout_ns`.
 ///
-/// Thread-safe (several waiters on one flag are fine; one `site` per waiting thread).
+/// Thread-safe (several waiters on one flag are fine, and one `site` may be shared by waits
+/// on several threads: see `hetero_sync_site`).
 ///
 /// # Safety
-/// `flag` a live flag; `cfg`, `site`, `report` null or valid (the site used by this thread
-/// only during the call).
+/// `flag` a live flag; `cfg`, `site`, `report` null or valid (`report` written by this call
+/// only).
 #[no_mangle]
 pub unsafe extern "C" fn hetero_sync_flag_wait(
     flag: *const hetero_sync_flag,
@@ -325,9 +413,8 @@ pub unsafe extern "C" fn hetero_sync_flag_wait(
         // SAFETY: forwarded.
         let f = unsafe { flag_ref(flag)? };
         let c = config(cfg)?;
-        // SAFETY: null or a live site used only by this call (contract).
-        let s = unsafe { site.as_mut() }.map(|s| &mut s.site);
-        let r = f.wait(target, &c, s)?;
+        // SAFETY: null or a live site (contract); shared use is synchronized inside.
+        let r = unsafe { with_site(site, |s| f.wait(target, &c, s)) }?;
         write_report(report, r);
         Ok(())
     })
@@ -373,43 +460,10 @@ pub unsafe extern "C" fn hetero_sync_flag_wait_blocking(
 
 // ---- barrier ------------------------------------------------------------------------------------
 
-/// A new barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive in
-/// is the next), into `*out`. Free with `hetero_sync_barrier_free`.
-///
-/// Thread-safe.
-///
-/// # Safety
-/// `out` valid for one write.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_barrier_new(
-    producers: u32,
-    completed: u32,
-    out: *mut *mut hetero_sync_barrier,
-) -> hetero_sync_status {
-    guard(|| {
-        nonnull(out, "out")?;
-        let barrier = DependencyBarrier::with_epoch(producers, completed)?;
-        let b = Box::into_raw(Box::new(hetero_sync_barrier { barrier }));
-        // SAFETY: the caller's contract.
-        unsafe { put(out, b, "out") }
-    })
-}
-
-/// Frees a barrier from `hetero_sync_barrier_new` (null is ignored); not while in use.
-///
-/// # Safety
-/// `barrier` null or from `hetero_sync_barrier_new`, freed once, unused afterwards.
-#[no_mangle]
-pub unsafe extern "C" fn hetero_sync_barrier_free(barrier: *mut hetero_sync_barrier) {
-    if !barrier.is_null() {
-        // SAFETY: the caller's contract.
-        drop(unsafe { Box::from_raw(barrier) });
-    }
-}
-
-/// Places a barrier in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
-/// `HETERO_SYNC_BARRIER_ALIGN`-aligned), handle in `*out` (the same address). Calling it again
-/// resets it (while no thread uses it). Nothing to free.
+/// Places a barrier over `producers` (1..=32) with epoch `completed` done (the first to arrive
+/// in is the next) in the caller's memory (`size` ≥ `HETERO_SYNC_BARRIER_SIZE`,
+/// `HETERO_SYNC_BARRIER_ALIGN`-aligned: a `hetero_sync_barrier_storage`), handle in `*out` (the
+/// same address). Calling it again resets it (while no thread uses it). Nothing to free.
 ///
 /// Not thread-safe with other users of the same memory.
 ///
@@ -433,7 +487,7 @@ pub unsafe extern "C" fn hetero_sync_barrier_init(
             "mem (HETERO_SYNC_BARRIER_ALIGN)",
         )?;
         if size < HETERO_SYNC_BARRIER_SIZE {
-            return Err(Fail::new(St::HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
+            return Err(Fail::new(HETERO_SYNC_BUFFER_TOO_SMALL, "size"));
         }
         let barrier = DependencyBarrier::with_epoch(producers, completed)?;
         let b = mem.cast::<hetero_sync_barrier>();
@@ -501,9 +555,8 @@ pub unsafe extern "C" fn hetero_sync_barrier_wait(
         // SAFETY: forwarded.
         let b = unsafe { barrier_ref(barrier)? };
         let c = config(cfg)?;
-        // SAFETY: null or a live site used only by this call (contract).
-        let s = unsafe { site.as_mut() }.map(|s| &mut s.site);
-        let r = b.wait(epoch, &c, s)?;
+        // SAFETY: null or a live site (contract); shared use is synchronized inside.
+        let r = unsafe { with_site(site, |s| b.wait(epoch, &c, s)) }?;
         write_report(report, r);
         Ok(())
     })
@@ -569,7 +622,7 @@ pub unsafe extern "C" fn hetero_sync_site_new(
         } else {
             SiteState::seeded(mean_ns, jitter_ns, overshoot_ns)
         };
-        let s = Box::into_raw(Box::new(hetero_sync_site { site }));
+        let s = Box::into_raw(Box::new(hetero_sync_site::new(site)));
         // SAFETY: the caller's contract.
         unsafe { put(out, s, "out") }
     })
@@ -590,7 +643,7 @@ pub unsafe extern "C" fn hetero_sync_site_free(site: *mut hetero_sync_site) {
 /// The site's predicted wait in ns into `*ns` (false, nothing written, before any sample);
 /// `*samples` (may be null) gets how many waits it learned from.
 ///
-/// Not thread-safe with a wait using the same site.
+/// Thread-safe (also while waits use the same site: a consistent snapshot).
 ///
 /// # Safety
 /// `site` a live site; `ns_out` valid for one write; `samples` null or valid for one write.
@@ -605,11 +658,12 @@ pub unsafe extern "C" fn hetero_sync_site_predicted_ns(
         let Some(s) = (unsafe { site.as_ref() }) else {
             return false;
         };
+        let st = s.load();
         if !samples.is_null() {
             // SAFETY: valid (contract).
-            unsafe { samples.write(s.site.samples()) };
+            unsafe { samples.write(st.samples()) };
         }
-        match (s.site.predicted_ns(), ns_out.is_null()) {
+        match (st.predicted_ns(), ns_out.is_null()) {
             (Some(p), false) => {
                 // SAFETY: valid (contract).
                 unsafe { ns_out.write(p) };

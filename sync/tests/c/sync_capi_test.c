@@ -1,12 +1,15 @@
 /* C side of hetero-sync's C API tests. tests/capi.rs compares ctest_sync_sequence's results
  * with the same operations on the Rust API; tests/c/sync_main.c runs everything standalone
  * under AddressSanitizer and UndefinedBehaviorSanitizer (scripts/capi.sh test). */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <pthread.h>
+#include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sync_capi_test.h"
 
@@ -17,9 +20,10 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
     alignas(HETERO_SYNC_FLAG_ALIGN) unsigned char fmem[HETERO_SYNC_FLAG_SIZE];
     hetero_sync_flag *flag = NULL;
     hetero_sync_barrier *bar = NULL;
+    hetero_sync_barrier_storage bmem;
     hetero_sync_status st = hetero_sync_flag_init(fmem, sizeof fmem, start_epoch, &flag);
     if (st) return (int)st;
-    st = hetero_sync_barrier_new(producers, start_epoch, &bar);
+    st = hetero_sync_barrier_init(&bmem, sizeof bmem, producers, start_epoch, &bar);
     if (st) return (int)st;
     if ((void *)flag != (void *)fmem) return 900;
     for (size_t i = 0; i < n; i++) {
@@ -47,8 +51,7 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
             return 901;
         }
     }
-    hetero_sync_barrier_free(bar);
-    return 0;
+    return (void *)bar == (void *)&bmem ? 0 : 902;
 }
 
 /* ---- threads: producers write data, then publish / arrive; consumers must see the data ---- */
@@ -56,6 +59,7 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
 #define PRODUCERS 3
 #define CHUNK 256
 struct shared {
+    hetero_sync_flag_storage flag_mem; /* heap memory of the caller's (calloc below) */
     hetero_sync_flag *flag;
     hetero_sync_barrier *bar;
     uint32_t rounds;
@@ -96,7 +100,7 @@ int ctest_sync_threads(uint32_t rounds) {
     int fails = 0;
     s->rounds = rounds;
     /* One flag, a thread producer, the consumer alternating the blocking, timed and spin waits. */
-    if (hetero_sync_flag_new(0, &s->flag) != HETERO_SYNC_OK) return 1;
+    if (hetero_sync_flag_init(&s->flag_mem, sizeof s->flag_mem, 0, &s->flag) != HETERO_SYNC_OK) return 1;
     hetero_sync_site *site = NULL;
     if (hetero_sync_site_new(0, 0, 0, &site) != HETERO_SYNC_OK) return 1;
     hetero_sync_wait_config cfg;
@@ -122,7 +126,6 @@ int ctest_sync_threads(uint32_t rounds) {
     if (rounds >= 3 && !hetero_sync_site_predicted_ns(site, &pred, &samples)) fails++;
     if (rounds >= 3 && samples == 0) fails++;
     hetero_sync_site_free(site);
-    hetero_sync_flag_free(s->flag);
     /* A barrier (in caller memory) over three producers writing disjoint ranges. */
     memset(s->data, 0, sizeof s->data);
     alignas(HETERO_SYNC_BARRIER_ALIGN) unsigned char bmem[HETERO_SYNC_BARRIER_SIZE];
@@ -166,14 +169,20 @@ int ctest_sync_bad_inputs(void) {
     hetero_sync_flag *f = NULL;
     hetero_sync_barrier *b = NULL;
     alignas(8) unsigned char mem[32];
-    EXPECT(hetero_sync_flag_new(5, NULL), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_init(mem, 4, 5, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_init(NULL, 4, 0, &f), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_init(mem + 1, 8, 0, &f), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_flag_init(mem, 3, 0, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
+    EXPECT(hetero_sync_flag_attach(NULL, 4, &f), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_attach(mem, 4, NULL), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_flag_attach(mem + 2, 8, &f), HETERO_SYNC_MISALIGNED);
+    EXPECT(hetero_sync_flag_attach(mem, 3, &f), HETERO_SYNC_BUFFER_TOO_SMALL);
     EXPECT(hetero_sync_barrier_init(mem + 4, 16, 2, 0, &b), HETERO_SYNC_MISALIGNED);
     EXPECT(hetero_sync_barrier_init(mem, 15, 2, 0, &b), HETERO_SYNC_BUFFER_TOO_SMALL);
-    EXPECT(hetero_sync_barrier_new(0, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
-    EXPECT(hetero_sync_barrier_new(33, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 0, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 33, 0, &b), HETERO_SYNC_BAD_PRODUCER_COUNT);
+    EXPECT(hetero_sync_barrier_init(NULL, 16, 2, 0, &b), HETERO_SYNC_NULL_POINTER);
+    EXPECT(hetero_sync_barrier_init(mem, 16, 2, 0, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_publish(NULL, 1), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_flag_wait(NULL, 1, NULL, NULL, NULL), HETERO_SYNC_NULL_POINTER);
     EXPECT(hetero_sync_barrier_arrive(NULL, 0, 1, NULL), HETERO_SYNC_NULL_POINTER);
@@ -181,14 +190,20 @@ int ctest_sync_bad_inputs(void) {
     if (hetero_sync_flag_epoch(NULL) != 0 || hetero_sync_flag_is_reached(NULL, 0) ||
         hetero_sync_barrier_flag(NULL) != NULL || hetero_sync_site_predicted_ns(NULL, NULL, NULL))
         bad++;
-    hetero_sync_flag_free(NULL);
-    hetero_sync_barrier_free(NULL);
     hetero_sync_site_free(NULL);
+    if (sizeof(hetero_sync_flag_storage) != HETERO_SYNC_FLAG_SIZE ||
+        alignof(hetero_sync_flag_storage) != HETERO_SYNC_FLAG_ALIGN ||
+        sizeof(hetero_sync_barrier_storage) != HETERO_SYNC_BARRIER_SIZE ||
+        alignof(hetero_sync_barrier_storage) != HETERO_SYNC_BARRIER_ALIGN)
+        bad++;
 
     EXPECT(hetero_sync_flag_init(mem, 4, 7, &f), HETERO_SYNC_OK);
     EXPECT(hetero_sync_flag_publish(f, 7), HETERO_SYNC_STALE_EPOCH);
     EXPECT(hetero_sync_flag_publish(f, 0x80000009u), HETERO_SYNC_INVALID_EPOCH);
     if (hetero_sync_flag_epoch(f) != 7) bad++;
+    hetero_sync_flag *g = NULL; /* attach: the same flag, unchanged */
+    EXPECT(hetero_sync_flag_attach(mem, 4, &g), HETERO_SYNC_OK);
+    if (g != f || hetero_sync_flag_epoch(g) != 7) bad++;
     hetero_sync_wait_config cfg;
     EXPECT(hetero_sync_wait_config_default(&cfg), HETERO_SYNC_OK);
     cfg.timeout_ns = 2000000; /* 2 ms */
@@ -202,7 +217,8 @@ int ctest_sync_bad_inputs(void) {
     EXPECT(hetero_sync_flag_wait(f, 7, NULL, NULL, &rep), HETERO_SYNC_OK);
     if (rep.phase != HETERO_SYNC_PHASE_IMMEDIATE) bad++;
 
-    EXPECT(hetero_sync_barrier_new(2, 0, &b), HETERO_SYNC_OK);
+    hetero_sync_barrier_storage bs;
+    EXPECT(hetero_sync_barrier_init(&bs, sizeof bs, 2, 0, &b), HETERO_SYNC_OK);
     EXPECT(hetero_sync_barrier_arrive(b, 2, 1, NULL), HETERO_SYNC_UNKNOWN_PRODUCER);
     EXPECT(hetero_sync_barrier_arrive(b, 0, 2, NULL), HETERO_SYNC_EPOCH_NOT_OPEN);
     EXPECT(hetero_sync_barrier_arrive(b, 0, 0, NULL), HETERO_SYNC_STALE_EPOCH);
@@ -214,7 +230,6 @@ int ctest_sync_bad_inputs(void) {
     if (rem != 1) bad++; /* untouched on error */
     EXPECT(hetero_sync_barrier_arrive(b, 1, 1, &rem), HETERO_SYNC_OK);
     if (rem != 0 || hetero_sync_barrier_completed_epoch(b) != 1) bad++;
-    hetero_sync_barrier_free(b);
 
     EXPECT(hetero_sync_selftest_panic(), HETERO_SYNC_PANIC);
     for (int32_t s = -3; s < 200; s++)
@@ -223,4 +238,80 @@ int ctest_sync_bad_inputs(void) {
                                   HETERO_SYNC_VERSION_PATCH))
         bad++;
     return bad;
+}
+
+/* ---- one wait site shared by two waiting threads (issue 32, finding 5) ---- */
+
+struct site_share {
+    hetero_sync_flag_storage mem[2];
+    hetero_sync_flag *flag[2];
+    hetero_sync_site *site;
+    uint32_t rounds;
+    atomic_uint acked[2];
+    atomic_int stop, failures;
+};
+struct site_waiter {
+    struct site_share *s;
+    int which;
+};
+
+static void *site_waiter_main(void *arg) {
+    struct site_waiter *w = arg;
+    struct site_share *s = w->s;
+    hetero_sync_wait_config cfg;
+    hetero_sync_wait_config_default(&cfg);
+    cfg.timeout_ns = 5000000000ull;
+    for (uint32_t e = 1; e <= s->rounds; e++) {
+        hetero_sync_wait_report rep;
+        if (hetero_sync_flag_wait(s->flag[w->which], e, &cfg, s->site, &rep) != HETERO_SYNC_OK) {
+            atomic_fetch_add(&s->failures, 1);
+            break;
+        }
+        atomic_store_explicit(&s->acked[w->which], e, memory_order_release);
+    }
+    return NULL;
+}
+
+/* Two threads wait (sleep, poll, block) on their own flags with one shared site while a producer
+ * publishes both every ~30 us and a reader takes snapshots of the site: every wait must succeed
+ * and every snapshot must be a state some wait stored (samples within the waits made, the
+ * prediction within the waits' range), never a torn one. Returns the number of failures. */
+int ctest_sync_shared_site(uint32_t rounds) {
+    static struct site_share s;
+    memset(&s, 0, sizeof s);
+    s.rounds = rounds;
+    for (int i = 0; i < 2; i++)
+        if (hetero_sync_flag_init(&s.mem[i], sizeof s.mem[i], 0, &s.flag[i]) != HETERO_SYNC_OK) return 100;
+    if (hetero_sync_site_new(0, 0, 0, &s.site) != HETERO_SYNC_OK) return 101;
+    struct site_waiter w[2] = {{&s, 0}, {&s, 1}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, site_waiter_main, &w[i])) return 102;
+    int bad_snap = 0;
+    for (uint32_t e = 1; e <= rounds && !atomic_load(&s.failures); e++) {
+        struct timespec ts = {0, 30000};
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < 2; i++)
+            if (hetero_sync_flag_publish(s.flag[i], e) != HETERO_SYNC_OK) atomic_fetch_add(&s.failures, 1);
+        while ((atomic_load_explicit(&s.acked[0], memory_order_acquire) != e ||
+                atomic_load_explicit(&s.acked[1], memory_order_acquire) != e) &&
+               !atomic_load(&s.failures)) {
+            uint64_t ns = 0;
+            uint32_t samples = 0;
+            if (hetero_sync_site_predicted_ns(s.site, &ns, &samples) &&
+                (samples == 0 || samples > 2 * e || ns > 5000000000ull))
+                bad_snap++;
+            sched_yield(); /* 2 shared cores: leave them to the waiters */
+        }
+    }
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    uint64_t ns = 0;
+    uint32_t samples = 0;
+    int learned = hetero_sync_site_predicted_ns(s.site, &ns, &samples);
+    hetero_sync_site_free(s.site);
+    int fails = atomic_load(&s.failures) + bad_snap + (!learned || samples == 0 || samples > 2 * rounds);
+    if (fails)
+        fprintf(stderr, "shared site: %d failed waits, %d bad snapshots, learned %d (%u samples, %llu ns)\n",
+                atomic_load(&s.failures), bad_snap, learned, samples, (unsigned long long)ns);
+    return fails;
 }

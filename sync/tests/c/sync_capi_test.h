@@ -13,5 +13,7 @@ int ctest_sync_sequence(uint32_t start_epoch, uint32_t producers, const uint32_t
                         int64_t *results);
 int ctest_sync_threads(uint32_t rounds);
 int ctest_sync_bad_inputs(void);
+int ctest_sync_cross_process(double timeout_s);
+int ctest_sync_shared_site(uint32_t rounds);
 int example_sync_handoff(void);
 #endif

@@ -13,13 +13,13 @@ static void *producer(void *flag) {
 
 /* One producer thread hands a buffer to this thread through a completion flag. */
 int example_sync_handoff(void) {
+    hetero_sync_flag_storage mem; /* the caller's memory: the library never allocates a flag */
     hetero_sync_flag *flag = NULL;
-    hetero_sync_status st = hetero_sync_flag_new(0, &flag);
+    hetero_sync_status st = hetero_sync_flag_init(&mem, sizeof mem, 0, &flag);
     pthread_t t;
     if (!st) pthread_create(&t, NULL, producer, flag);
     if (!st) st = hetero_sync_flag_wait(flag, 1, NULL, NULL, NULL); /* sleep, poll, block */
     if (!st) pthread_join(t, NULL);
     if (st) fprintf(stderr, "hetero_sync: %s (%s)\n", hetero_sync_status_message(st), hetero_sync_last_error());
-    hetero_sync_flag_free(flag);
     return st || out[1023] != 1023.0f;
 }

@@ -20,6 +20,12 @@ int main(void) {
     r = ctest_sync_bad_inputs();
     r == 0 ? passed++ : failed++;
     if (r) fprintf(stderr, "FAIL bad inputs: %d\n", r);
+    r = ctest_sync_shared_site(100);
+    r == 0 ? passed++ : failed++;
+    if (r) fprintf(stderr, "FAIL shared site: %d\n", r);
+    r = ctest_sync_cross_process(5.0);
+    r == 0 ? passed++ : failed++;
+    if (r) fprintf(stderr, "FAIL cross-process wait: %d\n", r);
     r = example_sync_handoff();
     r == 0 ? passed++ : failed++;
     printf("capi-c hetero-sync: %d passed, %d failed\n", passed, failed);

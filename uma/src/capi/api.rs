@@ -1,8 +1,7 @@
 //! The slot pool from C: a pool handle, copyable slot handles with generations, raw slot
 //! access for device layers, and checked column views.
 
-use super::hetero_uma_status as St;
-use super::{guard, guard_value, hetero_uma_status, nonnull, put, Fail};
+use super::*;
 use crate::{round_slot_size, Pool, PoolConfig, SlotId};
 
 /// A fixed-slot buffer pool (opaque): one memfd-backed mapping made at `hetero_uma_pool_new`.
@@ -12,7 +11,9 @@ pub struct hetero_uma_pool {
 
 /// One acquisition of a slot: copyable, but only the acquirer may use or release it; every
 /// call checks the pool and the generation, so a copy kept after the release is refused
-/// (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner.
+/// (`HETERO_UMA_STALE_HANDLE`), never aliased to the slot's next owner. Release is one
+/// compare-exchange on the slot's (generation, state): of two releases of one acquisition,
+/// even at the same moment from two threads, exactly one succeeds.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct hetero_uma_slot {
@@ -102,7 +103,7 @@ pub unsafe extern "C" fn hetero_uma_round_slot_size(
 ) -> hetero_uma_status {
     guard(|| {
         let r = round_slot_size(bytes)
-            .ok_or_else(|| Fail::new(St::HETERO_UMA_OVERFLOW, "slot size overflow"))?;
+            .ok_or_else(|| Fail::new(HETERO_UMA_OVERFLOW, "slot size overflow"))?;
         // SAFETY: the caller's contract.
         unsafe { put(out, r, "out") }
     })
@@ -202,8 +203,9 @@ pub unsafe extern "C" fn hetero_uma_acquire(
 }
 
 /// Gives a slot back (its generation advances, so every copy of `slot` becomes stale).
-/// `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle,
-/// `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
+/// `HETERO_UMA_STALE_HANDLE` for a released (or double-released) handle, also when a copy
+/// of it is released by another thread at the same moment (one compare-exchange: exactly one
+/// of the two succeeds); `HETERO_UMA_FOREIGN_HANDLE` for another pool's; nothing changes then.
 ///
 /// Thread-safe.
 ///
@@ -300,8 +302,8 @@ pub unsafe extern "C" fn hetero_uma_slot_columns(
         // SAFETY: non-null, valid (contract).
         let l = unsafe { *layout };
         p.resolve(id(&slot))?;
-        let bad = |t| Err(Fail::new(St::HETERO_UMA_INVALID_ARGUMENT, t));
-        let ovf = || Fail::new(St::HETERO_UMA_OVERFLOW, "layout size overflow");
+        let bad = |t| Err(Fail::new(HETERO_UMA_INVALID_ARGUMENT, t));
+        let ovf = || Fail::new(HETERO_UMA_OVERFLOW, "layout size overflow");
         if l.elem_size == 0 {
             return bad("elem_size is 0");
         }

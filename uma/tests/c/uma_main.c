@@ -18,6 +18,12 @@ int main(void) {
     r = ctest_uma_bad_inputs();
     r == 0 ? passed++ : failed++;
     if (r) fprintf(stderr, "FAIL bad inputs: %d\n", r);
+    uint64_t dbl = 0, alias = 0, leak = 0;
+    r = ctest_uma_release_race(2, 2, 30000, &dbl, &alias, &leak);
+    ok = r == 0 && dbl == 0 && alias == 0 && leak == 0;
+    ok ? passed++ : failed++;
+    if (!ok) fprintf(stderr, "FAIL release race: rc %d, %llu double releases, %llu aliased, %llu leaked\n", r,
+                     (unsigned long long)dbl, (unsigned long long)alias, (unsigned long long)leak);
     r = example_uma_split();
     r == 0 ? passed++ : failed++;
     printf("capi-c hetero-uma: %d passed, %d failed\n", passed, failed);
