@@ -3,7 +3,7 @@
 # x86-64 machine with the Rust toolchain, run as root. Never names a registry host: apt-get and pip
 # are used as this machine configures them.
 #
-#   scripts/setup.sh [all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi|llama-cpp]...   # default: all
+#   scripts/setup.sh [all|opencl|aarch64|qnn|model|gguf-py|fixtures|synth|capi|llama-cpp]...   # default: all
 #   eval "$(scripts/setup.sh --env)"                       # the environment the tests use
 #
 # What it installs, and where:
@@ -24,6 +24,9 @@
 #   fixtures the model requantized to Q4_K_M, Q5_K, Q6_K, Q5_0 and Q5_1 by engine-min's
 #            gguf-requantize (built in the ci profile, as the model stage builds engine-min), written
 #            once into $HETERO_CACHE/model/fixtures/ (skipped when present).
+#   synth    the real-width tests' 2-layer llama-1b synth files, one per type, by `engine-min
+#            synth` built in the release profile (as the demo builds it), several at once, into
+#            $HETERO_CACHE/synth/ (skipped when present; each appears only when complete).
 #   llama-cpp llama.cpp as pinned by the llama-cpp-python $LLAMA_CPP_PY sdist (`pip download --no-deps
 #            --no-binary llama-cpp-python`): its vendored source unpacked into
 #            $HETERO_CACHE/llama-cpp/src-$LLAMA_CPP_PY/, built CPU-only (Release, shared libraries,
@@ -82,6 +85,11 @@ llama_cpp_build_dir() {
   echo "$LLAMA_CPP_DIR/build-$LLAMA_CPP_PY-$(printf '%s|' "$LLAMA_CPP_PY" "${LLAMA_CPP_FLAGS[*]}" \
     "$(llama_cpp_isa_flags | tr '\n' ' ')" "$cxx" | sha256sum | cut -c1-12)"
 }
+# The real-width tests' synth files (engine-min/tests/real_widths/mod.rs: its SHAPE, LAYERS, SEED
+# and FORMAT, its file name, every `synth` type; under HETERO_REQUIRE a missing one fails there).
+SYNTH_DIR=$HETERO_CACHE/synth
+SYNTH_SHAPE=llama-1b SYNTH_LAYERS=2 SYNTH_SEED=24 SYNTH_FORMAT=1
+SYNTH_TYPES=(f16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k q4_k_m)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 if [[ "${1:-}" == "--env" ]]; then
@@ -274,6 +282,53 @@ setup_fixtures() {
   echo "fixtures: $FIXTURES_DIR ($(ls "$FIXTURES_DIR" | tr '\n' ' '))"
 }
 
+synth_file() { # TYPE
+  echo "$SYNTH_DIR/$SYNTH_SHAPE-L$SYNTH_LAYERS-$1-s$SYNTH_SEED-f$SYNTH_FORMAT.gguf"
+}
+
+# Synth files: written once, several at a time (one quantizing thread each: the files are
+# independent, and a file's own writes and header then overlap another's quantizing).
+setup_synth() {
+  [[ -f "$MODEL_FILE" ]] || setup_model
+  local missing=() t
+  for t in "${SYNTH_TYPES[@]}"; do
+    [[ -f "$(synth_file "$t")" ]] || missing+=("$t")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    command -v cargo >/dev/null || die "cargo (to build engine-min)" "install Rust with rustup"
+    mkdir -p "$SYNTH_DIR"
+    # Temporary files of runs that were killed (their process is gone) are removed.
+    local tmp pid
+    for tmp in "$SYNTH_DIR"/.*.synth-tmp; do
+      [[ -e "$tmp" ]] || continue
+      pid=${tmp%.synth-tmp}; pid=${pid##*.}
+      [[ "$pid" =~ ^[0-9]+$ ]] && ! kill -0 "$pid" 2>/dev/null && rm -f "$tmp"
+    done
+    (cd "$ROOT" && cargo build --quiet --release -p engine-min --bin engine-min) \
+      || die "engine-min (the build failed)" "cargo build --release -p engine-min"
+    local bin=${CARGO_TARGET_DIR:-$ROOT/target}/release/engine-min jobs running=0 failed=0 t0
+    jobs=$(nproc 2>/dev/null || echo 2)
+    t0=$(date +%s)
+    for t in "${missing[@]}"; do
+      if [[ $running -ge $jobs ]]; then
+        wait -n || failed=1
+        running=$((running - 1))
+      fi
+      "$bin" synth --shape "$SYNTH_SHAPE" --layers "$SYNTH_LAYERS" --seed "$SYNTH_SEED" --type "$t" \
+        --tokenizer "$MODEL_FILE" --threads 1 --out "$(synth_file "$t")" >/dev/null &
+      running=$((running + 1))
+    done
+    while [[ $running -gt 0 ]]; do
+      wait -n || failed=1
+      running=$((running - 1))
+    done
+    [[ $failed -eq 0 ]] || die "the synth files (engine-min synth failed; see the message above)" \
+      "scripts/setup.sh synth"
+    echo "synth: made ${#missing[@]} files in $(( $(date +%s) - t0 )) s with $jobs jobs"
+  fi
+  echo "synth: $SYNTH_DIR (${#SYNTH_TYPES[@]} files: $SYNTH_SHAPE, $SYNTH_LAYERS blocks, seed $SYNTH_SEED)"
+}
+
 # The C API stage (scripts/capi.sh test): a C compiler with the ASan/UBSan runtimes (gcc-12's
 # libasan8/libubsan1 come with it) and pkg-config.
 setup_capi() {
@@ -328,15 +383,16 @@ parts=("$@")
 [[ ${#parts[@]} -eq 0 ]] && parts=(all)
 for part in "${parts[@]}"; do
   case "$part" in
-    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures; setup_capi; setup_llama_cpp ;;
+    all) setup_opencl; setup_aarch64; setup_qnn; setup_model; setup_gguf_py; setup_fixtures; setup_synth; setup_capi; setup_llama_cpp ;;
     opencl) setup_opencl ;;
     aarch64) setup_aarch64 ;;
     qnn) setup_qnn ;;
     model) setup_model ;;
     gguf-py) setup_gguf_py ;;
     fixtures) setup_fixtures ;;
+    synth) setup_synth ;;
     capi) setup_capi ;;
     llama-cpp) setup_llama_cpp ;;
-    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures|capi|llama-cpp)" >&2; exit 2 ;;
+    *) echo "setup: unknown part '$part' (all|opencl|aarch64|qnn|model|gguf-py|fixtures|synth|capi|llama-cpp)" >&2; exit 2 ;;
   esac
 done

@@ -6,6 +6,7 @@ mod error;
 mod loader;
 mod session;
 pub mod simple;
+mod stdout;
 
 pub use error::Error;
 pub use loader::{
@@ -15,6 +16,7 @@ pub use session::{
     default_log_level, device_lock, is_benign, set_default_log_level, DeviceChoice,
     HtpDeviceConfig, HtpDeviceInfo, LogLevel, Session, SessionOptions, QNN_LOG_VAR,
 };
+pub use stdout::{library_stdout, set_library_stdout_echo};
 
 /// A QNN API version (`Qnn_Version_t`).
 pub type Version = ffi::Qnn_Version_t;

@@ -31,6 +31,7 @@ fn last_dlerror() -> String {
 pub struct Library {
     handle: NonNull<c_void>,
     path: String,
+    load_output: String,
 }
 
 // SAFETY: a dlopen handle is a process-global token; dlsym/dlclose may be called from any
@@ -41,7 +42,8 @@ unsafe impl Sync for Library {}
 
 impl Library {
     /// Opens the library at `path` (absolute paths avoid any search; QNN libraries find their
-    /// bundled dependencies through their own RPATH).
+    /// bundled dependencies through their own RPATH). What the library's initializers write
+    /// to stdout is kept off the process's stdout ([`Library::load_output`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path_str = path.as_ref().to_string_lossy().into_owned();
         let c_path = CString::new(path_str.clone()).map_err(|_| Error::LibraryNotFound {
@@ -49,12 +51,16 @@ impl Library {
             dlerror: "path contains a NUL byte".to_owned(),
         })?;
         // SAFETY: c_path is a valid NUL-terminated string; the flags are valid dlopen flags.
-        // Loading runs the library's initializers, which is the point of this call.
-        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        // Loading runs the library's initializers, which is the point of this call; their
+        // stdout writes are captured (the HTP simulator prints a line there).
+        let (handle, load_output) = crate::stdout::capture(|| unsafe {
+            libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL)
+        });
         match NonNull::new(handle) {
             Some(handle) => Ok(Self {
                 handle,
                 path: path_str,
+                load_output,
             }),
             None => Err(Error::LibraryNotFound {
                 path: path_str,
@@ -66,6 +72,13 @@ impl Library {
     /// The path the library was opened with.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// What the library wrote to stdout while it was loaded (its initializers), kept off the
+    /// process's stdout; empty when it wrote nothing. (The HTP simulator: one
+    /// ` # LIBNATIVE: …` line.)
+    pub fn load_output(&self) -> &str {
+        &self.load_output
     }
 
     /// Looks up `symbol`. The address is valid while `self` lives.

@@ -464,7 +464,10 @@ impl Session {
             };
             // On failure `c` is dropped, and its Drop frees whatever was created; that Drop
             // takes device_lock, so release ours first (the lock is not re-entrant).
-            if let Err(e) = Self::init_core(&mut c, opts) {
+            // Backend and device creation are the library's initialization: their stdout
+            // writes are kept off ours too (`library_stdout`).
+            let (r, _) = crate::stdout::capture(|| Self::init_core(&mut c, opts));
+            if let Err(e) = r {
                 drop(_device);
                 drop(c);
                 return Err(e);

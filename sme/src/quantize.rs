@@ -16,6 +16,14 @@ use crate::blocks::{
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QuantBlock, QK};
 use crate::{Error, GgmlType};
 
+#[path = "quantize_lanes.rs"]
+mod lanes;
+
+/// Blocks (of the 32-value types) whose scale searches run interleaved, one per lane
+/// ([`lanes`]); a row's last blocks short of a group take the scalar search, which gives the
+/// same bytes.
+const LANES: usize = 8;
+
 /// Round half away from zero (`f32::round` without target features is a libm call, and this
 /// runs on every candidate of every block). Saturates outside the i32 range.
 #[inline]
@@ -111,10 +119,10 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Err
                 d.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes());
             }
         }
-        GgmlType::Q4_0 => each::<BlockQ4_0>(src, dst, q4_0),
-        GgmlType::Q4_1 => each::<BlockQ4_1>(src, dst, q4_1),
-        GgmlType::Q5_0 => each::<BlockQ5_0>(src, dst, q5_0),
-        GgmlType::Q5_1 => each::<BlockQ5_1>(src, dst, q5_1),
+        GgmlType::Q4_0 => grouped::<BlockQ4_0>(src, dst, q4_0, q4_0_lanes),
+        GgmlType::Q4_1 => grouped::<BlockQ4_1>(src, dst, q4_1, q4_1_lanes),
+        GgmlType::Q5_0 => grouped::<BlockQ5_0>(src, dst, q5_0, q5_0_lanes),
+        GgmlType::Q5_1 => grouped::<BlockQ5_1>(src, dst, q5_1, q5_1_lanes),
         GgmlType::Q8_0 => each::<BlockQ8_0>(src, dst, q8_0),
         GgmlType::Q2K => each::<BlockQ2K>(src, dst, q2_k),
         GgmlType::Q3K => each::<BlockQ3K>(src, dst, q3_k),
@@ -134,6 +142,28 @@ fn each<B: QuantBlock>(src: &[f32], dst: &mut [u8], f: fn(&[f32]) -> B) {
     {
         put(&f(x), d);
     }
+}
+
+/// As [`each`], [`LANES`] blocks at a time through `group` (the same bytes as `one`), the
+/// rest through `one`.
+fn grouped<B: QuantBlock>(
+    src: &[f32],
+    dst: &mut [u8],
+    one: fn(&[f32]) -> B,
+    group: fn(&[f32]) -> [B; LANES],
+) {
+    let whole = src.len() / (B::ELEMS * LANES);
+    let (src_g, src_r) = src.split_at(whole * B::ELEMS * LANES);
+    let (dst_g, dst_r) = dst.split_at_mut(whole * B::BYTES * LANES);
+    for (x, d) in src_g
+        .chunks_exact(B::ELEMS * LANES)
+        .zip(dst_g.chunks_exact_mut(B::BYTES * LANES))
+    {
+        for (b, db) in group(x).iter().zip(d.chunks_exact_mut(B::BYTES)) {
+            put(b, db);
+        }
+    }
+    each(src_r, dst_r, one);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -239,9 +269,13 @@ fn fit_affine(x: &[f32], w: &[f32], nmax: i32, nonpositive_min: bool) -> (f32, f
     (best.1, best.2)
 }
 
+/// The scalar reference of the search `affine_super` runs interleaved
+/// (`lanes::fit_scale_given_min`, tested bit for bit against this).
+///
 /// The scale `s ≥ 0` of `x ≈ s·L − m` (L in `0..=nmax`) once the minimum `m` is fixed (already
 /// on its stored grid): least squares over 19 candidate grids. Returns 0 when nothing is above
 /// `−m`.
+#[cfg(test)]
 fn fit_scale_given_min(x: &[f32], w: &[f32], nmax: i32, m: f32) -> f32 {
     let ymax = x.iter().fold(0f32, |a, &v| a.max(v + m));
     if ymax <= 0.0 {
@@ -282,8 +316,12 @@ fn affine_super<const SUB: usize, const NS: usize>(
     weights: fn(&[f32]) -> [f32; SUB],
 ) -> (u16, u16, [u8; NS], [u8; NS], [u8; QK_K]) {
     let w: [[f32; SUB]; NS] = core::array::from_fn(|j| weights(&x[SUB * j..SUB * j + SUB]));
-    let mn: [f32; NS] =
-        core::array::from_fn(|j| -fit_affine(&x[SUB * j..SUB * j + SUB], &w[j], nmax, true).1);
+    // The searches run on the sub-blocks interleaved (bit for bit `fit_affine` and
+    // `fit_scale_given_min` on each).
+    let xt = lanes::transpose::<SUB, NS>(x);
+    let wt: [[f32; NS]; SUB] = core::array::from_fn(|i| core::array::from_fn(|j| w[j][i]));
+    let fitted_min = lanes::fit_affine(&xt, &wt, nmax, true).1;
+    let mn: [f32; NS] = core::array::from_fn(|j| -fitted_min[j]);
     let (dmin, mr, mut m) = quantize_scales(&mn, smax);
     // Minimums round up (the grid then still reaches the sub-block's lowest value; the scale
     // refit below absorbs the shift at the top).
@@ -292,9 +330,8 @@ fn affine_super<const SUB: usize, const NS: usize>(
             *mj += 1;
         }
     }
-    let s: [f32; NS] = core::array::from_fn(|j| {
-        fit_scale_given_min(&x[SUB * j..SUB * j + SUB], &w[j], nmax, mr * m[j] as f32)
-    });
+    let mins: [f32; NS] = core::array::from_fn(|j| mr * m[j] as f32);
+    let s: [f32; NS] = lanes::fit_scale_given_min(&xt, &wt, nmax, &mins);
     let (d, dr, mut sc) = quantize_scales(&s, smax);
     // The 4/6-bit scale rounds by up to half a level, which for a small scale is a large
     // relative change (and clips the top of its grid): keep the neighbour that fits best.
@@ -354,13 +391,31 @@ fn high_bits(q: &[u8; QK]) -> [u8; 4] {
 }
 
 fn q4_0(x: &[f32]) -> BlockQ4_0 {
-    let (d, dr) = f16r(fit_symmetric(x, &ONES, -8, 7));
+    q4_0_with(x, fit_symmetric(x, &ONES, -8, 7))
+}
+
+fn q4_0_with(x: &[f32], s: f32) -> BlockQ4_0 {
+    let (d, dr) = f16r(s);
     let q: [u8; QK] = core::array::from_fn(|i| qsym(x[i], dr, -8, 7, 8));
     BlockQ4_0 { d, qs: nibbles(&q) }
 }
 
+fn q4_0_lanes(x: &[f32]) -> [BlockQ4_0; LANES] {
+    let s = lanes::fit_symmetric(&lanes::transpose::<QK, LANES>(x), &lanes::Ones, -8, 7);
+    core::array::from_fn(|j| q4_0_with(&x[QK * j..QK * j + QK], s[j]))
+}
+
 fn q5_0(x: &[f32]) -> BlockQ5_0 {
-    let (d, dr) = f16r(fit_symmetric(x, &ONES, -16, 15));
+    q5_0_with(x, fit_symmetric(x, &ONES, -16, 15))
+}
+
+fn q5_0_lanes(x: &[f32]) -> [BlockQ5_0; LANES] {
+    let s = lanes::fit_symmetric(&lanes::transpose::<QK, LANES>(x), &lanes::Ones, -16, 15);
+    core::array::from_fn(|j| q5_0_with(&x[QK * j..QK * j + QK], s[j]))
+}
+
+fn q5_0_with(x: &[f32], s: f32) -> BlockQ5_0 {
+    let (d, dr) = f16r(s);
     let q: [u8; QK] = core::array::from_fn(|i| qsym(x[i], dr, -16, 15, 16));
     BlockQ5_0 {
         d,
@@ -380,14 +435,28 @@ fn q8_0(x: &[f32]) -> BlockQ8_0 {
 
 /// Affine 32-value blocks: the fit, then scale and offset rounded to FP16 and the quants
 /// recomputed against the rounded pair.
-fn affine32(x: &[f32], nmax: i32) -> (u16, u16, [u8; QK]) {
-    let (s, m) = fit_affine(x, &ONES, nmax, false);
+fn affine32(x: &[f32], (s, m): (f32, f32), nmax: i32) -> (u16, u16, [u8; QK]) {
     let ((d, dr), (mb, mr)) = (f16r(s), f16r(m));
     (d, mb, core::array::from_fn(|i| qaff(x[i], dr, mr, nmax)))
 }
 
+/// `fit_affine` on [`LANES`] 32-value blocks at once.
+fn affine32_lanes(x: &[f32], nmax: i32) -> [(f32, f32); LANES] {
+    let (s, m) = lanes::fit_affine(&lanes::transpose::<QK, LANES>(x), &lanes::Ones, nmax, false);
+    core::array::from_fn(|j| (s[j], m[j]))
+}
+
 fn q4_1(x: &[f32]) -> BlockQ4_1 {
-    let (d, m, q) = affine32(x, 15);
+    q4_1_with(x, fit_affine(x, &ONES, 15, false))
+}
+
+fn q4_1_lanes(x: &[f32]) -> [BlockQ4_1; LANES] {
+    let fits = affine32_lanes(x, 15);
+    core::array::from_fn(|j| q4_1_with(&x[QK * j..QK * j + QK], fits[j]))
+}
+
+fn q4_1_with(x: &[f32], fit: (f32, f32)) -> BlockQ4_1 {
+    let (d, m, q) = affine32(x, fit, 15);
     BlockQ4_1 {
         d,
         m,
@@ -396,7 +465,16 @@ fn q4_1(x: &[f32]) -> BlockQ4_1 {
 }
 
 fn q5_1(x: &[f32]) -> BlockQ5_1 {
-    let (d, m, q) = affine32(x, 31);
+    q5_1_with(x, fit_affine(x, &ONES, 31, false))
+}
+
+fn q5_1_lanes(x: &[f32]) -> [BlockQ5_1; LANES] {
+    let fits = affine32_lanes(x, 31);
+    core::array::from_fn(|j| q5_1_with(&x[QK * j..QK * j + QK], fits[j]))
+}
+
+fn q5_1_with(x: &[f32], fit: (f32, f32)) -> BlockQ5_1 {
+    let (d, m, q) = affine32(x, fit, 31);
     BlockQ5_1 {
         d,
         m,
@@ -513,13 +591,18 @@ fn q5_k(x: &[f32]) -> BlockQ5K {
     }
 }
 
+/// `fit_symmetric` on each of the 16 sub-blocks of 16 values (weights `w`), interleaved.
+fn sub_scales_symmetric(x: &[f32], w: &[[f32; 16]; 16], lo: i32, hi: i32) -> [f32; 16] {
+    let wt: [[f32; 16]; 16] = core::array::from_fn(|i| core::array::from_fn(|j| w[j][i]));
+    lanes::fit_symmetric(&lanes::transpose::<16, 16>(x), &wt, lo, hi)
+}
+
 fn q6_k(x: &[f32]) -> BlockQ6K {
     // Sixteen signed sub-block scales, then one FP16 super-scale mapping the largest-magnitude
     // one to -128 (the side with one more level), sub-scales rounded to i8.
     let w: [[f32; 16]; 16] =
         core::array::from_fn(|j| core::array::from_fn(|i| x[16 * j + i] * x[16 * j + i]));
-    let s: [f32; 16] =
-        core::array::from_fn(|j| fit_symmetric(&x[16 * j..16 * j + 16], &w[j], -32, 31));
+    let s = sub_scales_symmetric(x, &w, -32, 31);
     let smax = s
         .iter()
         .copied()
@@ -556,8 +639,7 @@ fn q2_k(x: &[f32]) -> BlockQ2K {
 fn q3_k(x: &[f32]) -> BlockQ3K {
     let w: [[f32; 16]; 16] =
         core::array::from_fn(|j| core::array::from_fn(|i| x[16 * j + i] * x[16 * j + i]));
-    let s: [f32; 16] =
-        core::array::from_fn(|j| fit_symmetric(&x[16 * j..16 * j + 16], &w[j], -4, 3));
+    let s = sub_scales_symmetric(x, &w, -4, 3);
     let smax = s
         .iter()
         .copied()
@@ -577,5 +659,17 @@ fn q3_k(x: &[f32]) -> BlockQ3K {
         qs,
         scales: pack_scales_q3k(&sc),
         d,
+    }
+}
+
+/// One 32-value block of Q4_0/Q4_1/Q5_0/Q5_1 through the scalar search (the lanes' tests).
+#[cfg(test)]
+fn quantize_block_scalar(ty: GgmlType, x: &[f32], dst: &mut [u8]) {
+    match ty {
+        GgmlType::Q4_0 => put(&q4_0(x), dst),
+        GgmlType::Q4_1 => put(&q4_1(x), dst),
+        GgmlType::Q5_0 => put(&q5_0(x), dst),
+        GgmlType::Q5_1 => put(&q5_1(x), dst),
+        _ => unreachable!("32-value searched types only"),
     }
 }

@@ -70,6 +70,9 @@ where
         1 => qnn_sys::LogLevel::Warn,
         _ => qnn_sys::LogLevel::Verbose,
     }));
+    // What the QNN library prints to stdout while loading (the simulator's ` # LIBNATIVE`
+    // line) is kept off our stdout; -vv shows it on stderr.
+    qnn_sys::set_library_stdout_echo(v.0 >= 2);
     match cli.cmd {
         Cmd::Run(a) => run::run(a, v, out),
         Cmd::Profile(a) => plan::profile(a, v, out),
@@ -144,7 +147,8 @@ impl From<io::Error> for Fail {
 #[command(name = "engine-min", version, about, long_about = None)]
 struct Cli {
     /// Print the details: every profiled point, the per-op plans, predicted against measured
-    /// time per op class, the model and processors (`-vv`: also the NPU's own info log).
+    /// time per op class, the model and processors (`-vv`: also the NPU's own info log and
+    /// what its library printed to stdout while loading).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]

@@ -1,6 +1,12 @@
 //! Shared by the real-width tests: 2-layer `llama-1b` synth files (width 2048, FFN 8192, KV
 //! 512, SmolLM2's 49,152-token vocabulary) in every type, generated once per machine into a
 //! cache keyed by shape, type, layers and seed, and the f32 reference's logits on them.
+//!
+//! `scripts/setup.sh synth` makes the files (a release build, several at once; its `SYNTH_*`
+//! settings and file name match the constants here). Under `HETERO_REQUIRE` (backend `model`,
+//! as CI sets it) a missing file fails the test with that command, so a cache key that drifted
+//! from setup's is found at once instead of costing CI the files' making in the `ci` profile;
+//! without it (a run by hand) the test makes the file itself.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -46,6 +52,14 @@ pub fn synth_file(ty: &str) -> Option<PathBuf> {
     let out = dir.join(format!("{SHAPE}-L{LAYERS}-{ty}-s{SEED}-f{FORMAT}.gguf"));
     if out.is_file() {
         return Some(out);
+    }
+    if hetero_tests::is_required("model") {
+        panic!(
+            "the synth file {} is missing: `scripts/setup.sh synth` makes it (CI's setup does; \
+             without {} set the test makes it itself, slowly)",
+            out.display(),
+            hetero_tests::REQUIRE_VAR
+        );
     }
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     if out.is_file() {
