@@ -1,6 +1,7 @@
 //! A plain f32 reference forward pass over fully dequantized weights: no KV cache, no
-//! batching tricks, f64 accumulation, naive loops. It is the test oracle for the engine (slow:
-//! about a tenth of a second per token) and shares no kernel code with it: its dequantization
+//! batching tricks, f64 accumulation, naive loops (a matvec's rows interleaved, each summed in
+//! order). It is the test oracle for the engine (slow: a few hundredths of a second per token
+//! of SmolLM2) and shares no kernel code with it: its dequantization
 //! is written out again here, scalar, on purpose — the one format vocabulary's dequantizer
 //! (`hetero_sme::dequantize_row`, which the engine uses) is what this oracle checks, so it must
 //! not call it. That holds for Q5_0, Q5_1, Q4_K, Q5_K and Q6_K too (written from the GGUF
@@ -134,7 +135,34 @@ pub fn dequantize_bytes(ty: GgmlType, n_el: usize, b: &[u8]) -> Vec<f32> {
     out
 }
 
+/// `out[r] = Σᵢ w[r·k + i]·x[i]`, in f64, each row's sum taken in the order of `i`: the
+/// oracle's definition ([`matvec_naive`]). Eight rows at a time: one row's sum is a chain of
+/// dependent additions, each waiting for the last; eight independent chains keep the adder
+/// busy (~5x faster here), and every row's sum is still the same operations in the same order,
+/// so the same bits (a unit test below holds it to [`matvec_naive`]).
 fn matvec(w: &[f32], n: usize, k: usize, x: &[f32], out: &mut [f32]) {
+    const R: usize = 8;
+    let x = &x[..k];
+    let mut r = 0;
+    while r + R <= n {
+        let rows: [&[f32]; R] = core::array::from_fn(|j| &w[(r + j) * k..(r + j + 1) * k]);
+        let mut s = [0f64; R];
+        for (i, &xi) in x.iter().enumerate() {
+            let xi = f64::from(xi);
+            for j in 0..R {
+                s[j] += f64::from(rows[j][i]) * xi;
+            }
+        }
+        for j in 0..R {
+            out[r + j] = s[j] as f32;
+        }
+        r += R;
+    }
+    matvec_naive(&w[r * k..], n - r, k, x, &mut out[r..]);
+}
+
+/// One row after the other, the definition [`matvec`] keeps.
+fn matvec_naive(w: &[f32], n: usize, k: usize, x: &[f32], out: &mut [f32]) {
     for r in 0..n {
         let mut s = 0f64;
         for i in 0..k {
@@ -267,6 +295,24 @@ pub fn forward(model: &Model, tokens: &[u32]) -> Vec<f32> {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    /// The interleaved rows give the naive sums bit for bit (row counts around the
+    /// interleave, values of mixed signs and magnitudes, so any reordering would show).
+    #[test]
+    fn matvec_rows_interleaved_is_the_naive_sum() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for (n, k) in [(1, 1), (7, 33), (8, 64), (9, 576), (61, 1536), (16, 3)] {
+            let w: Vec<f32> = (0..n * k)
+                .map(|_| rng.gen_range(-1.0f32..1.0) * 10f32.powi(rng.gen_range(-6..6)))
+                .collect();
+            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+            let (mut got, mut want) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+            matvec(&w, n, k, &x, &mut got);
+            matvec_naive(&w, n, k, &x, &mut want);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "n={n} k={k}");
+        }
+    }
 
     /// The scalar Q5/K-quant dequantizers above against `hetero_sme::dequantize_row` (itself
     /// checked against gguf-py on every fixture): bit for bit on random blocks, whose f16 scale

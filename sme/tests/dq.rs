@@ -196,7 +196,14 @@ fn every_kernel_every_format_edge_shapes() {
         (&[1, 2, 17, 33, 70], &[1, 17, 64, 65, 130, 300])
     };
     let mut rng = Rng::new(7);
-    for ty in FORMATS {
+    // Under emulation two formats (a 32-value block and the 16-value sub-blocks): the
+    // dequantizer there is the portable one, proven for every format natively.
+    let formats: &[GgmlType] = if EMULATED {
+        &[GgmlType::Q4_0, GgmlType::Q6K]
+    } else {
+        &FORMATS
+    };
+    for &ty in formats {
         for (ki, &k) in ks(ty).iter().enumerate().take(if EMULATED { 2 } else { 3 }) {
             for (ni, &n) in ns.iter().enumerate() {
                 let w = weight(&mut rng, ty, n, k);
