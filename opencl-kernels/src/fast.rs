@@ -107,7 +107,7 @@ impl FastKernels {
             .collect::<Result<Vec<_>>>()?;
         let (dot, _) = int_dot(dev);
         let i8 = int8.unwrap_or(dot != IntDot::Portable);
-        let mm = MmSet::build(dev, &kinds, dot, i8)?;
+        let mm = MmSet::build(dev, &kinds, dot, i8, crate::KvType::F32)?;
         let dummy = dev.upload(&[0u32; 4])?;
         Ok(FastKernels {
             dev: dev.clone(),

@@ -3,6 +3,7 @@
 //! chosen from the device's limits and the matrix.
 
 use super::prepare::MatKind;
+use crate::attention::KvType;
 use crate::caps::IntDot;
 use crate::device::{Device, DeviceInfo, Program};
 use crate::error::Result;
@@ -10,9 +11,11 @@ use crate::kernels::OPTIONS;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The OpenCL C source the fast matmul programs are built from (with `-DMM_FMT=<kind>`).
+/// The OpenCL C source the fast matmul programs are built from (with `-DMM_FMT=<kind>` and the
+/// `-DKV_TYPE=` of the cache their Q/K/V epilogue writes).
 pub const MM_SOURCE: &str = concat!(
     include_str!("../../kernels/common.cl"),
+    include_str!("../../kernels/kv.cl"),
     include_str!("../../kernels/decoder_ops.cl"),
     include_str!("../../kernels/mm.cl")
 );
@@ -88,12 +91,14 @@ impl MmSet {
         }
     }
 
-    /// Builds one program per kind of `kinds` that mm.cl reads.
+    /// Builds one program per kind of `kinds` that mm.cl reads; `kv`: the KV cache the
+    /// epilogues store k/v into (the decoder's; any for matmuls without a cache).
     pub(crate) fn build(
         dev: &Arc<Device>,
         kinds: &[MatKind],
         dot: IntDot,
         i8: bool,
+        kv: KvType,
     ) -> Result<MmSet> {
         let info: &DeviceInfo = dev.info();
         let mut progs = HashMap::new();
@@ -103,7 +108,10 @@ impl MmSet {
             if progs.contains_key(&k) {
                 continue;
             }
-            let opts = format!("{OPTIONS} -DMM_FMT={code} -DMM_DOT={dot_code}");
+            let opts = format!(
+                "{OPTIONS} -DMM_FMT={code} -DMM_DOT={dot_code} -DKV_TYPE={}",
+                kv.code()
+            );
             progs.insert(k, dev.build(MM_SOURCE, &opts)?);
         }
         Ok(MmSet {

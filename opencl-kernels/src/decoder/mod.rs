@@ -440,7 +440,7 @@ impl Decoder {
             }
             let head_ty = weights.output.as_ref().unwrap_or(&weights.embed).ty;
             kinds.push(MatKind::of_layout(head_ty, split)?);
-            let mut m = mm::MmSet::build(device, &kinds, dot, i8)?;
+            let mut m = mm::MmSet::build(device, &kinds, dot, i8, options.kv)?;
             m.force_mt = options.gemm_tile_rows;
             m.force_steps = options.gemv_steps;
             m
