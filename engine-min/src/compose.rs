@@ -15,6 +15,7 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::{NpuBackend, NpuError, NpuOptions};
 use crate::backend::{BackendError, CpuBackend, CpuKernel};
 use crate::exec::{Backends, Executor};
+use crate::kv::KvType;
 use crate::model::Model;
 use crate::phases::PhasePlans;
 use crate::prepared::CacheSetting;
@@ -195,6 +196,10 @@ pub struct ComposeOptions {
     /// Where the CPU's prepared (repacked) weights are kept between runs; default
     /// [`CacheSetting::Off`] (the command line defaults to [`CacheSetting::default_dir`]).
     pub prepared: CacheSetting,
+    /// The KV cache's element type the run asks for; `None`: the path's default (f16 where
+    /// the host keeps the cache, f32 on the resident GPU decoder, which holds only that for
+    /// now). [`Composed::kv`] is the one to build the engine with.
+    pub kv: Option<KvType>,
 }
 
 /// How an all-GPU plan runs.
@@ -223,6 +228,7 @@ impl Default for ComposeOptions {
             gpu_path: GpuPath::Resident,
             workload: Workload::default(),
             prepared: CacheSetting::Off,
+            kv: None,
         }
     }
 }
@@ -295,6 +301,9 @@ pub struct Composed {
     pub notes: Vec<String>,
     /// What `auto` decided and predicted (`None` for a forced plan).
     pub decision: Option<Decision>,
+    /// The KV cache's element type to build the engine with: the one asked for, or f32 where
+    /// the executor's path keeps its cache in f32 only (with a note).
+    pub kv: KvType,
 }
 
 /// The model's distinct matmul shapes `(k, n)`.
@@ -433,10 +442,12 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         )
         .map_err(ComposeError::Resident)?;
         let exec = Executor::resident(plans, cpu, dec)?;
+        let kv = resident_kv(opts.kv, &mut notes);
         return Ok(Composed {
             exec,
             notes,
             decision,
+            kv,
         });
     }
     let gpu = dev
@@ -456,7 +467,21 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         exec,
         notes,
         decision,
+        kv: opts.kv.unwrap_or_default(),
     })
+}
+
+/// The KV type the resident GPU decoder runs for a request of `asked`: it keeps its cache on
+/// the device in f32 today, so asking for another type is a note (never silent) and f32.
+/// (Where the decoder gains f16 / q8_0, this maps `asked` to its own type instead.)
+fn resident_kv(asked: Option<KvType>, notes: &mut Vec<String>) -> KvType {
+    if let Some(asked) = asked.filter(|&k| k != KvType::F32) {
+        notes.push(format!(
+            "the resident GPU decoder keeps its KV cache in f32 (it does not hold {asked} yet): \
+             this run's cache is f32; --kv-type applies to the CPU plans"
+        ));
+    }
+    KvType::F32
 }
 
 /// Keeps the backends of `p` that `keep` says this machine has, and the pairs and sharing

@@ -69,8 +69,15 @@ fn every_cpu_kernel_at_real_widths_in_every_type() {
                 }
                 Err(e) => panic!("{ty} {kernel:?}: {e}"),
             };
-            let mut e = Engine::new(Arc::clone(&c.model), exec, EngineOptions { context: 64 })
-                .expect("engine");
+            let mut e = Engine::new(
+                Arc::clone(&c.model),
+                exec,
+                EngineOptions {
+                    context: 64,
+                    kv: engine_min::kv::KvType::F32,
+                },
+            )
+            .expect("engine");
             let mut logits = vec![f32::NAN; PROMPT * vocab];
             e.forward(&c.ids[..PROMPT], &mut logits).expect("prefill");
             let mut rows: Vec<(usize, Vec<f32>)> = (0..PROMPT)
