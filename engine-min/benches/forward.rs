@@ -35,7 +35,15 @@ fn setup() -> Option<(Engine, Vec<u32>)> {
     let kernel = CpuKernel::best();
     eprintln!("forward bench: {threads} thread(s), kernel {kernel:?}");
     let exec = engine_min::compose::cpu_executor(&model, pool, kernel, 128).expect("executor");
-    let e = Engine::new(model, exec, EngineOptions { context: 512 }).expect("engine");
+    let e = Engine::new(
+        model,
+        exec,
+        EngineOptions {
+            context: 512,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
     Some((e, ids))
 }
 

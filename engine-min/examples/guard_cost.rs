@@ -26,7 +26,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let c = &model.config;
     let exec =
         engine_min::compose::cpu_executor(&model, Arc::new(Pool::new(2)?), CpuKernel::best(), 128)?;
-    let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 512 })?;
+    let mut e = Engine::new(
+        Arc::clone(&model),
+        exec,
+        EngineOptions {
+            context: 512,
+            ..Default::default()
+        },
+    )?;
     let mut logits = vec![0f32; c.vocab];
     let watched = vec![0.5f32; c.n_layer * (2 * c.d_model + c.d_ff)];
     let (mut step, mut scan_logits, mut scan_watched) = (Vec::new(), Vec::new(), Vec::new());

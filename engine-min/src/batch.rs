@@ -23,6 +23,7 @@ use crate::act::{Buf, StepSlots};
 use crate::backend::BackendError;
 use crate::exec::Executor;
 use crate::guard::{first_non_finite, NonFinite, Probe, Site};
+use crate::kv::{KvError, KvType};
 use crate::layer::{output_weight, rmsnorm, Clock, KvCache, Rows, Work};
 use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
@@ -76,6 +77,8 @@ pub enum BatchError {
     /// The pass produced NaN or infinite values (where they first appeared; every sequence
     /// is left as it was before the call).
     NonFinite(NonFinite),
+    /// The caches cannot be kept in the type asked for.
+    Kv(KvError),
 }
 
 impl fmt::Display for BatchError {
@@ -101,6 +104,7 @@ impl fmt::Display for BatchError {
             Self::Backend(e) => write!(f, "{e}"),
             Self::Memory(e) => write!(f, "{e} (use fewer sequences or a smaller context)"),
             Self::NonFinite(e) => write!(f, "sequence {}: {e}", e.seq),
+            Self::Kv(e) => write!(f, "{e}"),
         }
     }
 }
@@ -111,6 +115,7 @@ impl std::error::Error for BatchError {
             Self::Backend(e) => Some(e),
             Self::Memory(e) => Some(e),
             Self::NonFinite(e) => Some(e),
+            Self::Kv(e) => Some(e),
             _ => None,
         }
     }
@@ -135,6 +140,8 @@ pub struct BatchOptions {
     pub context: usize,
     /// Number of sequences (each gets its own cache).
     pub sequences: usize,
+    /// The caches' element type.
+    pub kv: KvType,
 }
 
 /// One sequence's tokens in a batch.
@@ -216,10 +223,14 @@ impl BatchEngine {
             threads,
             sequences: opts.sequences,
             processors: Processors::of(&exec),
+            kv: opts.kv,
         }
         .check(budget, c)
         .map_err(BatchError::Memory)?;
-        let caches = (0..opts.sequences).map(|_| KvCache::new(c, ctx)).collect();
+        let caches = (0..opts.sequences)
+            .map(|_| KvCache::new(c, ctx, opts.kv))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(BatchError::Kv)?;
         Ok(Self {
             caches,
             lens: vec![0; opts.sequences],

@@ -15,6 +15,7 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::npu::{NpuBackend, NpuError, NpuOptions};
 use crate::backend::{BackendError, CpuBackend, CpuKernel};
 use crate::exec::{Backends, Executor};
+use crate::kv::KvType;
 use crate::model::Model;
 use crate::phases::PhasePlans;
 use crate::prepared::CacheSetting;
@@ -197,6 +198,10 @@ pub struct ComposeOptions {
     pub prepared: CacheSetting,
     /// Open the GPU with a profiling queue (per-launch device times, for `bench --breakdown`).
     pub gpu_profiling: bool,
+    /// The KV cache's element type the run asks for; `None`: f16 (llama.cpp's default), on
+    /// every path (the host's cache, and the resident GPU decoder's on the device).
+    /// [`Composed::kv`] is the one to build the engine with.
+    pub kv: Option<KvType>,
 }
 
 /// The fewest rows a prompt chunk of the GPU-resident decoder has (`max_batch` when larger).
@@ -229,6 +234,7 @@ impl Default for ComposeOptions {
             workload: Workload::default(),
             prepared: CacheSetting::Off,
             gpu_profiling: false,
+            kv: None,
         }
     }
 }
@@ -301,6 +307,9 @@ pub struct Composed {
     pub notes: Vec<String>,
     /// What `auto` decided and predicted (`None` for a forced plan).
     pub decision: Option<Decision>,
+    /// The KV cache's element type to build the engine with: the one asked for, or f32 where
+    /// the executor's path keeps its cache in f32 only (with a note).
+    pub kv: KvType,
 }
 
 /// The model's distinct matmul shapes `(k, n)`.
@@ -435,11 +444,16 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         // and 512-row chunks keep a device of ~100 compute units busy on 4096-wide matrices.
         let rows = opts.max_batch.max(RESIDENT_ROWS);
         let plans = gpu_alone(&shapes, rows as u32)?;
-        let dec = crate::backend::resident::build(
+        let kv = opts.kv.unwrap_or_default();
+        let dec = crate::backend::resident::build_with(
             dev,
             model,
             opts.context.clamp(1, model.config.context.max(1)),
             rows,
+            hetero_opencl_kernels::decoder::DecoderOptions {
+                kv: resident_kv(kv),
+                ..Default::default()
+            },
         )
         .map_err(ComposeError::Resident)?;
         let exec = Executor::resident(plans, cpu, dec)?;
@@ -447,6 +461,7 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
             exec,
             notes,
             decision,
+            kv,
         });
     }
     let gpu = dev
@@ -466,7 +481,18 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
         exec,
         notes,
         decision,
+        kv: opts.kv.unwrap_or_default(),
     })
+}
+
+/// The resident GPU decoder's own name for the KV type `kv` (it holds all three on the
+/// device; hetero-opencl-kernels does not depend on this crate, so the type is mapped here).
+fn resident_kv(kv: KvType) -> hetero_opencl_kernels::KvType {
+    match kv {
+        KvType::F32 => hetero_opencl_kernels::KvType::F32,
+        KvType::F16 => hetero_opencl_kernels::KvType::F16,
+        KvType::Q8_0 => hetero_opencl_kernels::KvType::Q8_0,
+    }
 }
 
 /// Keeps the backends of `p` that `keep` says this machine has, and the pairs and sharing

@@ -13,6 +13,7 @@ use crate::backend::resident::Greedy;
 use crate::backend::BackendError;
 use crate::exec::Executor;
 use crate::guard::{first_non_finite, NonFinite, Probe, Site};
+use crate::kv::{KvError, KvType};
 use crate::layer::{output_weight, Clock, KvCache, Rows, Work};
 use crate::limits::{BudgetError, EngineSize, MemoryBudget, Processors};
 use crate::model::Model;
@@ -48,6 +49,9 @@ pub enum EngineError {
     /// The step produced NaN or infinite values (where they first appeared; the sequence is
     /// left as it was before the call).
     NonFinite(NonFinite),
+    /// The KV cache cannot be kept in the type asked for (the model's width, or the processor
+    /// that keeps it).
+    Kv(KvError),
 }
 
 impl fmt::Display for EngineError {
@@ -64,6 +68,7 @@ impl fmt::Display for EngineError {
             Self::Uma(e) => write!(f, "activation slots: {e}"),
             Self::Memory(e) => write!(f, "{e} (use a smaller --ctx or batch)"),
             Self::NonFinite(e) => write!(f, "{e}"),
+            Self::Kv(e) => write!(f, "{e}"),
         }
     }
 }
@@ -75,6 +80,7 @@ impl std::error::Error for EngineError {
             Self::Uma(e) => Some(e),
             Self::Memory(e) => Some(e),
             Self::NonFinite(e) => Some(e),
+            Self::Kv(e) => Some(e),
             _ => None,
         }
     }
@@ -108,11 +114,17 @@ pub struct Timings {
 pub struct EngineOptions {
     /// KV-cache positions (clamped to the model's context length).
     pub context: usize,
+    /// The KV cache's element type (default f16). The resident GPU decoder keeps its own
+    /// cache on the device in f32 and refuses another type ([`EngineError::Kv`]).
+    pub kv: KvType,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { context: 2048 }
+        Self {
+            context: 2048,
+            kv: KvType::default(),
+        }
     }
 }
 
@@ -176,17 +188,24 @@ impl Engine {
         } else {
             (ctx, exec.max_m())
         };
+        if exec.is_resident() && opts.kv != KvType::F32 {
+            return Err(EngineError::Kv(KvError::Unsupported {
+                ty: opts.kv,
+                holder: "the resident GPU decoder",
+            }));
+        }
         EngineSize {
             ctx: host_ctx,
             max_batch: host_rows,
             threads,
             sequences: 1,
             processors: Processors::of(&exec),
+            kv: opts.kv,
         }
         .check(budget, c)
         .map_err(EngineError::Memory)?;
         Ok(Self {
-            cache: KvCache::new(c, host_ctx),
+            cache: KvCache::new(c, host_ctx, opts.kv).map_err(EngineError::Kv)?,
             work: Work::new(c, host_ctx, host_rows, threads)?,
             timings: Timings::default(),
             model,
@@ -224,6 +243,20 @@ impl Engine {
     /// KV-cache capacity.
     pub fn context(&self) -> usize {
         self.ctx
+    }
+
+    /// The KV cache's element type (the resident GPU decoder's device cache is f32).
+    pub fn kv_type(&self) -> KvType {
+        if self.exec.is_resident() {
+            KvType::F32
+        } else {
+            self.cache.ty()
+        }
+    }
+
+    /// Bytes of the host KV cache (none of its size on the resident GPU decoder).
+    pub fn kv_bytes(&self) -> usize {
+        self.cache.bytes()
     }
 
     /// Forgets the sequence (the cache is overwritten as new tokens come).
@@ -429,9 +462,8 @@ impl Engine {
         let (d, m) = (c.d_model, tokens.len());
         let rows = Contiguous { pos0: self.pos };
         let t0 = Instant::now();
-        for (t, &tok) in tokens.iter().enumerate() {
-            self.work.embed(&model, s, t, tok)?;
-        }
+        self.work
+            .embed_rows(self.exec.cpu().pool(), &model, s, tokens)?;
         self.timings.host.add(HostOp::Embed, t0.elapsed());
         if self
             .work

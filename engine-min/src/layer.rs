@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use crate::act::{Acts, Buf, StepSlots};
+use crate::attention::{self, AttKernel, Heads, Tile};
 use crate::backend::{BackendError, WeightView};
 use crate::exec::Executor;
 use crate::guard::{LayerOp, Probe, Site};
@@ -21,22 +22,7 @@ use crate::swiglu::swiglu;
 use hetero_sme::ThreadPool as Pool;
 use hetero_uma::Handle;
 
-/// One sequence's keys and values: `n_layer * ctx * kv_dim` floats each, layer-major.
-pub(crate) struct KvCache {
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-}
-
-impl KvCache {
-    /// A zeroed cache of `ctx` positions for the model `c`.
-    pub(crate) fn new(c: &Config, ctx: usize) -> Self {
-        let n = c.n_layer * ctx * c.kv_dim();
-        Self {
-            k: vec![0.0; n],
-            v: vec![0.0; n],
-        }
-    }
-}
+pub(crate) use crate::kv::KvCache;
 
 /// Where the rows of a pass belong.
 pub(crate) trait Rows: Sync {
@@ -175,16 +161,20 @@ pub fn output_weight(n_layer: usize) -> usize {
 
 /// RoPE tables, attention scratch and the activation slots (for up to `max_batch` rows).
 pub(crate) struct Work {
-    ctx: usize,
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
-    scores: Vec<f32>,
+    /// The attention's per-thread scratch ([`attention::scratch_len`] floats a thread).
+    att_scratch: Vec<f32>,
+    att_per_thread: usize,
+    /// One step's attention tiles (capacity for the largest step: no allocation).
+    tiles: Vec<Tile>,
+    kernel: AttKernel,
     acts: Acts,
 }
 
 impl Work {
-    /// RoPE tables for `ctx` positions, attention scratch for `threads` pool threads, and
-    /// activation slots for `max_batch` rows of model `c`.
+    /// RoPE tables for `ctx` positions, attention scratch for `threads` pool threads and
+    /// tiles for `max_batch` rows, and activation slots for `max_batch` rows of model `c`.
     pub(crate) fn new(
         c: &Config,
         ctx: usize,
@@ -202,11 +192,14 @@ impl Work {
                 rope_sin[p * half + i] = a.sin() as f32;
             }
         }
+        let per = attention::scratch_len(c.head_dim);
         Ok(Self {
-            ctx,
             rope_cos,
             rope_sin,
-            scores: vec![0.0; threads * ctx],
+            att_scratch: vec![0.0; threads.max(1) * per],
+            att_per_thread: per,
+            tiles: Vec::with_capacity(attention::max_tiles(&heads(c), max_batch.max(1))),
+            kernel: AttKernel::best(),
             acts: Acts::for_model(c, max_batch.max(1))?,
         })
     }
@@ -231,6 +224,50 @@ impl Work {
         let x = self.acts.pool().f32s_mut(s.get_mut(Buf::X))?;
         hetero_sme::dequantize_row(emb.ty, src, &mut x[t * d..(t + 1) * d])?;
         Ok(())
+    }
+
+    /// Writes the embeddings of `tokens` into rows `0..tokens.len()` of the residual stream,
+    /// rows spread over the pool when there are several.
+    pub(crate) fn embed_rows(
+        &self,
+        pool: &Pool,
+        model: &Model,
+        s: &mut StepSlots,
+        tokens: &[u32],
+    ) -> Result<(), BackendError> {
+        let d = model.config.d_model;
+        let m = tokens.len();
+        let emb = model.view(&model.embed);
+        let rb = emb.row_bytes()?;
+        let x = &mut self.acts.pool().f32s_mut(s.get_mut(Buf::X))?[..m * d];
+        let row = |t: usize, out: &mut [f32]| {
+            let tok = tokens[t] as usize;
+            match emb.data.get(tok * rb..(tok + 1) * rb) {
+                Some(src) => {
+                    hetero_sme::dequantize_row(emb.ty, src, out).map_err(BackendError::from)
+                }
+                None => Err(BackendError::Shape("token id")),
+            }
+        };
+        if m < PAR_ROWS {
+            for (t, out) in x.chunks_exact_mut(d).enumerate() {
+                row(t, out)?;
+            }
+            return Ok(());
+        }
+        let failed = std::sync::Mutex::new(None);
+        let rows = rows_per_task(m, pool.threads());
+        pool.run_chunks_mut(x, rows * d, &|task, _, o: &mut [f32]| {
+            for (i, out) in o.chunks_exact_mut(d).enumerate() {
+                if let Err(e) = row(task * rows + i, out) {
+                    *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
+            }
+        })?;
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// `out = rmsnorm(in) * w` over `m` rows of `n` (rows spread over the pool when there are
@@ -262,14 +299,31 @@ impl Work {
         Ok(())
     }
 
-    /// `x += tmp` over `m` rows of `d`.
-    fn residual(&self, s: &mut StepSlots, m: usize, d: usize) -> Result<(), BackendError> {
+    /// `x += tmp` over `m` rows of `d` (rows spread over the pool when there are several).
+    fn residual(
+        &self,
+        pool: &Pool,
+        s: &mut StepSlots,
+        m: usize,
+        d: usize,
+    ) -> Result<(), BackendError> {
         let (t, x) = s.pair(Buf::Tmp, Buf::X);
-        let pool = self.acts.pool();
-        let add = &pool.f32s(t)?[..m * d];
-        for (x, o) in pool.f32s_mut(x)?[..m * d].iter_mut().zip(add) {
-            *x += o;
+        let up = self.acts.pool();
+        let add = &up.f32s(t)?[..m * d];
+        let x = &mut up.f32s_mut(x)?[..m * d];
+        if m < PAR_ROWS {
+            for (x, o) in x.iter_mut().zip(add) {
+                *x += o;
+            }
+            return Ok(());
         }
+        let rows = rows_per_task(m, pool.threads());
+        pool.run_chunks_mut(x, rows * d, &|task, _, x: &mut [f32]| {
+            let a = &add[task * rows * d..task * rows * d + x.len()];
+            for (x, o) in x.iter_mut().zip(a) {
+                *x += o;
+            }
+        })?;
         Ok(())
     }
 
@@ -311,7 +365,7 @@ impl Work {
         probe: &mut Probe,
     ) -> Result<(), BackendError> {
         let c = &model.config;
-        let (d, kv, hd) = (c.d_model, c.kv_dim(), c.head_dim);
+        let (d, kv) = (c.d_model, c.kv_dim());
         let half = c.rope_dims / 2;
         let pool = exec.cpu().pool();
         for (l, layer) in model.layers.iter().enumerate() {
@@ -346,28 +400,7 @@ impl Work {
             checked!(Buf::K, kv, AttnK);
             checked!(Buf::V, kv, AttnV);
             let t0 = clock.start();
-            {
-                let up = self.acts.pool();
-                let [_, _, qh, kh, vh, ..] = s.each_mut();
-                let (q, k, v) = (up.f32s_mut(qh)?, up.f32s_mut(kh)?, up.f32s(vh)?);
-                for t in 0..m {
-                    let p = rows.pos(t);
-                    let (cs, sn) = (
-                        &self.rope_cos[p * half..(p + 1) * half],
-                        &self.rope_sin[p * half..(p + 1) * half],
-                    );
-                    for hq in q[t * d..(t + 1) * d].chunks_exact_mut(hd) {
-                        rope(hq, cs, sn);
-                    }
-                    for hk in k[t * kv..(t + 1) * kv].chunks_exact_mut(hd) {
-                        rope(hk, cs, sn);
-                    }
-                    let cache = &mut caches[rows.seq(t)];
-                    let at = (l * self.ctx + p) * kv;
-                    cache.k[at..at + kv].copy_from_slice(&k[t * kv..(t + 1) * kv]);
-                    cache.v[at..at + kv].copy_from_slice(&v[t * kv..(t + 1) * kv]);
-                }
-            }
+            self.rope_kv(pool, c, s, caches, rows, l, m, half)?;
             clock.host(t0, HostOp::RopeKv);
             let t0 = clock.start();
             self.attention(c, pool, s, caches, rows, l, m)?;
@@ -376,7 +409,7 @@ impl Work {
             self.matmul(exec, clock, s, weight(l, Op::O), Buf::Att, m, Buf::Tmp)?;
             checked!(Buf::Tmp, d, AttnOutput);
             let t0 = clock.start();
-            self.residual(s, m, d)?;
+            self.residual(pool, s, m, d)?;
             clock.host(t0, HostOp::Residual);
             checked!(Buf::X, d, AttnResidual);
             let t0 = clock.start();
@@ -413,7 +446,7 @@ impl Work {
             self.matmul(exec, clock, s, weight(l, Op::Down), Buf::G, m, Buf::Tmp)?;
             checked!(Buf::Tmp, d, FfnDown);
             let t0 = clock.start();
-            self.residual(s, m, d)?;
+            self.residual(pool, s, m, d)?;
             clock.host(t0, HostOp::Residual);
             checked!(Buf::X, d, FfnResidual);
         }
@@ -462,8 +495,81 @@ impl Work {
         r
     }
 
+    /// RoPE on each row's queries and keys, then its key and value into its sequence's cache
+    /// at its position (converted to the cache's type): rows spread over the pool, one
+    /// sequence's run of rows at a time (each writes its own positions).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv<R: Rows>(
+        &self,
+        pool: &Pool,
+        c: &Config,
+        s: &mut StepSlots,
+        caches: &mut [KvCache],
+        rows: &R,
+        l: usize,
+        m: usize,
+        half: usize,
+    ) -> Result<(), BackendError> {
+        let (d, kv, hd) = (c.d_model, c.kv_dim(), c.head_dim);
+        let up = self.acts.pool();
+        let [_, _, qh, kh, vh, ..] = s.each_mut();
+        let (q, k, v) = (up.f32s_mut(qh)?, up.f32s_mut(kh)?, up.f32s(vh)?);
+        let (q, k, v) = (&mut q[..m * d], &mut k[..m * kv], &v[..m * kv]);
+        let (qp, kp) = (SendPtr(q.as_mut_ptr()), SendPtr(k.as_mut_ptr()));
+        let mut t0 = 0;
+        while t0 < m {
+            // One sequence's consecutive rows.
+            let seq = rows.seq(t0);
+            let mut t1 = t0 + 1;
+            while t1 < m && rows.seq(t1) == seq {
+                t1 += 1;
+            }
+            let cache = caches.get_mut(seq).ok_or(BackendError::Shape("sequence"))?;
+            let w = cache.writer();
+            let (qp, kp) = (&qp, &kp);
+            let one = |t: usize| {
+                let p = rows.pos(t);
+                let (cs, sn) = (
+                    &self.rope_cos[p * half..(p + 1) * half],
+                    &self.rope_sin[p * half..(p + 1) * half],
+                );
+                // SAFETY: row t < m of q (m·d floats) and of k (m·kv floats); each task has
+                // its own rows (the pool runs each task index once), so these borrows are
+                // disjoint from every other task's.
+                let (qr, kr) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(qp.0.add(t * d), d),
+                        std::slice::from_raw_parts_mut(kp.0.add(t * kv), kv),
+                    )
+                };
+                for hq in qr.chunks_exact_mut(hd) {
+                    rope(hq, cs, sn);
+                }
+                for hk in kr.chunks_exact_mut(hd) {
+                    rope(hk, cs, sn);
+                }
+                // SAFETY: rows of one sequence have distinct positions (a step appends
+                // consecutive positions to each sequence once), so no two tasks write one
+                // (layer, position); nothing reads the cache until the job is over.
+                unsafe { w.write(l, p, kr, &v[t * kv..(t + 1) * kv]) };
+            };
+            let n = t1 - t0;
+            if n < PAR_ROWS {
+                (t0..t1).for_each(one);
+            } else {
+                let per = rows_per_task(n, pool.threads());
+                pool.run(n.div_ceil(per), &|task, _| {
+                    (t0 + task * per..(t0 + (task + 1) * per).min(t1)).for_each(one);
+                });
+            }
+            t0 = t1;
+        }
+        Ok(())
+    }
+
     /// Causal grouped-query attention of each of the `m` rows over its own sequence's cache
-    /// of layer `l`, positions `0..=pos` (the row's own key/value were written before).
+    /// of layer `l`, positions `0..=pos` (the row's own key/value were written before): tiles
+    /// of rows × heads on the pool ([`crate::attention`]).
     #[allow(clippy::too_many_arguments)]
     fn attention<R: Rows>(
         &mut self,
@@ -475,142 +581,67 @@ impl Work {
         l: usize,
         m: usize,
     ) -> Result<(), BackendError> {
-        let (d, kv, hd, nh) = (c.d_model, c.kv_dim(), c.head_dim, c.n_head);
-        let group = c.n_head / c.n_kv_head.max(1);
-        let ctx = self.ctx;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let up = self.acts.pool();
+        let h = heads(c);
+        let d = c.d_model;
+        let Work {
+            att_scratch,
+            att_per_thread,
+            tiles,
+            kernel,
+            acts,
+            ..
+        } = self;
+        let up = acts.pool();
         let (qh, ah) = s.pair(Buf::Q, Buf::Att);
-        let q = up.f32s(qh)?;
-        // Task t·nh + h writes chunk (t, h) of `att` (d = nh·hd, checked at model load) and
-        // scores into its thread's row of `scores` (the pool runs one task per thread at once).
-        let task = |task: usize, _thread: usize, o: &mut [f32], scores: &mut [f32]| {
-            let (t, h) = (task / nh, task % nh);
-            let p = rows.pos(t);
-            let cache = &caches[rows.seq(t)];
-            let kc = &cache.k[l * ctx * kv..(l + 1) * ctx * kv];
-            let vc = &cache.v[l * ctx * kv..(l + 1) * ctx * kv];
-            let kvh = h / group;
-            let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-            let s = &mut scores[..p + 1];
-            head_attention(qh, kc, vc, kv, kvh * hd, scale, s, o);
-        };
+        let q = &up.f32s(qh)?[..m * d];
         let att = &mut up.f32s_mut(ah)?[..m * d];
-        pool.run_chunks_mut_with_scratch(att, hd, &mut self.scores, ctx, &task)?;
+        tiles.clear();
+        let mut t0 = 0;
+        while t0 < m {
+            let seq = rows.seq(t0);
+            let mut t1 = t0 + 1;
+            while t1 < m && rows.seq(t1) == seq {
+                t1 += 1;
+            }
+            attention::tiles_of(&h, t0, t1, m, pool.threads(), tiles);
+            t0 = t1;
+        }
+        let out = SendPtr(att.as_mut_ptr());
+        let (kernel, tiles) = (*kernel, &*tiles);
+        let pos = |r: usize| rows.pos(r);
+        pool.run_with_scratch(
+            tiles.len(),
+            att_scratch,
+            *att_per_thread,
+            &|task, _, scratch: &mut [f32]| {
+                let tile = tiles[task];
+                let Some(cache) = caches.get(rows.seq(tile.r0)) else {
+                    return;
+                };
+                let out = &out;
+                // SAFETY: `att` holds m·d floats and tile.r1 <= m; the tiles of one step
+                // cover disjoint (row, head) pairs (`tiles_of` splits rows and heads without
+                // overlap), so this task's region is its own.
+                unsafe { attention::run_tile(kernel, &h, tile, q, &pos, cache, l, out.0, scratch) };
+            },
+        )?;
         Ok(())
     }
 }
 
-/// One query head over positions `0..s.len()` of one cache layer (`kc`/`vc`: rows of `kv`,
-/// this head's `o.len()` values at `off`): scores `q·k_j · scale` into `s`, softmax, then
-/// `o = Σ_j p_j v_j`. On x86-64 with AVX2 it runs [`head_attention_avx2`], the same code
-/// compiled for 256-bit vectors: the compiler keeps every IEEE operation and its order when it
-/// vectorizes (the dot product's eight partial sums are lanes, no fused multiply-add is
-/// formed), so the result is bit-identical to the baseline build's on any CPU, and every row's
-/// result still depends only on its own query and cache (the batch engine's row invariance).
-#[allow(clippy::too_many_arguments)]
-fn head_attention(
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    kv: usize,
-    off: usize,
-    scale: f32,
-    s: &mut [f32],
-    o: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above; std caches the answer).
-        unsafe { head_attention_avx2(q, kc, vc, kv, off, scale, s, o) };
-        return;
-    }
-    head_attention_body(q, kc, vc, kv, off, scale, s, o);
-}
-
-/// [`head_attention_body`] compiled with AVX2 enabled.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn head_attention_avx2(
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    kv: usize,
-    off: usize,
-    scale: f32,
-    s: &mut [f32],
-    o: &mut [f32],
-) {
-    head_attention_body(q, kc, vc, kv, off, scale, s, o);
-}
-
-/// See [`head_attention`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn head_attention_body(
-    q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
-    kv: usize,
-    off: usize,
-    scale: f32,
-    s: &mut [f32],
-    o: &mut [f32],
-) {
-    let hd = o.len();
-    let mut max = f32::NEG_INFINITY;
-    for (j, sj) in s.iter_mut().enumerate() {
-        let kj = &kc[j * kv + off..j * kv + off + hd];
-        *sj = dot(q, kj) * scale;
-        max = max.max(*sj);
-    }
-    let mut sum = 0f32;
-    for sj in s.iter_mut() {
-        *sj = (*sj - max).exp();
-        sum += *sj;
-    }
-    let inv = 1.0 / sum;
-    if let Ok(o64) = <&mut [f32; 64]>::try_from(&mut *o) {
-        // Llama's usual head size: the sums stay in registers across positions.
-        weighted_sum::<64>(s, vc, kv, off, inv, o64);
-        return;
-    }
-    o.fill(0.0);
-    for (j, &sj) in s.iter().enumerate() {
-        let vj = &vc[j * kv + off..j * kv + off + hd];
-        let w = sj * inv;
-        for (oi, vi) in o.iter_mut().zip(vj) {
-            *oi += w * vi;
-        }
+/// The attention's shapes of model `c`.
+fn heads(c: &Config) -> Heads {
+    Heads {
+        n_head: c.n_head,
+        n_kv_head: c.n_kv_head,
+        hd: c.head_dim,
     }
 }
 
-/// `o = Σ_j (s_j · inv) v_j` for a head of `HD` values, accumulated in a local array (kept in
-/// registers) with the same operations in the same order as the general loop in
-/// [`head_attention_body`], so the same bits.
-#[inline(always)]
-fn weighted_sum<const HD: usize>(
-    s: &[f32],
-    vc: &[f32],
-    kv: usize,
-    off: usize,
-    inv: f32,
-    o: &mut [f32; HD],
-) {
-    let mut acc = [0f32; HD];
-    for (j, &sj) in s.iter().enumerate() {
-        let vj = &vc[j * kv + off..j * kv + off + HD];
-        let w = sj * inv;
-        for (a, vi) in acc.iter_mut().zip(vj) {
-            *a += w * vi;
-        }
-    }
-    *o = acc;
-}
+/// A row pointer shared by pool tasks that each touch their own rows.
+struct SendPtr(*mut f32);
+// SAFETY: the tasks access disjoint rows through it (see each use).
+unsafe impl Sync for SendPtr {}
 
 /// From this many rows on, the row-wise host ops (norms, SwiGLU) spread over the pool: below
 /// it (decode) a pool job would cost more than the op.
@@ -659,57 +690,5 @@ fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (pair[0], pair[1]);
         pair[0] = a * c - b * s;
         pair[1] = a * s + b * c;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-
-    /// The AVX2 build of one head's attention gives the baseline build's bits (the claim in
-    /// [`head_attention`]'s docs), and the head-size-64 register path the general loop's, over
-    /// head sizes with and without an 8-wide tail and context lengths from 1; outputs poisoned
-    /// before each run.
-    #[test]
-    fn head_attention_builds_agree_bit_for_bit() {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if !std::is_x86_feature_detected!("avx2") {
-                eprintln!("SKIP head_attention avx2: this CPU lacks AVX2");
-                return;
-            }
-            let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-            for (hd, heads, n) in [(64, 3, 1), (64, 3, 77), (13, 2, 9), (8, 1, 300)] {
-                let kv = hd * heads;
-                let kc: Vec<f32> = (0..n * kv).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                let vc: Vec<f32> = (0..n * kv).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                let q: Vec<f32> = (0..hd).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                let scale = 1.0 / (hd as f32).sqrt();
-                for h in 0..heads {
-                    let (mut s1, mut s2) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                    let (mut o1, mut o2) = (vec![f32::NAN; hd], vec![f32::NAN; hd]);
-                    head_attention_body(&q, &kc, &vc, kv, h * hd, scale, &mut s1, &mut o1);
-                    // SAFETY: AVX2 checked above.
-                    unsafe {
-                        head_attention_avx2(&q, &kc, &vc, kv, h * hd, scale, &mut s2, &mut o2)
-                    };
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    // The general loop, written out: the head-size-64 path must match it.
-                    let mut o0 = vec![0f32; hd];
-                    let inv = 1.0 / s1.iter().sum::<f32>();
-                    for (j, &sj) in s1.iter().enumerate() {
-                        let vj = &vc[j * kv + h * hd..j * kv + (h + 1) * hd];
-                        for (oi, vi) in o0.iter_mut().zip(vj) {
-                            *oi += sj * inv * vi;
-                        }
-                    }
-                    assert_eq!(bits(&o0), bits(&o1), "hd {hd} n {n} head {h}: general loop");
-                    assert_eq!(bits(&o1), bits(&o2), "hd {hd} n {n} head {h}");
-                    assert_eq!(bits(&s1), bits(&s2), "hd {hd} n {n} head {h}");
-                    assert!(o1.iter().all(|x| x.is_finite()));
-                }
-            }
-        }
     }
 }

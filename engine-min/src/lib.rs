@@ -2,6 +2,7 @@
 
 pub mod act;
 pub mod agents;
+pub mod attention;
 pub mod auto;
 pub mod backend;
 pub mod batch;
@@ -13,6 +14,7 @@ pub mod exec;
 pub mod gguf;
 pub mod guard;
 mod helper;
+pub mod kv;
 mod layer;
 pub mod limits;
 pub mod model;

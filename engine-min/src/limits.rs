@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use crate::kv::KvType;
 use crate::model::Config;
 
 /// Bytes in one GiB (the unit of the messages).
@@ -172,19 +173,37 @@ fn u(v: usize) -> u64 {
 
 const F32: u64 = 4;
 
-/// Bytes of the KV cache of `sequences` sequences of `ctx` positions: keys and values, f32,
-/// `n_layer × ctx × kv_dim` each (the engine's `KvCache::new`; the batched engine keeps one
-/// per sequence).
+/// Bytes of the KV cache of `sequences` sequences of `ctx` positions in f32: keys and
+/// values, `n_layer × ctx × kv_dim` each ([`kv_cache_bytes_of`] for the other types).
 pub fn kv_cache_bytes(c: &Config, ctx: usize, sequences: usize) -> Result<u64, BudgetError> {
-    const WHAT: &str = "KV cache";
-    let kv_dim = product(WHAT, &[u(c.n_kv_head), u(c.head_dim)])?;
-    product(WHAT, &[2, F32, u(sequences), u(c.n_layer), u(ctx), kv_dim])
+    kv_cache_bytes_of(c, ctx, sequences, KvType::F32)
 }
 
-/// Bytes of the engine's heap work buffers for `ctx` positions and a pool of `threads`
-/// threads (the engine's `Work::new`): the RoPE tables (`ctx × rope_dims/2` cosines and sines)
-/// and the attention scores (`threads × ctx`), all f32. The activations live in uma slots:
-/// [`acts_bytes`]. (`max_batch` is kept so callers size both with one set of numbers.)
+/// Bytes of the KV cache of `sequences` sequences of `ctx` positions in `ty`: keys and
+/// values, `n_layer × ctx` rows of `ty.row_bytes(kv_dim)` each (the engine's `KvCache::new`;
+/// the batched engine keeps one per sequence). A width the type cannot hold counts as f32
+/// (the engine refuses it before allocating).
+pub fn kv_cache_bytes_of(
+    c: &Config,
+    ctx: usize,
+    sequences: usize,
+    ty: KvType,
+) -> Result<u64, BudgetError> {
+    const WHAT: &str = "KV cache";
+    let kv_dim = product(WHAT, &[u(c.n_kv_head), u(c.head_dim)])?;
+    let kv_dim = usize::try_from(kv_dim).map_err(|_| BudgetError::Overflow { what: WHAT })?;
+    let row = ty
+        .row_bytes(kv_dim)
+        .or_else(|| KvType::F32.row_bytes(kv_dim))
+        .ok_or(BudgetError::Overflow { what: WHAT })?;
+    product(WHAT, &[2, u(sequences), u(c.n_layer), u(ctx), u(row)])
+}
+
+/// Bytes of the engine's heap work buffers for `ctx` positions, steps of `max_batch` rows and
+/// a pool of `threads` threads (the engine's `Work::new`): the RoPE tables (`ctx ×
+/// rope_dims/2` cosines and sines, f32), the attention's scratch (`threads ×
+/// attention::scratch_len(head_dim)` f32: fixed tiles, whatever the context) and its tile
+/// list (`attention::max_tiles`). The activations live in uma slots: [`acts_bytes`].
 pub fn work_bytes(
     c: &Config,
     ctx: usize,
@@ -192,15 +211,28 @@ pub fn work_bytes(
     threads: usize,
 ) -> Result<u64, BudgetError> {
     const WHAT: &str = "work buffers";
-    let _ = max_batch;
     let floats = sum(
         WHAT,
         &[
             product(WHAT, &[2, u(ctx), u(c.rope_dims / 2)])?,
-            product(WHAT, &[u(threads), u(ctx)])?,
+            product(
+                WHAT,
+                &[
+                    u(threads.max(1)),
+                    u(crate::attention::scratch_len(c.head_dim)),
+                ],
+            )?,
         ],
     )?;
-    product(WHAT, &[F32, floats])
+    let tiles = product(
+        WHAT,
+        &[
+            u(max_batch.max(1)),
+            u(c.n_head.max(1)),
+            u(std::mem::size_of::<crate::attention::Tile>()),
+        ],
+    )?;
+    sum(WHAT, &[product(WHAT, &[F32, floats])?, tiles])
 }
 
 /// Bytes of the uma activation slots `act::Acts::for_model(c, max_batch)` maps: 9 slots of
@@ -291,6 +323,8 @@ pub struct EngineSize {
     pub sequences: usize,
     /// The processors whose scratch is counted besides the CPU's.
     pub processors: Processors,
+    /// The KV caches' element type.
+    pub kv: KvType,
 }
 
 impl EngineSize {
@@ -299,7 +333,7 @@ impl EngineSize {
         sum(
             "engine buffers",
             &[
-                kv_cache_bytes(c, self.ctx, self.sequences)?,
+                kv_cache_bytes_of(c, self.ctx, self.sequences, self.kv)?,
                 work_bytes(c, self.ctx, self.max_batch, self.threads)?,
                 acts_bytes(c, self.max_batch)?,
                 scratch_bytes(c, self.max_batch, &self.processors)?,
@@ -344,6 +378,7 @@ fn cpu_engine(ctx: usize, max_batch: usize, threads: usize) -> EngineSize {
         threads,
         sequences: 1,
         processors: Processors::default(),
+        kv: KvType::F32,
     }
 }
 
@@ -371,10 +406,25 @@ mod tests {
     fn kv_cache_formula_matches_the_engine_allocation() {
         let c = smollm2();
         for ctx in [1, 7, 64] {
-            let kv = crate::layer::KvCache::new(&c, ctx);
-            let bytes = ((kv.k.len() + kv.v.len()) * 4) as u64;
-            assert_eq!(kv_cache_bytes(&c, ctx, 1), Ok(bytes), "ctx {ctx}");
+            for ty in KvType::ALL {
+                let kv = crate::layer::KvCache::new(&c, ctx, ty).unwrap();
+                let bytes = kv.bytes() as u64;
+                assert_eq!(
+                    kv_cache_bytes_of(&c, ctx, 1, ty),
+                    Ok(bytes),
+                    "ctx {ctx} {ty}"
+                );
+            }
         }
+        // f16 halves f32; q8_0 is 34 bytes per 32 values.
+        assert_eq!(
+            kv_cache_bytes_of(&c, 8192, 1, KvType::F16).unwrap() * 2,
+            kv_cache_bytes(&c, 8192, 1).unwrap()
+        );
+        assert_eq!(
+            kv_cache_bytes_of(&c, 8192, 1, KvType::Q8_0).unwrap() * 128,
+            kv_cache_bytes(&c, 8192, 1).unwrap() * 34
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ fn batched_rows_are_batch_invariant() {
         let opts = BatchOptions {
             context: 128,
             sequences: 3,
+            kv: Default::default(),
         };
         let mut e = BatchEngine::new(Arc::clone(&m), exec, opts).unwrap();
         let mut last = vec![f32::NAN; 2 * vocab];
@@ -114,7 +115,15 @@ fn batched_rows_are_batch_invariant() {
         // engine's own tolerance against the f64 reference; the two paths differ only in
         // loop structure, so they agree far closer in practice.
         let exec = cpu_executor(&m, Arc::clone(&pool), kernel, 64).unwrap();
-        let mut eng = Engine::new(Arc::clone(&m), exec, EngineOptions { context: 128 }).unwrap();
+        let mut eng = Engine::new(
+            Arc::clone(&m),
+            exec,
+            EngineOptions {
+                context: 128,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let mut want = vec![f32::NAN; vocab];
         eng.forward(&a, &mut want).unwrap();
         let mut got = vec![f32::NAN; vocab];
@@ -136,6 +145,7 @@ fn batched_rows_are_batch_invariant() {
     let opts = BatchOptions {
         context: 16,
         sequences: 1,
+        kv: Default::default(),
     };
     let mut e = BatchEngine::new(Arc::clone(&m), exec, opts).unwrap();
     let mut l = vec![0f32; vocab];

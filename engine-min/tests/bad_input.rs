@@ -376,8 +376,9 @@ fn every_hostile_input_ends_in_a_clear_error() {
         "bytes), limit ",
     ];
     let o = t.run(
-        "`--ctx 1000000` on that model",
-        &run_args(&claim, PROMPT, &["--ctx", "1000000"]),
+        // An f32 cache (43 GiB): over any machine's memory here (f16 would be 21.7 GiB).
+        "`--ctx 1000000 --kv-type f32` on that model",
+        &run_args(&claim, PROMPT, &["--ctx", "1000000", "--kv-type", "f32"]),
         &[],
     );
     expect(&o, code(1), &budget);
@@ -422,7 +423,7 @@ fn every_hostile_input_ends_in_a_clear_error() {
         "Paris is the capital of France. ".repeat(40).as_bytes(),
     );
     let o = t.run(
-        "`perplexity --ctx 1000000` on the 1,000,000-position model",
+        "`perplexity --ctx 1000000 --kv-type f32` on the 1,000,000-position model",
         &[
             os("perplexity"),
             os("--model"),
@@ -431,6 +432,8 @@ fn every_hostile_input_ends_in_a_clear_error() {
             text.as_os_str(),
             os("--ctx"),
             os("1000000"),
+            os("--kv-type"),
+            os("f32"),
         ],
         &[],
     );

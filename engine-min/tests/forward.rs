@@ -25,7 +25,15 @@ fn load() -> Option<Arc<Model>> {
 fn engine(model: &Arc<Model>, kernel: CpuKernel, threads: usize, max_batch: usize) -> Engine {
     let pool = Arc::new(Pool::new(threads).expect("pool"));
     let exec = engine_min::compose::cpu_executor(model, pool, kernel, max_batch).expect("exec");
-    Engine::new(Arc::clone(model), exec, EngineOptions { context: 256 }).expect("engine")
+    Engine::new(
+        Arc::clone(model),
+        exec,
+        EngineOptions {
+            context: 256,
+            kv: engine_min::kv::KvType::F32,
+        },
+    )
+    .expect("engine")
 }
 
 /// An engine running `plan` (16-row chunks, context 64) with `kernel` on 2 CPU threads.
@@ -56,7 +64,15 @@ fn plan_engine_with(
         ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).map_err(|e| e.to_string())?;
-    Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 64 }).map_err(|e| e.to_string())
+    Engine::new(
+        Arc::clone(model),
+        c.exec,
+        EngineOptions {
+            context: 64,
+            kv: engine_min::kv::KvType::F32,
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The most exact CPU kernel this machine has with f32 activations.

@@ -172,8 +172,15 @@ fn greedy_text_matches_cpu_plan() {
         let pool = Arc::new(Pool::new(2).expect("pool"));
         let exec = engine_min::compose::cpu_executor(&model, pool, f32_kernel(), 64)
             .expect("cpu executor");
-        let mut cpu = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 128 })
-            .expect("cpu engine");
+        let mut cpu = Engine::new(
+            Arc::clone(&model),
+            exec,
+            EngineOptions {
+                context: 128,
+                kv: engine_min::kv::KvType::F32,
+            },
+        )
+        .expect("cpu engine");
         let ids = model.tokenizer.encode(prompt, false);
         let mut logits = vec![0f32; vocab];
         cpu.forward(&ids, &mut logits).expect("cpu prefill");
@@ -236,7 +243,15 @@ fn resident_greedy_step_flags_non_finite_logits() {
     let engine = |m: &Arc<Model>| {
         let c = engine_min::compose::executor(m, &opts).expect("resident executor");
         assert!(c.exec.is_resident());
-        Engine::new(Arc::clone(m), c.exec, EngineOptions { context: 32 }).expect("engine")
+        Engine::new(
+            Arc::clone(m),
+            c.exec,
+            EngineOptions {
+                context: 32,
+                kv: engine_min::kv::KvType::F32,
+            },
+        )
+        .expect("engine")
     };
     let (mut e, mut want) = (engine(&bad), engine(&clean));
     let mut scratch = vec![0f32; bad.config.vocab];
@@ -376,8 +391,15 @@ fn resident_decoder_matches_reference_on_every_fixture() {
                     ..ComposeOptions::default()
                 };
                 let c = engine_min::compose::executor(&model, &opts).expect("executor");
-                let mut e = Engine::new(Arc::clone(&model), c.exec, EngineOptions { context: 32 })
-                    .expect("engine");
+                let mut e = Engine::new(
+                    Arc::clone(&model),
+                    c.exec,
+                    EngineOptions {
+                        context: 32,
+                        kv: engine_min::kv::KvType::F32,
+                    },
+                )
+                .expect("engine");
                 assert!(!e.executor().is_resident());
                 let mut logits = vec![f32::NAN; vocab];
                 e.forward(&ids[..17], &mut logits).expect("prefill");

@@ -65,7 +65,15 @@ fn with_scale(base: &[u8], tensor: &str, bits: u16) -> Arc<Model> {
 fn engine(model: &Arc<Model>, kernel: CpuKernel) -> Engine {
     let pool = Arc::new(Pool::new(2).expect("pool"));
     let exec = cpu_executor(model, pool, kernel, 16).expect("executor");
-    Engine::new(Arc::clone(model), exec, EngineOptions { context: 64 }).expect("engine")
+    Engine::new(
+        Arc::clone(model),
+        exec,
+        EngineOptions {
+            context: 64,
+            ..Default::default()
+        },
+    )
+    .expect("engine")
 }
 
 /// The engine's error for `tokens`, which must be [`EngineError::NonFinite`]; the engine's
@@ -203,6 +211,7 @@ fn the_batch_engine_names_the_sequence_and_changes_no_length() {
             BatchOptions {
                 context: 32,
                 sequences: 2,
+                kv: Default::default(),
             },
         )
         .expect("engine");
@@ -259,13 +268,17 @@ fn engines_refuse_buffers_over_the_budget_before_allocating() {
             threads: 2,
             sequences: 1,
             processors: Processors::default(),
+            kv: engine_min::kv::KvType::F32,
         };
         let need = size.bytes(c).expect("counts");
         assert!(need > 64 << 20, "{need}");
         let err = Engine::with_budget(
             Arc::clone(&model),
             exec(),
-            EngineOptions { context: 1_000_000 },
+            EngineOptions {
+                context: 1_000_000,
+                kv: engine_min::kv::KvType::F32,
+            },
             &limit,
         )
         .err()
@@ -290,7 +303,10 @@ fn engines_refuse_buffers_over_the_budget_before_allocating() {
             let err = Engine::new(
                 Arc::clone(&model),
                 exec(),
-                EngineOptions { context: 1_000_000 },
+                EngineOptions {
+                    context: 1_000_000,
+                    kv: engine_min::kv::KvType::F32,
+                },
             )
             .err()
             .expect("43 GiB refused");
@@ -298,14 +314,17 @@ fn engines_refuse_buffers_over_the_budget_before_allocating() {
             println!("{}: {err}", base.name);
         }
         // A small context fits a budget of exactly its size, and not one byte less.
-        let small = EngineOptions { context: 32 };
+        let small = EngineOptions {
+            context: 32,
+            kv: engine_min::kv::KvType::F32,
+        };
         let exact = EngineSize { ctx: 32, ..size }.bytes(c).unwrap();
         let fits = MemoryBudget::with_limit(exact);
         assert!(Engine::with_budget(Arc::clone(&model), exec(), small, &fits).is_ok());
         let short = MemoryBudget::with_limit(exact - 1);
         assert!(Engine::with_budget(Arc::clone(&model), exec(), small, &short).is_err());
         // The batched engine counts one KV cache per sequence.
-        let per_seq = limits::kv_cache_bytes(c, 32, 1).unwrap();
+        let per_seq = limits::kv_cache_bytes_of(c, 32, 1, Default::default()).unwrap();
         let budget = MemoryBudget::with_limit(per_seq * 1000);
         let err = BatchEngine::with_budget(
             Arc::clone(&model),
@@ -313,6 +332,7 @@ fn engines_refuse_buffers_over_the_budget_before_allocating() {
             BatchOptions {
                 context: 32,
                 sequences: 1000,
+                kv: Default::default(),
             },
             &budget,
         )

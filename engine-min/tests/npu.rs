@@ -55,7 +55,15 @@ fn engine(
         ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).expect("executor");
-    Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 256 }).expect("engine")
+    Engine::new(
+        Arc::clone(model),
+        c.exec,
+        EngineOptions {
+            context: 256,
+            kv: engine_min::kv::KvType::F32,
+        },
+    )
+    .expect("engine")
 }
 
 /// Runs weight 0 of `exec` on `m` rows of `x` into a NaN-poisoned uma slot; returns the

@@ -61,8 +61,15 @@ fn perplexity_equals_the_reference_computed_by_hand() {
     for &kernel in &f32_kernels {
         let exec =
             engine_min::compose::cpu_executor(&model, Arc::clone(&pool), kernel, 8).expect("exec");
-        let mut e =
-            Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
+        let mut e = Engine::new(
+            Arc::clone(&model),
+            exec,
+            EngineOptions {
+                context: 64,
+                kv: engine_min::kv::KvType::F32,
+            },
+        )
+        .expect("e");
         let mut seen = Vec::new();
         let r = perplexity(&mut e, &tokens, ctx, None, &mut logits, |c, p| {
             seen.push((c, p))
@@ -87,7 +94,15 @@ fn perplexity_equals_the_reference_computed_by_hand() {
     }
     let exec =
         engine_min::compose::cpu_executor(&model, pool, CpuKernel::SmeGemv, 8).expect("exec");
-    let mut e = Engine::new(Arc::clone(&model), exec, EngineOptions { context: 64 }).expect("e");
+    let mut e = Engine::new(
+        Arc::clone(&model),
+        exec,
+        EngineOptions {
+            context: 64,
+            kv: engine_min::kv::KvType::F32,
+        },
+    )
+    .expect("e");
     // --chunks limits the work; bad contexts and too-short texts are typed errors.
     let r2 = perplexity(&mut e, &tokens, ctx, Some(1), &mut logits, |_, _| {}).expect("1 chunk");
     assert_eq!(r2.chunks, 1);

@@ -50,7 +50,15 @@ fn run(
     };
     let c = compose::executor(&model, &opts).expect("compose");
     let report = c.exec.prepare_report().clone();
-    let mut e = Engine::new(Arc::clone(&model), c.exec, EngineOptions { context: 16 }).unwrap();
+    let mut e = Engine::new(
+        Arc::clone(&model),
+        c.exec,
+        EngineOptions {
+            context: 16,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut logits = vec![f32::NAN; model.config.vocab];
     e.forward(&[1, 2, 3, 4, 5], &mut logits).expect("forward");
     (logits, report.outcome.expect("prepared"), report.notes)

@@ -54,8 +54,15 @@ fn every_cpu_kernel_at_real_widths_in_every_type() {
             // gone: F16 weights run hetero-sme's packed FP16 GEMM, K chunked).
             let exec = engine_min::compose::cpu_executor(&c.model, pool, kernel, 16)
                 .unwrap_or_else(|e| panic!("{ty} {kernel:?}: {e}"));
-            let mut e = Engine::new(Arc::clone(&c.model), exec, EngineOptions { context: 64 })
-                .expect("engine");
+            let mut e = Engine::new(
+                Arc::clone(&c.model),
+                exec,
+                EngineOptions {
+                    context: 64,
+                    kv: engine_min::kv::KvType::F32,
+                },
+            )
+            .expect("engine");
             let mut logits = vec![f32::NAN; PROMPT * vocab];
             e.forward(&c.ids[..PROMPT], &mut logits).expect("prefill");
             let mut rows: Vec<(usize, Vec<f32>)> = (0..PROMPT)

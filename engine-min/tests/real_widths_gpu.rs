@@ -34,8 +34,15 @@ fn engine(c: &real_widths::Case, path: GpuPath) -> Result<Engine, String> {
         ..ComposeOptions::default()
     };
     let x = engine_min::compose::executor(&c.model, &opts).map_err(|e| e.to_string())?;
-    Engine::new(Arc::clone(&c.model), x.exec, EngineOptions { context: 64 })
-        .map_err(|e| e.to_string())
+    Engine::new(
+        Arc::clone(&c.model),
+        x.exec,
+        EngineOptions {
+            context: 64,
+            kv: engine_min::kv::KvType::F32,
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[test]

@@ -72,8 +72,15 @@ fn npu_plan_at_real_widths_in_every_type() {
         // takes every width (its former 4096 cap is gone; real_widths_cpu.rs checks it).
         let x = engine_min::compose::executor(&c.model, &opts)
             .unwrap_or_else(|e| panic!("{ty}: executor: {e:?}"));
-        let mut e = Engine::new(Arc::clone(&c.model), x.exec, EngineOptions { context: 64 })
-            .expect("engine");
+        let mut e = Engine::new(
+            Arc::clone(&c.model),
+            x.exec,
+            EngineOptions {
+                context: 64,
+                kv: engine_min::kv::KvType::F32,
+            },
+        )
+        .expect("engine");
         let mut logits = vec![f32::NAN; LEN * vocab];
         e.forward(&c.ids, &mut logits).expect("prefill");
         let mut worst = 0f32;

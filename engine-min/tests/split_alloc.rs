@@ -26,8 +26,15 @@ fn decode_allocations(model: &Arc<Model>, plan: PlanChoice) -> (usize, Vec<Kind>
         ..ComposeOptions::default()
     };
     let c = engine_min::compose::executor(model, &opts).expect("executor");
-    let mut e =
-        Engine::new(Arc::clone(model), c.exec, EngineOptions { context: 32 }).expect("engine");
+    let mut e = Engine::new(
+        Arc::clone(model),
+        c.exec,
+        EngineOptions {
+            context: 32,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
     let mut logits = vec![0f32; model.config.vocab];
     e.forward(&[1, 2, 3, 4], &mut logits).expect("prefill");
     e.forward(&[5], &mut logits).expect("decode");

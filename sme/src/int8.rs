@@ -1183,6 +1183,74 @@ impl Int8Kernel {
         Ok(())
     }
 
+    /// [`Self::quantize_acts_for`] with the rows spread over `pool` (each row is quantized on
+    /// its own: the same bits as on one thread). Rows go in tasks of at least 8 rows, so a
+    /// decode step's few rows stay on the calling thread. Errors: those of
+    /// `quantize_acts_for` (nothing written), and the pool's.
+    pub fn quantize_acts_on(
+        self,
+        pool: &crate::ThreadPool,
+        x: &[f32],
+        m: usize,
+        k: usize,
+        blocks: ActBlocks,
+        acts: &mut QActs,
+    ) -> Result<(), Error> {
+        prepare_acts(x, m, k, blocks, acts)?;
+        /// The four outputs' bases, shared by tasks that write disjoint rows.
+        struct Out(*mut i8, *mut BlockMeta, *mut i8, *mut SuperMeta);
+        // SAFETY: tasks write disjoint rows through these pointers (see below).
+        unsafe impl Sync for Out {}
+        let out = Out(
+            acts.q.as_mut_ptr(),
+            acts.meta.as_mut_ptr(),
+            acts.qk.as_mut_ptr(),
+            acts.kmeta.as_mut_ptr(),
+        );
+        let rows = m.div_ceil(2 * pool.threads().max(1)).max(8);
+        let xp = x.as_ptr() as usize;
+        pool.run(m.div_ceil(rows), &|t, _| {
+            let (r0, r1) = (t * rows, ((t + 1) * rows).min(m));
+            let out = &out;
+            // The per-32 records are k/32 a row, the per-256 ones k/256 (checked multiples by
+            // prepare_acts when the scheme is wanted; the unwanted scheme's pointers are never
+            // written, so their offsets are not formed).
+            let (q, meta) = if blocks.per32 {
+                (
+                    out.0.wrapping_add(r0 * k),
+                    out.1.wrapping_add(r0 * (k / QK)),
+                )
+            } else {
+                (out.0, out.1)
+            };
+            let (qk, kmeta) = if blocks.per256 {
+                (
+                    out.2.wrapping_add(r0 * k),
+                    out.3.wrapping_add(r0 * (k / QK_K)),
+                )
+            } else {
+                (out.2, out.3)
+            };
+            // SAFETY: prepare_acts checked x (m·k), k against the schemes' blocks and the
+            // capacity of q/qk (m·k), meta (m·k/32) and kmeta (m·k/256); rows r0..r1 < m of
+            // each are this task's alone (tasks cover disjoint row ranges), and `acts` is
+            // borrowed mutably for the whole call.
+            unsafe {
+                self.quantize_raw(
+                    (xp as *const f32).add(r0 * k),
+                    r1 - r0,
+                    k,
+                    blocks,
+                    q,
+                    meta,
+                    qk,
+                    kmeta,
+                )
+            };
+        });
+        Ok(())
+    }
+
     /// The quantizers of [`Self::quantize_acts_for`] on raw storage (the C ABI's caller
     /// buffers use it too): `m·k/32` per-32 blocks into `q`/`meta` if `blocks.per32`, `m·k/256`
     /// super-blocks into `qk`/`kmeta` if `blocks.per256`.

@@ -223,3 +223,43 @@ fn bad_ranges_lengths_and_alignment_are_typed_errors() {
     ));
     assert!(Int8Weight::from_shared(ty, n, k, ok, 64, s_at + 64).is_ok());
 }
+
+/// `quantize_acts_on` (rows spread over a pool) writes what `quantize_acts_for` writes, for
+/// every implementation and scheme, over row counts below, at and above a task's 8 rows; the
+/// outputs poisoned by an earlier quantization of other values.
+#[test]
+fn pooled_activation_quantization_equals_the_serial_one() {
+    let mut rng = Rng::new(99);
+    let pool = ThreadPool::new(3).unwrap();
+    let both = ActBlocks::PER32.union(ActBlocks::PER256);
+    for kernel in Int8Kernel::available() {
+        for blocks in [ActBlocks::PER32, ActBlocks::PER256, both] {
+            for m in [1, 7, 8, 9, 33, 130] {
+                let k = 512;
+                let x = rng.vec(m * k);
+                let other = rng.vec(m * k);
+                let mut a = QActs::with_capacity(m, k);
+                let mut b = QActs::with_capacity(m, k);
+                kernel
+                    .quantize_acts_for(&other, m, k, blocks, &mut b)
+                    .unwrap();
+                kernel.quantize_acts_for(&x, m, k, blocks, &mut a).unwrap();
+                kernel
+                    .quantize_acts_on(&pool, &x, m, k, blocks, &mut b)
+                    .unwrap();
+                assert_eq!((b.m(), b.k(), b.blocks()), (m, k, blocks));
+                for r in 0..m {
+                    let what = format!("{} {blocks:?} m {m} row {r}", kernel.name());
+                    if blocks.per32 {
+                        assert_eq!(a.q_row(r), b.q_row(r), "{what}");
+                        assert_eq!(a.meta_row(r), b.meta_row(r), "{what}");
+                    }
+                    if blocks.per256 {
+                        assert_eq!(a.qk_row(r), b.qk_row(r), "{what}");
+                        assert_eq!(a.super_row(r), b.super_row(r), "{what}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -66,6 +66,7 @@ impl ModelVerifier {
             BatchOptions {
                 context,
                 sequences: agents,
+                kv: Default::default(),
             },
             budget,
         )?;

@@ -634,8 +634,8 @@ impl CpuBackend {
             *acts = hetero_sme::QActs::with_capacity(m, k);
         }
         // The activation scheme(s) these weights' formats need (per 32, or per 256 for the
-        // K-quants).
-        kernel.quantize_acts_for(x, m, k, blocks, &mut acts)?;
+        // K-quants), rows spread over the pool (a prompt chunk's are as many as its matmul's).
+        kernel.quantize_acts_on(&self.pool, x, m, k, blocks, &mut acts)?;
         let threads = self.pool.threads();
         let mut plans: [Option<hetero_sme::Int8Plan<'_>>; MAX_GROUP] = Default::default();
         let mut bytes = 0;

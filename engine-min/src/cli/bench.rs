@@ -26,6 +26,10 @@ pub struct BenchArgs {
     /// the memory cannot hold is refused with the sizes, before anything is uploaded.
     #[arg(long)]
     ctx: Option<usize>,
+    /// Most prompt rows of one step (llama-bench's n_ubatch): a longer prompt runs in chunks
+    /// of this many, attending to the cache the earlier ones filled.
+    #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
+    ubatch: usize,
     /// Timed repetitions (after one warm-up).
     #[arg(long, default_value_t = 5, value_parser = super::at_least_one)]
     reps: usize,
@@ -56,8 +60,9 @@ pub struct BenchArgs {
 pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     // Start-to-first-token is timed from here: the command's start, after argument parsing.
     let start = std::time::Instant::now();
-    // The whole prompt in one chunk, as llama-bench processes it.
-    let max_batch = a.pp.max(1);
+    // The prompt in chunks of at most --ubatch rows, as llama-bench processes it (its default
+    // n_ubatch is 512).
+    let max_batch = a.pp.clamp(1, a.ubatch);
     let ctx = a.ctx.unwrap_or(0).max(a.pp.max(a.tg) + 1);
     let mut opts =
         super::run::compose_options(a.plan, a.profile.as_ref(), &a.machine, max_batch, ctx)?;
@@ -176,6 +181,13 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         first,
         device,
         engine.executor().prepare_report(),
+    )?;
+    writeln!(
+        out,
+        "kv cache: {} ({:.1} MiB on the host for {} positions)",
+        engine.kv_type(),
+        engine.kv_bytes() as f64 / (1u64 << 20) as f64,
+        engine.context()
     )?;
     if a.pp > 0 {
         let med = crate::bench::median(&r.pp);

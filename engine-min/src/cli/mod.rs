@@ -211,6 +211,15 @@ pub struct MachineArgs {
     /// one readback a step) or `per-matmul` (a round trip per matmul, host ops on the CPU).
     #[arg(long, default_value = "resident", value_parser = gpu_path)]
     pub gpu_path: crate::compose::GpuPath,
+    /// The KV cache's element type: f32, f16 or q8_0 (34 bytes per 32 values). Default: f16
+    /// (llama.cpp's) where the host keeps the cache; f32 on the resident GPU decoder, which
+    /// holds only f32 for now (asking it for another type is a note).
+    #[arg(long, value_parser = kv_type)]
+    pub kv_type: Option<crate::kv::KvType>,
+}
+
+fn kv_type(s: &str) -> Result<crate::kv::KvType, String> {
+    s.parse()
 }
 
 fn gpu_path(s: &str) -> Result<crate::compose::GpuPath, String> {

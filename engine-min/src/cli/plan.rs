@@ -63,6 +63,7 @@ pub fn profile(a: ProfileArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), 
         budget: Duration::from_secs_f64(a.budget),
         gpu: !a.no_gpu,
         npu: !a.no_npu && std::env::var_os("QNN_HTP_LIB").is_some(),
+        kv: a.machine.kv_type.unwrap_or_default(),
     };
     let mut progress = Progress::stderr("profile", v);
     if v.detailed() {

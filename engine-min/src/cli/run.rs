@@ -114,6 +114,7 @@ pub fn compose_options(
         npu: machine.npu()?,
         context,
         gpu_path: machine.gpu_path,
+        kv: machine.kv_type,
         ..ComposeOptions::default()
     })
 }
@@ -163,6 +164,7 @@ pub fn check_memory(
             threads: opts.threads,
             sequences: 1,
             processors: Processors::default(),
+            kv: crate::kv::KvType::F32,
         }
     } else {
         EngineSize {
@@ -171,6 +173,7 @@ pub fn check_memory(
             threads: opts.threads,
             sequences: 1,
             processors: planned_processors(opts),
+            kv: opts.kv.unwrap_or_default(),
         }
     };
     size.check(budget, &model.config).map(drop).map_err(|e| {
@@ -199,14 +202,24 @@ pub fn build_engine(
         ..opts.clone()
     };
     let composed = crate::compose::executor(model, &opts).map_err(Fail::run)?;
-    // A stale cache rebuilt, an unwritable cache directory: said whatever the plan.
-    for note in &composed.exec.prepare_report().notes {
+    // A stale cache rebuilt, an unwritable cache directory, a KV type the path does not hold:
+    // said whatever the plan and command.
+    for note in composed
+        .exec
+        .prepare_report()
+        .notes
+        .iter()
+        .chain(&composed.notes)
+    {
         let _ = writeln!(std::io::stderr(), "note: {note}");
     }
     let engine = Engine::with_budget(
         Arc::clone(model),
         composed.exec,
-        EngineOptions { context: ctx },
+        EngineOptions {
+            context: ctx,
+            kv: composed.kv,
+        },
         &budget,
     )
     .map_err(Fail::run)?;
@@ -266,10 +279,7 @@ pub fn run(a: RunArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
     let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
     if plan == PlanChoice::Auto && !v.detailed() {
-        // By default: the decision in one sentence; what composing noted goes to stderr.
-        for note in &notes {
-            let _ = writeln!(std::io::stderr(), "note: {note}");
-        }
+        // By default: the decision in one sentence (what composing noted went to stderr).
         if let Some(d) = &decision {
             writeln!(out, "{}", d.summary)?;
         }

@@ -82,6 +82,9 @@ pub struct ProfileOptions {
     pub gpu: bool,
     /// Measure the NPU (QNN HTP from `$QNN_HTP_LIB`).
     pub npu: bool,
+    /// The KV cache type of the host engines the curves are measured in (the resident GPU
+    /// decoder's is f32 whatever this says).
+    pub kv: crate::kv::KvType,
 }
 
 impl Default for ProfileOptions {
@@ -94,6 +97,7 @@ impl Default for ProfileOptions {
             budget: Duration::from_secs(10),
             gpu: true,
             npu: std::env::var_os("QNN_HTP_LIB").is_some(),
+            kv: crate::kv::KvType::default(),
         }
     }
 }
@@ -209,7 +213,7 @@ pub fn measure(
         },
         &ws,
     )?;
-    let mut engine = engine_on(model, cpu_exec, max_m)?;
+    let mut engine = engine_on(model, cpu_exec, max_m, o.kv)?;
     let dec = steps::curves(
         &mut engine,
         &decode_m,
@@ -304,7 +308,7 @@ pub fn measure(
                 &ws,
             )?;
             let all_m: Vec<u32> = decode_m.iter().chain(&prefill_m).copied().collect();
-            let mut engine = engine_on(model, gpu_exec, max_m)?;
+            let mut engine = engine_on(model, gpu_exec, max_m, o.kv)?;
             let per = steps::curves(
                 &mut engine,
                 &all_m,
@@ -436,13 +440,25 @@ pub fn measure(
     Ok(p)
 }
 
-/// An engine of `max_m`-row steps (and that many positions) on `exec`.
-fn engine_on(model: &Arc<Model>, exec: Executor, max_m: u32) -> Result<Engine, ProfilerError> {
+/// An engine of `max_m`-row steps (and that many positions) on `exec`, its KV cache in `kv`
+/// (f32 on the resident GPU decoder, which holds only that).
+fn engine_on(
+    model: &Arc<Model>,
+    exec: Executor,
+    max_m: u32,
+    kv: crate::kv::KvType,
+) -> Result<Engine, ProfilerError> {
+    let kv = if exec.is_resident() {
+        crate::kv::KvType::F32
+    } else {
+        kv
+    };
     Ok(Engine::new(
         Arc::clone(model),
         exec,
         EngineOptions {
             context: max_m as usize,
+            kv,
         },
     )?)
 }
