@@ -3,8 +3,8 @@
 //! back in blocks of positions, as f32, by the attention ([`crate::attention`]).
 //!
 //! [`KvType`] is the one `--kv-type` choice every path takes: the CPU path stores its cache in
-
-
+//! it here; the resident GPU decoder maps it to hetero-opencl-kernels' own type (that crate
+//! does not depend on this one), which holds all three on the device.
 
 use std::fmt;
 use std::str::FromStr;
