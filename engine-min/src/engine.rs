@@ -188,12 +188,6 @@ impl Engine {
         } else {
             (ctx, exec.max_m())
         };
-        if exec.is_resident() && opts.kv != KvType::F32 {
-            return Err(EngineError::Kv(KvError::Unsupported {
-                ty: opts.kv,
-                holder: "the resident GPU decoder",
-            }));
-        }
         EngineSize {
             ctx: host_ctx,
             max_batch: host_rows,
@@ -245,13 +239,10 @@ impl Engine {
         self.ctx
     }
 
-    /// The KV cache's element type (the resident GPU decoder's device cache is f32).
+    /// The KV cache's element type (on the resident GPU decoder: the type of its device cache,
+    /// which the decoder was built with: `compose` builds both from one `--kv-type`).
     pub fn kv_type(&self) -> KvType {
-        if self.exec.is_resident() {
-            KvType::F32
-        } else {
-            self.cache.ty()
-        }
+        self.cache.ty()
     }
 
     /// Bytes of the host KV cache (none of its size on the resident GPU decoder).

@@ -84,13 +84,6 @@ pub enum KvError {
         /// The model's `kv_dim`.
         kv_dim: usize,
     },
-    /// The processor that keeps the cache does not support the type (yet).
-    Unsupported {
-        /// The type asked for.
-        ty: KvType,
-        /// Who keeps the cache.
-        holder: &'static str,
-    },
 }
 
 impl fmt::Display for KvError {
@@ -100,11 +93,6 @@ impl fmt::Display for KvError {
                 f,
                 "--kv-type {ty} needs a key/value width that is a multiple of 32; this model's \
                  is {kv_dim}"
-            ),
-            Self::Unsupported { ty, holder } => write!(
-                f,
-                "{holder} keeps its KV cache in f32 and does not support --kv-type {ty} yet \
-                 (use --kv-type f32, or a CPU plan)"
             ),
         }
     }

@@ -212,8 +212,8 @@ pub struct MachineArgs {
     #[arg(long, default_value = "resident", value_parser = gpu_path)]
     pub gpu_path: crate::compose::GpuPath,
     /// The KV cache's element type: f32, f16 or q8_0 (34 bytes per 32 values). Default: f16
-    /// (llama.cpp's) where the host keeps the cache; f32 on the resident GPU decoder, which
-    /// holds only f32 for now (asking it for another type is a note).
+    /// (llama.cpp's), on every path (the host's cache, and the resident GPU decoder's on the
+    /// device).
     #[arg(long, value_parser = kv_type)]
     pub kv_type: Option<crate::kv::KvType>,
 }

@@ -440,19 +440,13 @@ pub fn measure(
     Ok(p)
 }
 
-/// An engine of `max_m`-row steps (and that many positions) on `exec`, its KV cache in `kv`
-/// (f32 on the resident GPU decoder, which holds only that).
+/// An engine of `max_m`-row steps (and that many positions) on `exec`, its KV cache in `kv`.
 fn engine_on(
     model: &Arc<Model>,
     exec: Executor,
     max_m: u32,
     kv: crate::kv::KvType,
 ) -> Result<Engine, ProfilerError> {
-    let kv = if exec.is_resident() {
-        crate::kv::KvType::F32
-    } else {
-        kv
-    };
     Ok(Engine::new(
         Arc::clone(model),
         exec,
