@@ -35,10 +35,10 @@ llama_dirs() {
 link_shim() {
   local out=$1
   shift
-  c++ -std=c++17 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden "$@" \
+  c++ -std=c++17 -O2 -fPIC -shared -fopenmp -Wall -Wextra -Werror -fvisibility=hidden "$@" \
     -I"$SRC/ggml/include" -I"$SRC/ggml/src" -I"$BUILD/ggml/src" -I"$ROOT/ggml/include" \
     ggml/shim/ggml-hetero.cpp "$ROOT/target/release/libhetero_ggml.a" \
-    -L"$BUILD/bin" -lggml-base -Wl,--version-script="$ROOT/ggml/shim/exports.map" \
+    -L"$BUILD/bin" -lggml -lggml-base -Wl,--version-script="$ROOT/ggml/shim/exports.map" \
     -Wl,--gc-sections -Wl,-z,defs -lpthread -ldl -lm -o "$out"
 }
 

@@ -53,6 +53,20 @@ int32_t hetero_ggml_mul_mat(hetero_ggml_ctx *ctx, const void *blob, size_t blob_
                             const float *x, uint64_t m, size_t x_row_bytes, float *y,
                             size_t y_row_bytes);
 
+/* One thread's share of a team job (called by the team, once per thread). */
+typedef void (*hetero_ggml_work)(const void *job, uint32_t thread);
+/* Runs work(job, i) once on each of `threads` threads (i in 0..threads, concurrently) and returns
+ * when every call has returned; e.g. an OpenMP parallel region. */
+typedef void (*hetero_ggml_team)(void *user, uint32_t threads, hetero_ggml_work work, const void *job);
+
+/* As hetero_ggml_mul_mat, on the caller's threads: team(user, t, work, job) with t <= threads
+ * (fewer for a small decode matmul). Range work stealing: a thread that never starts only costs
+ * time. For an engine that owns a team of threads already (ggml's OpenMP team). */
+int32_t hetero_ggml_mul_mat_team(hetero_ggml_ctx *ctx, const void *blob, size_t blob_len,
+                                 uint64_t k, const float *x, uint64_t m, size_t x_row_bytes,
+                                 float *y, size_t y_row_bytes, uint32_t threads,
+                                 hetero_ggml_team team, void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #include "ggml.h"
 #include "hetero_ggml.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -216,9 +217,50 @@ ggml_backend_buffer_type buft = {
 
 // ---- backend (stream) -------------------------------------------------------------------------
 
+// Whose threads run the matmuls. With a CPU backend built with OpenMP (llama.cpp's default),
+// its OpenMP team: those threads spin between its parallel regions, so a second pool on the
+// same cores would fight them (on 2 cores: 3 runnable threads, a descheduled worker holding up
+// every join). Otherwise hetero-sme's ThreadPool. HETERO_GGML_THREADS=pool|openmp overrides.
+enum class threads_mode { pool, openmp };
+
 struct backend_ctx {
     hetero_ggml_ctx *rs;
+    threads_mode mode;
+    int n_threads;
 };
+
+// Whether ggml's CPU backend reports OpenMP among its features.
+bool cpu_uses_openmp() {
+    ggml_backend_reg_t cpu = ggml_backend_reg_by_name("CPU");
+    if (!cpu) {
+        return false;
+    }
+    auto get = (ggml_backend_get_features_t)ggml_backend_reg_get_proc_address(
+        cpu, "ggml_backend_get_features");
+    for (ggml_backend_feature *f = get ? get(cpu) : nullptr; f && f->name; f++) {
+        if (strcmp(f->name, "OPENMP") == 0) {
+            return strcmp(f->value, "0") != 0;
+        }
+    }
+    return false;
+}
+
+threads_mode pick_mode() {
+    const char *env = getenv("HETERO_GGML_THREADS");
+    if (env && strcmp(env, "pool") == 0) {
+        return threads_mode::pool;
+    }
+    if (env && strcmp(env, "openmp") == 0) {
+        return threads_mode::openmp;
+    }
+    return cpu_uses_openmp() ? threads_mode::openmp : threads_mode::pool;
+}
+
+// The OpenMP team as hetero-ggml's team callback (see hetero_ggml_mul_mat_team).
+void omp_team(void *, uint32_t threads, hetero_ggml_work work, const void *job) {
+#pragma omp parallel num_threads((int)threads)
+    work(job, (uint32_t)omp_get_thread_num());
+}
 
 const char *backend_get_name(ggml_backend_t) { return NAME; }
 
@@ -240,6 +282,11 @@ enum ggml_status compute_mul_mat(backend_ctx *c, ggml_tensor *dst) {
     const size_t psize = packed_size(w);
     const uint64_t k = (uint64_t)w->ne[0];
     auto call = [&](const char *xp, uint64_t m, char *yp) {
+        if (c->mode == threads_mode::openmp) {
+            return hetero_ggml_mul_mat_team(c->rs, w->data, psize, k, (const float *)xp, m,
+                                            x->nb[1], (float *)yp, dst->nb[1],
+                                            (uint32_t)c->n_threads, omp_team, nullptr);
+        }
         return hetero_ggml_mul_mat(c->rs, w->data, psize, k, (const float *)xp, m, x->nb[1],
                                    (float *)yp, dst->nb[1]);
     };
@@ -326,6 +373,10 @@ void set_n_threads(ggml_backend_t backend, int n_threads) {
         return;
     }
     auto *c = (backend_ctx *)backend->context;
+    c->n_threads = n_threads;
+    if (c->mode == threads_mode::openmp) {
+        return; // the team is OpenMP's; the pool stays at the calling thread alone
+    }
     if (hetero_ggml_ctx_set_threads(c->rs, (uint32_t)n_threads) != HETERO_GGML_OK) {
         hlog(GGML_LOG_LEVEL_ERROR, "HETERO: setting %d threads failed: %s\n", n_threads,
              hetero_ggml_last_error());
@@ -362,12 +413,15 @@ void dev_get_props(ggml_backend_dev_t dev, ggml_backend_dev_props *props) {
 }
 
 ggml_backend_t dev_init_backend(ggml_backend_dev_t dev, const char *) {
-    unsigned hw = std::thread::hardware_concurrency();
-    auto *c = new (std::nothrow) backend_ctx{nullptr};
+    const unsigned hw = std::thread::hardware_concurrency();
+    const threads_mode mode = pick_mode();
+    auto *c = new (std::nothrow) backend_ctx{nullptr, mode, hw ? (int)hw : 1};
     if (!c) {
         return nullptr;
     }
-    if (hetero_ggml_ctx_new(hw ? hw : 1, &c->rs) != HETERO_GGML_OK) {
+    // In OpenMP mode the pool is the calling thread alone (no workers started).
+    const uint32_t pool = mode == threads_mode::openmp ? 1 : (uint32_t)c->n_threads;
+    if (hetero_ggml_ctx_new(pool, &c->rs) != HETERO_GGML_OK) {
         hlog(GGML_LOG_LEVEL_ERROR, "HETERO: backend init failed: %s\n", hetero_ggml_last_error());
         delete c;
         return nullptr;
@@ -479,7 +533,9 @@ HETERO_EXPORT ggml_backend_reg_t ggml_backend_init(void) {
              HETERO_GGML_ABI_VERSION, hetero_ggml_abi_version());
         return nullptr;
     }
-    snprintf(description, sizeof description, "hetero-sme (%s)", hetero_ggml_kernels());
+    snprintf(description, sizeof description, "hetero-sme (%s; threads: %s)", hetero_ggml_kernels(),
+             pick_mode() == threads_mode::openmp ? "the CPU backend's OpenMP team"
+                                                 : "hetero-sme's ThreadPool");
     buft.device = &device;
     device.reg = &reg;
     return &reg;

@@ -28,6 +28,8 @@ const BYTES_PER_WAKE: usize = 2048;
 /// with an f32 scale for the K-quants (q8_K); the F16 form rounds them to FP16.
 pub struct Ctx {
     pool: ThreadPool,
+    /// The work-stealing ranges of a job run on the caller's threads ([`Ctx::mul_mat_team`]).
+    steal: StealState,
     int8: Int8Kernel,
     f16: Kernel,
     acts: QActs,
@@ -42,6 +44,7 @@ impl Ctx {
     pub fn new(threads: usize) -> Result<Self, Error> {
         Ok(Self {
             pool: ThreadPool::new(threads.max(1))?,
+            steal: StealState::new(threads.max(1))?,
             int8: Int8Kernel::best(),
             f16: Kernel::best(PackedFormat::F16),
             acts: QActs::default(),
@@ -69,19 +72,9 @@ impl Ctx {
         (self.int8.name(), self.f16.name())
     }
 
-    /// Threads a job of `m` rows streaming `bytes` of weight in `tiles` tiles wakes.
-    fn threads_for(&self, bytes: usize, m: usize, tiles: usize) -> usize {
-        let all = self.pool.threads();
-        let p = if m > SIZED_ROWS {
-            all
-        } else {
-            ((bytes / BYTES_PER_WAKE) as f64).sqrt().ceil() as usize
-        };
-        p.clamp(1, all).min(tiles.max(1))
-    }
-
-    /// `y[m × n] = x[m × k] · Wᵀ`: row `r` of `x` at `x[r·ldx..r·ldx + k]`, of `y` at
-    /// `y[r·ldy..r·ldy + n]`. Checks run before any write; on error `y` is untouched.
+    /// `y[m × n] = x[m × k] · Wᵀ` on the context's `ThreadPool`: row `r` of `x` at
+    /// `x[r·ldx..r·ldx + k]`, of `y` at `y[r·ldy..r·ldy + n]`. Checks run before any write; on
+    /// error `y` is untouched.
     pub fn mul_mat(
         &mut self,
         w: &Weight<'_>,
@@ -90,6 +83,51 @@ impl Ctx {
         ldx: usize,
         y: &mut [f32],
         ldy: usize,
+    ) -> Result<(), Error> {
+        let all = self.pool.threads();
+        self.run(w, x, m, ldx, y, ldy, all, Runner::Pool)
+    }
+
+    /// As [`Ctx::mul_mat`], on the caller's threads instead of the pool's: `team(t, work)` must
+    /// call `work(i)` once on each of `t` threads (`i` in `0..t`, concurrently, e.g. an OpenMP
+    /// parallel region) and return when all have returned; `t` is at most `threads` (fewer for a
+    /// small decode matmul). The work is hetero-sme's range work stealing, so a thread that
+    /// never starts only costs time: the others take its tiles. For an engine that already owns
+    /// a team of threads (ggml's OpenMP team): a second pool on the same cores would spin
+    /// against it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mul_mat_team(
+        &mut self,
+        w: &Weight<'_>,
+        x: &[f32],
+        m: usize,
+        ldx: usize,
+        y: &mut [f32],
+        ldy: usize,
+        threads: usize,
+        team: &mut TeamFn<'_>,
+    ) -> Result<(), Error> {
+        if threads == 0 {
+            return Err(Error::Invalid("a team of no threads"));
+        }
+        if self.steal.workers() < threads {
+            self.steal = StealState::new(threads)?;
+        }
+        self.run(w, x, m, ldx, y, ldy, threads, Runner::Team(team))
+    }
+
+    /// The one body of both: checks, activations, the plan, then the runner.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        w: &Weight<'_>,
+        x: &[f32],
+        m: usize,
+        ldx: usize,
+        y: &mut [f32],
+        ldy: usize,
+        threads: usize,
+        runner: Runner<'_>,
     ) -> Result<(), Error> {
         let (n, k) = (w.n(), w.k());
         if m == 0 {
@@ -108,56 +146,61 @@ impl Ctx {
         let elems = m
             .checked_mul(k)
             .ok_or(Error::Invalid("activations too large"))?;
+        let Self {
+            pool,
+            steal,
+            int8,
+            f16,
+            acts,
+            gathered,
+            x16,
+        } = self;
         // Contiguous rows for the quantizer / the FP16 conversion.
         let x: &[f32] = if ldx == k {
             &x[..elems]
         } else {
-            self.gathered.clear();
-            self.gathered.reserve(elems);
+            gathered.clear();
+            gathered.reserve(elems);
             for r in 0..m {
-                self.gathered.extend_from_slice(&x[r * ldx..r * ldx + k]);
+                gathered.extend_from_slice(&x[r * ldx..r * ldx + k]);
             }
-            &self.gathered
+            gathered
         };
         match w {
             Weight::Int8(wr) => {
-                if self.acts.capacity() < elems {
-                    self.acts = QActs::with_capacity(m, k);
+                if acts.capacity() < elems {
+                    *acts = QActs::with_capacity(m, k);
                 }
                 let blocks: ActBlocks = wr.act_blocks();
-                self.int8
-                    .quantize_acts_for(x, m, k, blocks, &mut self.acts)?;
+                int8.quantize_acts_for(x, m, k, blocks, acts)?;
                 // ggml's q8_0 / q8_1 keep the block scale and the scaled sum in FP16: the same
                 // rounding here makes the results llama.cpp's CPU backend's (within float
-                // summation order; measured: the f32 records move SmolLM2's perplexity by
-                // -0.6% against it).
-                self.acts.round_scales_to_f16();
-                let threads = self.pool.threads();
-                let plan = Int8Plan::with_view(self.int8, *wr, &self.acts, OutMut::new(y), ldy)?
+                // summation order).
+                acts.round_scales_to_f16();
+                let plan = Int8Plan::with_view(*int8, *wr, acts, OutMut::new(y), ldy)?
                     .with_workers(threads);
                 let bytes = wr.quant_bytes().len() + 2 * wr.scale_words().len();
-                let t = self.threads_for(bytes, m, plan.tiles());
-                run(&self.pool, plan.tiles(), t, &|st, th| {
+                let t = threads_for(threads, bytes, m, plan.tiles());
+                dispatch(pool, steal, runner, plan.tiles(), t, &|st, th| {
                     plan.run_worker(st, th)
                 })
             }
             Weight::F16(p) => {
                 // ggml rounds the activations of an F16 weight to FP16 (its vec_dot_type):
                 // the same inputs, then exact FP16 products summed in FP32.
-                self.x16.clear();
-                self.x16
-                    .extend(x.iter().map(|&v| half::f16::from_f32(v).to_bits()));
+                x16.clear();
+                x16.extend(x.iter().map(|&v| half::f16::from_f32(v).to_bits()));
                 let g = Gemm {
-                    a: Lhs::F16(&self.x16),
+                    a: Lhs::F16(x16),
                     m,
                     lda: k,
                     w: *p,
                     bias: None,
                     accumulate: false,
                 };
-                let plan = GemmPlan::new(self.f16, &g, y, ldy)?;
-                let t = self.threads_for(2 * p.data().len(), m, plan.tiles());
-                run(&self.pool, plan.tiles(), t, &|st, th| {
+                let plan = GemmPlan::new(*f16, &g, y, ldy)?;
+                let t = threads_for(threads, 2 * p.data().len(), m, plan.tiles());
+                dispatch(pool, steal, runner, plan.tiles(), t, &|st, th| {
                     plan.run_worker(st, th)
                 })
             }
@@ -165,19 +208,57 @@ impl Ctx {
     }
 }
 
-/// Runs `tiles` tiles of a plan on `threads` pool threads; the first tile error is returned.
-fn run(
+/// A caller's team: `team(t, work)` calls `work(i)` once on each of `t` threads.
+pub type TeamFn<'a> = dyn FnMut(usize, &(dyn Fn(usize) + Sync)) + 'a;
+
+/// Who runs a job's threads.
+enum Runner<'a> {
+    /// The context's `ThreadPool`.
+    Pool,
+    /// The caller's team (see [`Ctx::mul_mat_team`]).
+    Team(&'a mut TeamFn<'a>),
+}
+
+/// Threads a job of `m` rows streaming `bytes` of weight in `tiles` tiles wakes, of `all`.
+fn threads_for(all: usize, bytes: usize, m: usize, tiles: usize) -> usize {
+    let p = if m > SIZED_ROWS {
+        all
+    } else {
+        ((bytes / BYTES_PER_WAKE) as f64).sqrt().ceil() as usize
+    };
+    p.clamp(1, all).min(tiles.max(1))
+}
+
+/// Runs `tiles` tiles of a plan on `threads` threads of `runner`; the first tile error is
+/// returned.
+fn dispatch(
     pool: &ThreadPool,
+    steal: &mut StealState,
+    runner: Runner<'_>,
     tiles: usize,
     threads: usize,
     worker: &(dyn Fn(&StealState, usize) -> Result<(), hetero_sme::Error> + Sync),
 ) -> Result<(), Error> {
     let failed: Mutex<Option<hetero_sme::Error>> = Mutex::new(None);
-    pool.run_workers_on(tiles, threads, &|st: &StealState, th| {
-        if let Err(e) = worker(st, th) {
+    let record = |r: Result<(), hetero_sme::Error>| {
+        if let Err(e) = r {
             *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
         }
-    })?;
+    };
+    match runner {
+        Runner::Pool => pool.run_workers_on(tiles, threads, &|st: &StealState, th| {
+            record(worker(st, th))
+        })?,
+        Runner::Team(team) => {
+            steal.prepare_active(tiles, threads)?;
+            let st: &StealState = steal;
+            team(threads, &|th| {
+                if th < threads {
+                    record(worker(st, th));
+                }
+            });
+        }
+    }
     match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
         Some(e) => Err(e.into()),
         None => Ok(()),

@@ -5,10 +5,11 @@
 //! refused with nothing written; a panic inside is caught here and reported as
 //! `HETERO_GGML_PANIC`, never unwound into C.
 
-use core::ffi::c_char;
+use core::ffi::{c_char, c_void};
 use std::cell::RefCell;
 use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use hetero_sme::GgmlType;
@@ -40,6 +41,7 @@ fn status(e: &Error) -> i32 {
         Error::Unsupported(_) | Error::UnknownType(_) => HETERO_GGML_UNSUPPORTED,
         Error::Invalid(_) | Error::Sme(_) => HETERO_GGML_INVALID,
         Error::Pool(_) => HETERO_GGML_FAILED,
+        Error::Panicked(_) => HETERO_GGML_PANIC,
     }
 }
 
@@ -233,10 +235,82 @@ pub unsafe extern "C" fn hetero_ggml_ctx_set_threads(ctx: *mut Ctx, threads: u32
     })
 }
 
+/// The slices of a `mul_mat` call, checked: the weight, `x` (`m` rows, `ldx` floats apart), `y`.
+struct Call<'a> {
+    w: blob::Weight<'a>,
+    x: &'a [f32],
+    m: usize,
+    ldx: usize,
+    y: &'a mut [f32],
+    ldy: usize,
+}
+
+/// Checks a `mul_mat` call's arguments and views them as slices.
+///
+/// # Safety
+/// As [`hetero_ggml_mul_mat`] (`'a` is the call's duration).
+#[allow(clippy::too_many_arguments)]
+unsafe fn call_args<'a>(
+    blob: *const u8,
+    blob_len: usize,
+    k: u64,
+    x: *const f32,
+    m: u64,
+    x_row_bytes: usize,
+    y: *mut f32,
+    y_row_bytes: usize,
+) -> Result<Call<'a>, Error> {
+    nonnull(blob, "blob")?;
+    nonnull(x, "x")?;
+    nonnull(y, "y")?;
+    // SAFETY: the caller's contract.
+    let b = unsafe { core::slice::from_raw_parts(blob, blob_len) };
+    let w = blob::view(b)?;
+    let m = usize::try_from(m).map_err(|_| Error::Invalid("m"))?;
+    if usize::try_from(k).ok() != Some(w.k()) {
+        return Err(Error::Invalid(
+            "K of the activations differs from the weight's",
+        ));
+    }
+    if !x_row_bytes.is_multiple_of(4) || !y_row_bytes.is_multiple_of(4) {
+        return Err(Error::Invalid("row strides must be whole floats"));
+    }
+    if !(x as usize).is_multiple_of(4) || !(y as usize).is_multiple_of(4) {
+        return Err(Error::Invalid("x and y must be 4-byte aligned"));
+    }
+    let (ldx, ldy) = (x_row_bytes / 4, y_row_bytes / 4);
+    let rows = m.max(1);
+    let xs = (rows - 1)
+        .checked_mul(ldx)
+        .and_then(|s| s.checked_add(w.k()))
+        .ok_or(Error::Invalid("x too large"))?;
+    let ys = (rows - 1)
+        .checked_mul(ldy)
+        .and_then(|s| s.checked_add(w.n()))
+        .ok_or(Error::Invalid("y too large"))?;
+    let (xs, ys) = if m == 0 { (0, 0) } else { (xs, ys) };
+    // SAFETY: the caller's contract: m rows of x (`xs` floats from x) readable, m rows of y
+    // (`ys` floats from y) writable and exclusively ours, not overlapping x.
+    let (x, y) = unsafe {
+        (
+            core::slice::from_raw_parts(x, xs),
+            core::slice::from_raw_parts_mut(y, ys),
+        )
+    };
+    Ok(Call {
+        w,
+        x,
+        m,
+        ldx,
+        y,
+        ldy,
+    })
+}
+
 /// `y = x · Wᵀ` for the packed weight `blob` (`n` rows of `k`, from
-/// [`hetero_ggml_weight_pack`]): `m` rows of `k` floats at `x`, `x_row_bytes` apart; `m` rows of
-/// `n` floats into `y`, `y_row_bytes` apart (both multiples of 4). `k` must equal the blob's.
-/// On error nothing is written to `y`.
+/// [`hetero_ggml_weight_pack`]) on the context's thread pool: `m` rows of `k` floats at `x`,
+/// `x_row_bytes` apart; `m` rows of `n` floats into `y`, `y_row_bytes` apart (both multiples of
+/// 4). `k` must equal the blob's. On error nothing is written to `y`.
 ///
 /// # Safety
 /// `ctx` from [`hetero_ggml_ctx_new`], used by no other thread during the call; `blob` valid for
@@ -257,45 +331,104 @@ pub unsafe extern "C" fn hetero_ggml_mul_mat(
 ) -> i32 {
     guard(|| {
         nonnull(ctx, "ctx")?;
-        nonnull(blob, "blob")?;
-        nonnull(x, "x")?;
-        nonnull(y, "y")?;
-        // SAFETY: the caller's contract.
-        let b = unsafe { core::slice::from_raw_parts(blob, blob_len) };
-        let w = blob::view(b)?;
-        let m = usize::try_from(m).map_err(|_| Error::Invalid("m"))?;
-        if usize::try_from(k).ok() != Some(w.k()) {
-            return Err(Error::Invalid(
-                "K of the activations differs from the weight's",
-            ));
-        }
-        if !x_row_bytes.is_multiple_of(4) || !y_row_bytes.is_multiple_of(4) {
-            return Err(Error::Invalid("row strides must be whole floats"));
-        }
-        if !(x as usize).is_multiple_of(4) || !(y as usize).is_multiple_of(4) {
-            return Err(Error::Invalid("x and y must be 4-byte aligned"));
-        }
-        if m == 0 {
-            return Ok(());
-        }
-        let (ldx, ldy) = (x_row_bytes / 4, y_row_bytes / 4);
-        let xs = (m - 1)
-            .checked_mul(ldx)
-            .and_then(|s| s.checked_add(w.k()))
-            .ok_or(Error::Invalid("x too large"))?;
-        let ys = (m - 1)
-            .checked_mul(ldy)
-            .and_then(|s| s.checked_add(w.n()))
-            .ok_or(Error::Invalid("y too large"))?;
-        // SAFETY: the caller's contract: m rows of x (`xs` floats from x) readable, m rows of y
-        // (`ys` floats from y) writable and exclusively ours, not overlapping x.
-        let (xs, ys) = unsafe {
-            (
-                core::slice::from_raw_parts(x, xs),
-                core::slice::from_raw_parts_mut(y, ys),
-            )
+        // SAFETY: forwarded from this function's contract.
+        let c = unsafe { call_args(blob, blob_len, k, x, m, x_row_bytes, y, y_row_bytes)? };
+        // SAFETY: the caller's contract: a live context, exclusively ours for the call.
+        unsafe { &mut *ctx }.mul_mat(&c.w, c.x, c.m, c.ldx, c.y, c.ldy)
+    })
+}
+
+/// One thread's share of a team job: what [`HeteroGgmlTeam`] calls, once per thread.
+pub type HeteroGgmlWork = unsafe extern "C" fn(job: *const c_void, thread: u32);
+
+/// Runs `work(job, i)` once on each of `threads` threads (`i` in `0..threads`, concurrently)
+/// and returns when every call has returned; `user` is what the caller of
+/// [`hetero_ggml_mul_mat_team`] passed.
+pub type HeteroGgmlTeam =
+    unsafe extern "C" fn(user: *mut c_void, threads: u32, work: HeteroGgmlWork, job: *const c_void);
+
+/// A team job as the trampoline sees it.
+struct TeamJob<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    panicked: AtomicBool,
+}
+
+/// The trampoline the caller's team calls: one thread's share; a panic is caught here (the tiles
+/// it held stay unwritten and the call reports `HETERO_GGML_PANIC`).
+///
+/// # Safety
+/// `job` is the pointer `hetero_ggml_mul_mat_team` handed to the team, during that call.
+unsafe extern "C" fn team_work(job: *const c_void, thread: u32) {
+    // SAFETY: the contract: a live `TeamJob` for the duration of the team call.
+    let job = unsafe { &*job.cast::<TeamJob<'_>>() };
+    if catch_unwind(AssertUnwindSafe(|| (job.f)(thread as usize))).is_err() {
+        job.panicked.store(true, Ordering::Relaxed);
+    }
+}
+
+/// As [`hetero_ggml_mul_mat`], on the caller's threads: `team(user, t, work, job)` must call
+/// `work(job, i)` once on each of `t` threads (`i` in `0..t`, concurrently) and return when all
+/// have returned; `t` ≤ `threads` (fewer for a small decode matmul). The work is hetero-sme's
+/// range work stealing, so a thread that does not start only costs time. For a host engine that
+/// owns a team of threads already (ggml's OpenMP team): a second pool on the same cores would
+/// spin against it.
+///
+/// # Safety
+/// As [`hetero_ggml_mul_mat`]; `team` must behave as described and not unwind.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn hetero_ggml_mul_mat_team(
+    ctx: *mut Ctx,
+    blob: *const u8,
+    blob_len: usize,
+    k: u64,
+    x: *const f32,
+    m: u64,
+    x_row_bytes: usize,
+    y: *mut f32,
+    y_row_bytes: usize,
+    threads: u32,
+    team: Option<HeteroGgmlTeam>,
+    user: *mut c_void,
+) -> i32 {
+    guard(|| {
+        nonnull(ctx, "ctx")?;
+        let team = team.ok_or(Error::Invalid("team"))?;
+        // SAFETY: forwarded from this function's contract.
+        let c = unsafe { call_args(blob, blob_len, k, x, m, x_row_bytes, y, y_row_bytes)? };
+        let mut panicked = false;
+        let mut run = |t: usize, f: &(dyn Fn(usize) + Sync)| {
+            let job = TeamJob {
+                f,
+                panicked: AtomicBool::new(false),
+            };
+            // SAFETY: the caller's contract on `team`; `job` outlives the call, which returns
+            // only when every `work` call has.
+            unsafe {
+                team(
+                    user,
+                    t as u32,
+                    team_work,
+                    (&job as *const TeamJob<'_>).cast(),
+                )
+            };
+            panicked |= job.panicked.load(Ordering::Relaxed);
         };
         // SAFETY: the caller's contract: a live context, exclusively ours for the call.
-        unsafe { &mut *ctx }.mul_mat(&w, xs, m, ldx, ys, ldy)
+        let ctx = unsafe { &mut *ctx };
+        ctx.mul_mat_team(
+            &c.w,
+            c.x,
+            c.m,
+            c.ldx,
+            c.y,
+            c.ldy,
+            threads as usize,
+            &mut run,
+        )?;
+        if panicked {
+            return Err(Error::Panicked("a team thread's share of the tiles"));
+        }
+        Ok(())
     })
 }

@@ -26,6 +26,8 @@ pub enum Error {
     Sme(hetero_sme::Error),
     /// The thread pool could not start or run the job.
     Pool(hetero_sme::PoolError),
+    /// A panic was caught inside (a bug); what was running.
+    Panicked(&'static str),
 }
 
 impl fmt::Display for Error {
@@ -36,6 +38,7 @@ impl fmt::Display for Error {
             Error::Invalid(what) => write!(f, "invalid argument: {what}"),
             Error::Sme(e) => write!(f, "hetero-sme: {e}"),
             Error::Pool(e) => write!(f, "thread pool: {e}"),
+            Error::Panicked(what) => write!(f, "panic inside hetero-ggml (a bug) in {what}"),
         }
     }
 }
