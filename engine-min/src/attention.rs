@@ -347,7 +347,7 @@ fn exp_poly<M: Madd>(x: f32) -> f32 {
     y = M::madd(y, r, 8.333_452e-3);
     y = M::madd(y, r, 4.166_579_6e-2);
     y = M::madd(y, r, 1.666_666_5e-1);
-    y = M::madd(y, r, 5.000_000_1e-1);
+    y = M::madd(y, r, 0.5);
     let y = M::madd(y, r * r, r) + 1.0;
     // n is an integer in [-126, 0]: its bits are t's low bits.
     let n = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
