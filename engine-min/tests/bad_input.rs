@@ -400,9 +400,13 @@ fn every_hostile_input_ends_in_a_clear_error() {
             .chain(["--pp", "100000"].iter().map(OsString::from))
             .collect()
     };
-    let a = bench_pp(&claim);
+    // The whole prompt as one step (--ubatch 100000: work buffers for 100,000 rows) and an f32
+    // cache: over the budget. (With the default 512-row steps the run fits and would prefill
+    // 100,000 tokens: a workload, not a hostile input.)
+    let mut a = bench_pp(&claim);
+    a.extend(["--ubatch", "100000", "--kv-type", "f32"].map(OsString::from));
     let o = t.run(
-        "`bench --pp 100000` on the 1,000,000-position model",
+        "`bench --pp 100000 --ubatch 100000 --kv-type f32` on the 1,000,000-position model",
         &a.iter().map(OsString::as_os_str).collect::<Vec<_>>(),
         &[],
     );

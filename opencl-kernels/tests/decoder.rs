@@ -1805,7 +1805,8 @@ fn int8_activation_gemvs_match_reference() {
             DecoderOptions {
                 decode: DecodePath::Layered,
                 int8_activations: Some(true),
-                ..DecoderOptions::default()
+                // An f32 cache: the bound is the int8 activations' alone.
+                ..exact()
             },
         );
         assert!(dec.int8_activations().is_some(), "{layer}");
