@@ -731,7 +731,8 @@ fn every_hostile_input_ends_in_a_clear_error() {
             &run_args(&claim, PROMPT, &["--ctx", "1000000", "--plan", "gpu"]),
             &[],
         );
-        expect(&o, code(1), &["KV cache 43945.3 MiB"]);
+        // The f16 cache (the default): half the f32 figure.
+        expect(&o, code(1), &["KV cache 21972.7 MiB"]);
     }
 
     // --- Threads the system refuses: a 1 TiB minimum stack makes every Rust thread spawn fail.

@@ -11,17 +11,12 @@
 // `!(a <= b)` is the scalar searches' `if a <= b { continue }` exactly, NaN included.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-/// Whether the AVX2 copies run (checked once; cached by the standard library).
+/// Whether the AVX2 copies run (checked once; cached by the standard library). x86-64 only:
+/// elsewhere the dispatch below compiles to the plain body.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    std::arch::is_x86_feature_detected!("avx2")
 }
 
 /// Defines `$name`, which runs `$body` compiled for AVX2 where the CPU has it, else as built.

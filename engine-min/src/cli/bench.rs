@@ -76,7 +76,9 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         }
         if a.plan != PlanChoice::Auto && !resident_forced {
             return Err(Fail::Usage(format!(
-                "--predict on --plan {}: a forced per-op plan runs nominal tables, not the                  profile's (nothing to compare); --plan auto predicts per op, and --plan gpu                  (resident) predicts whole steps",
+                "--predict on --plan {}: a forced per-op plan runs nominal tables, not the \
+                 profile's (nothing to compare); --plan auto predicts per op, and --plan gpu \
+                 (resident) predicts whole steps",
                 a.plan
             )));
         }
@@ -111,7 +113,8 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         (true, Some(p)) => {
             let view = crate::auto::views(p).resident.ok_or_else(|| {
                 Fail::Usage(
-                    "--predict on --plan gpu: the profile has no gpu resident paths (measure                      one with a usable GPU)"
+                    "--predict on --plan gpu: the profile has no gpu resident paths (measure \
+                     one with a usable GPU)"
                         .into(),
                 )
             })?;
