@@ -37,17 +37,7 @@ fn device() -> Option<Arc<Device>> {
 }
 
 fn rng(tag: u64) -> StdRng {
-    let seed = std::env::var("HETERO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("seed {seed} (tag {tag}); rerun with HETERO_SEED={seed}");
-    StdRng::seed_from_u64(seed ^ tag)
+    StdRng::seed_from_u64(hetero_tests::seed(tag))
 }
 
 fn randv(r: &mut StdRng, n: usize) -> Vec<f32> {

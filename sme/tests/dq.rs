@@ -15,55 +15,16 @@
 
 mod common;
 
-use common::Rng;
+use common::{rand_gguf, Rng};
 use hetero_sme::*;
 
 /// aarch64 runs under QEMU here: smaller grids.
 const EMULATED: bool = !cfg!(target_arch = "x86_64");
 
-const FORMATS: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-fn f16b(x: f32) -> [u8; 2] {
-    half::f16::from_f32(x).to_bits().to_le_bytes()
-}
-
-/// `n` rows of `k` values of `ty` as GGUF bytes: random quant bits, sane FP16 scales.
-fn rand_weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
-    let (be, bb) = ty.block().unwrap();
-    let mut out = Vec::with_capacity(n * k / be * bb);
-    for _ in 0..n * k / be {
-        let mut b: Vec<u8> = (0..bb).map(|_| rng.next_u64() as u8).collect();
-        let d = 0.002 + 0.05 * rng.f32().abs();
-        let m = 0.1 * rng.f32();
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[..2].copy_from_slice(&f16b(d)),
-            GgmlType::Q4_1 | GgmlType::Q5_1 => {
-                b[..2].copy_from_slice(&f16b(d));
-                b[2..4].copy_from_slice(&f16b(m));
-            }
-            GgmlType::Q4K | GgmlType::Q5K => {
-                b[..2].copy_from_slice(&f16b(d / 32.0));
-                b[2..4].copy_from_slice(&f16b(m.abs() / 32.0));
-            }
-            GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d / 64.0)),
-            _ => unreachable!(),
-        }
-        out.extend(b);
-    }
-    out
-}
+const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
 
 fn weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Int8Weight {
-    let bytes = rand_weight(rng, ty, n, k);
+    let bytes = rand_gguf(rng, ty, n, k);
     // GGUF bytes must be 2-byte aligned for `pack_gguf`: copy them to an even address.
     let mut store = vec![0u8; bytes.len() + 1];
     let off = store.as_ptr().align_offset(2).min(1);

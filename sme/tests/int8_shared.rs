@@ -13,45 +13,12 @@ use std::sync::Arc;
 use common::Rng;
 use hetero_sme::*;
 
-const FORMATS: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-fn f16b(x: f32) -> [u8; 2] {
-    half::f16::from_f32(x).to_bits().to_le_bytes()
-}
+const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
 
 /// `n` rows of `k` values of `ty` as GGUF bytes (random quant bits, sane FP16 scales), in a
 /// u16-aligned buffer (returned with its byte length).
 fn rand_weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> (Vec<u16>, usize) {
-    let (be, bb) = ty.block().unwrap();
-    let mut out = Vec::with_capacity(n * k / be * bb);
-    for _ in 0..n * k / be {
-        let mut b: Vec<u8> = (0..bb).map(|_| rng.next_u64() as u8).collect();
-        let d = 0.002 + 0.05 * rng.f32().abs();
-        let m = 0.1 * rng.f32();
-        match ty {
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[..2].copy_from_slice(&f16b(d)),
-            GgmlType::Q4_1 | GgmlType::Q5_1 => {
-                b[..2].copy_from_slice(&f16b(d));
-                b[2..4].copy_from_slice(&f16b(m));
-            }
-            GgmlType::Q4K | GgmlType::Q5K => {
-                b[..2].copy_from_slice(&f16b(d / 32.0));
-                b[2..4].copy_from_slice(&f16b(m.abs() / 32.0));
-            }
-            GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d / 64.0)),
-            _ => unreachable!(),
-        }
-        out.extend(b);
-    }
+    let out = common::rand_gguf(rng, ty, n, k);
     let len = out.len();
     let words = out
         .chunks(2)

@@ -7,16 +7,7 @@ mod common;
 use common::Rng;
 use hetero_sme::*;
 
-const FORMATS: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
 
 /// Random GGUF bytes of `n` rows of `k` values of `ty`, through the family's quantizer (so the
 /// scales are sane FP16 values).

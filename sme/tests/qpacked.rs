@@ -17,20 +17,7 @@ use hetero_sme::*;
 /// every other edge shape and the two smaller K of the batch-invariance test; natively all.
 const QEMU: bool = cfg!(target_arch = "aarch64");
 
-const FORMATS: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-fn f16b(x: f32) -> [u8; 2] {
-    half::f16::from_f32(x).to_bits().to_le_bytes()
-}
+const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
 
 /// GGUF bytes (2-byte aligned) of `n` rows of `k` values: random quant bits, sane FP16 scales.
 struct W {

@@ -38,6 +38,27 @@ pub fn require<T, E: Display>(backend: &str, probe: Result<T, E>) -> Option<T> {
     }
 }
 
+/// The environment variable that fixes a randomized test's seed (the test prints the one it
+/// drew, so a failure can be rerun exactly).
+pub const SEED_VAR: &str = "HETERO_SEED";
+
+/// The seed of a randomized test: `HETERO_SEED` when set, else drawn from the clock; printed
+/// with the rerun command, then mixed with `tag` (one per test, so tests sharing a seed still
+/// draw different data).
+pub fn seed(tag: u64) -> u64 {
+    let seed = std::env::var(SEED_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("seed {seed} (tag {tag}); rerun with {SEED_VAR}={seed}");
+    seed ^ tag
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! Shared test helpers: a small PRNG, rounding helpers and the f64 reference.
 #![allow(dead_code)]
 
-use hetero_sme::{Kernel, KernelKind, PackedFormat};
+use hetero_sme::{GgmlType, Kernel, KernelKind, PackedFormat};
 
 /// xorshift64* PRNG (deterministic per seed).
 pub struct Rng(u64);
@@ -40,6 +40,51 @@ pub fn round_bf16(x: f32) -> f32 {
 
 pub fn f16_bits(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()
+}
+
+/// Every weight format the int8 GEMM, the decompression GEMM and the packed GEMV compute.
+pub const INT8_FORMATS: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// `x` as the little-endian bytes of an FP16.
+pub fn f16b(x: f32) -> [u8; 2] {
+    half::f16::from_f32(x).to_bits().to_le_bytes()
+}
+
+/// `n` rows of `k` values of `ty` (one of [`INT8_FORMATS`]) as GGUF bytes: random quant bits,
+/// scales set to sane FP16 values (positive super-scales for the K-quants' affine forms,
+/// either sign elsewhere).
+pub fn rand_gguf(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let (be, bb) = ty.block().unwrap();
+    let mut out = Vec::with_capacity(n * k / be * bb);
+    for _ in 0..n * k / be {
+        let mut b: Vec<u8> = (0..bb).map(|_| rng.next_u64() as u8).collect();
+        let d = 0.002 + 0.05 * rng.f32().abs();
+        let m = 0.1 * rng.f32();
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[..2].copy_from_slice(&f16b(d)),
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                b[..2].copy_from_slice(&f16b(d));
+                b[2..4].copy_from_slice(&f16b(m));
+            }
+            GgmlType::Q4K | GgmlType::Q5K => {
+                b[..2].copy_from_slice(&f16b(d / 32.0));
+                b[2..4].copy_from_slice(&f16b(m.abs() / 32.0));
+            }
+            GgmlType::Q6K => b[208..210].copy_from_slice(&f16b(d / 64.0)),
+            _ => unreachable!("{ty:?} is not an int8 format"),
+        }
+        out.extend(b);
+    }
+    out
 }
 
 /// Every implementation this CPU supports, with the ones missing here listed as skipped.
