@@ -239,6 +239,8 @@ fn profile_progress_on_a_pipe_and_a_closed_stdout() {
     let steps: Vec<&str> = err.lines().filter(|l| l.contains("profile ")).collect();
     assert!(steps.len() >= 2, "{err}");
     assert!(steps.len() <= 8, "one line per step: {err}");
+    // Start-up work is a step of its own, not a silent gap before the first curve.
+    assert!(err.contains("profile cpu weights prepared in "), "{err}");
     assert!(out.starts_with("wrote "), "{out}");
     // (Every point with --verbose: the progress module's unit tests.)
     // A stdout closed while the progress runs: quiet end, status as today (0), no panic.

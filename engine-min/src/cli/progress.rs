@@ -189,7 +189,16 @@ mod tests {
             ("gpu: pthread-haswell-AMD EPYC", "gpu"),
             ("gpu per-matmul m=2 (2 steps): ...", "gpu per-matmul"),
             ("cpu+gpu split: 76.8 us fixed cost", "cpu+gpu split"),
-            ("gpu resident decoder built in 122.4 s", "gpu resident"),
+            (
+                "gpu decoder built in 122.4 s (resident: ...)",
+                "gpu decoder",
+            ),
+            (
+                "gpu backend built in 3.1 s (per-matmul: ...)",
+                "gpu backend",
+            ),
+            ("cpu weights prepared in 0.4 s", "cpu weights"),
+            ("npu graphs prepared in 9.0 s (4 weights)", "npu graphs"),
             ("npu k=576 n=576 m=32: 10140.8 us (simulated)", "npu"),
             ("  decode streaming: cpu 0.2 GB/s", "decode streaming"),
             ("", ""),

@@ -245,6 +245,7 @@ pub fn run(a: RunArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
         .transpose()?;
     let t_load = Instant::now();
     let model = Arc::new(load_model(&a.model.model, &a.load)?);
+    step_done("model mapped", t_load.elapsed(), v);
     if a.ctx > model.config.context {
         return Err(Fail::Usage(format!(
             "--ctx {} exceeds the model's context length {}",
@@ -275,7 +276,13 @@ pub fn run(a: RunArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
         prompt: ids.len(),
         generate: a.max_tokens,
     };
+    let t_build = Instant::now();
     let (mut engine, notes, decision) = build_engine(&model, &opts, a.ctx, &a.load)?;
+    step_done(
+        "engine built (weights prepared; OpenCL programs, NPU graphs where the plan uses them)",
+        t_build.elapsed(),
+        v,
+    );
     let npu_stats = engine.executor().npu().map(|n| n.stats());
     let load = t_load.elapsed();
     if plan == PlanChoice::Auto && !v.detailed() {
@@ -598,6 +605,14 @@ fn describe_plan(
         }
     }
     Ok(())
+}
+
+/// A start-up step on stderr once it is done: every step at `-v`, else those of a second or
+/// more (so no long wait passes silently, and a quick start prints nothing).
+fn step_done(what: &str, took: Duration, v: Verbosity) {
+    if v.detailed() || took >= Duration::from_secs(1) {
+        let _ = writeln!(std::io::stderr(), "{what} in {:.1} s", took.as_secs_f64());
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -204,6 +204,7 @@ pub fn measure(
     )];
 
     // CPU.
+    let t_step = Instant::now();
     let cpu_exec = Executor::new(
         plans(&[Pb::Cpu], Policy::Single(Pb::Cpu), &ws, max_m)?,
         Backends {
@@ -214,6 +215,10 @@ pub fn measure(
         &ws,
     )?;
     let mut engine = engine_on(model, cpu_exec, max_m, o.kv)?;
+    progress(&format!(
+        "cpu weights prepared in {:.1} s",
+        t_step.elapsed().as_secs_f64()
+    ));
     let dec = steps::curves(
         &mut engine,
         &decode_m,
@@ -298,6 +303,7 @@ pub fn measure(
                     ""
                 }
             ));
+            let t_step = Instant::now();
             let gpu_exec = Executor::new(
                 plans(&[Pb::Cpu, Pb::Gpu], Policy::Single(Pb::Gpu), &ws, max_m)?,
                 Backends {
@@ -309,6 +315,10 @@ pub fn measure(
             )?;
             let all_m: Vec<u32> = decode_m.iter().chain(&prefill_m).copied().collect();
             let mut engine = engine_on(model, gpu_exec, max_m, o.kv)?;
+            progress(&format!(
+                "gpu backend built in {:.1} s (per-matmul: OpenCL programs, weights uploaded)",
+                t_step.elapsed().as_secs_f64()
+            ));
             let per = steps::curves(
                 &mut engine,
                 &all_m,
@@ -552,7 +562,7 @@ fn measure_resident(
         .collect();
     let mut dec = crate::backend::resident::build(&dev, model, ctx, rows.min(ctx))?;
     progress(&format!(
-        "gpu resident decoder built in {:.1} s ({} launches a decode token)",
+        "gpu decoder built in {:.1} s (resident: OpenCL programs, weights uploaded; {} launches a decode token)",
         t0.elapsed().as_secs_f64(),
         dec.launches_per_token(hetero_opencl_kernels::decoder::Readout::Logits)
     ));
@@ -594,6 +604,11 @@ fn measure_npu(
         },
         &ws,
     )?;
+    progress(&format!(
+        "npu graphs prepared in {:.1} s ({} weights)",
+        t0.elapsed().as_secs_f64(),
+        stats.graphs()
+    ));
     let bench = Bench::new(&ws, max_m as usize, 1)?;
     let mut points = Vec::new();
     for (w, v) in ws.iter().enumerate() {
