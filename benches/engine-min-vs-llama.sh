@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Side by side on this machine: engine-min's `bench` and llama.cpp's `llama-bench`, the same
-# model, the same thread count, pp128 and tg64, alternating ROUNDS times so both see the same
-# machine state; prints each run (with the load average) and the medians per model.
+# model, the same thread count, pp$PP and tg$TG (default 128 and 64), alternating ROUNDS times
+# so both see the same machine state; prints each run (with the load average) and the medians per model.
 # llama.cpp is not part of this project: build it yourself (issue 9 says how) and pass its
 # llama-bench binary.
-#   LLAMA_BENCH=/path/to/llama-bench [MODELS="a.gguf b.gguf"] \
+#   LLAMA_BENCH=/path/to/llama-bench [MODELS="a.gguf b.gguf"] [PP=128] [TG=64] \
 #     benches/engine-min-vs-llama.sh [ROUNDS] [THREADS] [KERNEL]
 # MODELS defaults to $HETERO_MODEL; each round runs every model, ours then theirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}; THREADS=${2:-2}; KERNEL=${3:-sme-int8}
+PP=${PP:-128}; TG=${TG:-64}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 eval "$(scripts/setup.sh --env)"
 MODELS=${MODELS:-$HETERO_MODEL}
@@ -21,14 +22,14 @@ for r in $(seq "$ROUNDS"); do
   for m in $MODELS; do
     name=$(basename "$m" .gguf)
     echo "round $r, $name, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    o=$($E bench --model "$m" --threads "$THREADS" --kernel "$KERNEL" --reps 3)
+    o=$($E bench --model "$m" --threads "$THREADS" --kernel "$KERNEL" --reps 3 --pp "$PP" --tg "$TG")
     echo "$o" | sed 's/^/  engine-min: /'
-    ours_pp[$m]+=" $(echo "$o" | awk '/^pp128/ {print $2}')"
-    ours_tg[$m]+=" $(echo "$o" | awk '/^tg64/ {print $2}')"
-    l=$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$m" -t "$THREADS" -p 128 -n 64 -r 3 -o csv 2>/dev/null)
-    pp=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"128","0"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
-    tg=$(echo "$l" | awk -F, 'NR>1 && $0 ~ /"0","64"/ {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
-    echo "  llama.cpp:  pp128 $pp tok/s, tg64 $tg tok/s"
+    ours_pp[$m]+=" $(echo "$o" | awk -v w="pp$PP:" '$1 == w {print $2}')"
+    ours_tg[$m]+=" $(echo "$o" | awk -v w="tg$TG:" '$1 == w {print $2}')"
+    l=$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "$PP" -n "$TG" -r 3 -o csv 2>/dev/null)
+    pp=$(echo "$l" | awk -F, -v k="\"$PP\",\"0\"" 'NR>1 && index($0, k) {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
+    tg=$(echo "$l" | awk -F, -v k="\"0\",\"$TG\"" 'NR>1 && index($0, k) {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
+    echo "  llama.cpp:  pp$PP $pp tok/s, tg$TG $tg tok/s"
     theirs_pp[$m]+=" $pp"; theirs_tg[$m]+=" $tg"
   done
 done
@@ -38,6 +39,6 @@ echo "medians over $ROUNDS rounds, $THREADS threads, kernel $KERNEL:"
 for m in $MODELS; do
   op=$(med "${ours_pp[$m]}"); ot=$(med "${ours_tg[$m]}"); tp=$(med "${theirs_pp[$m]}"); tt=$(med "${theirs_tg[$m]}")
   echo "$(basename "$m" .gguf):"
-  echo "  pp128: engine-min $op tok/s, llama.cpp $tp tok/s, ratio $(ratio "$op" "$tp")"
-  echo "  tg64:  engine-min $ot tok/s, llama.cpp $tt tok/s, ratio $(ratio "$ot" "$tt")"
+  echo "  pp$PP: engine-min $op tok/s, llama.cpp $tp tok/s, ratio $(ratio "$op" "$tp")"
+  echo "  tg$TG:  engine-min $ot tok/s, llama.cpp $tt tok/s, ratio $(ratio "$ot" "$tt")"
 done

@@ -100,8 +100,13 @@ fn every_kernel_matches_reference() {
                             // int8 path also rounds each activation to its block's 8-bit grid
                             // (step d = amax/127): it moves by at most d/2, so the product by
                             // at most sum_i |w_i| d_i / 2.
+                            // The decompression GEMM rounds each weight and activation to
+                            // BF16 (2^-8 relative each; FP16 is finer): 2^-7 * sum|p| covers
+                            // both, and the f32 sum beside it.
                             let q8 = quantized(ty) && uses_int8(kernel, m);
-                            let bound = if q8 {
+                            let bound = if quantized(ty) && uses_dq(kernel, m) {
+                                mag / 128.0
+                            } else if q8 {
                                 (0..k)
                                     .map(|i| {
                                         f64::from(wf[r * k + i]).abs() * block_step(&x[t * k..], i)
@@ -236,10 +241,19 @@ fn quantized(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
 }
 
-/// Whether `kernel` runs an `m`-row quantized matmul through hetero-sme's int8 GEMM.
+/// Whether `kernel` runs an `m`-row quantized matmul through hetero-sme's int8 GEMM (the
+/// decompression kernel does below its crossover, and everywhere on a CPU where it never wins).
 fn uses_int8(kernel: CpuKernel, m: usize) -> bool {
     kernel == CpuKernel::Int8
         || (kernel == CpuKernel::Sme && m >= engine_min::backend::SME_GEMM_MIN_ROWS)
+        || (kernel == CpuKernel::Dq && !uses_dq(kernel, m))
+}
+
+/// Whether `kernel` runs an `m`-row quantized matmul through hetero-sme's decompression GEMM
+/// (weights and activations rounded to BF16 or FP16).
+fn uses_dq(kernel: CpuKernel, m: usize) -> bool {
+    kernel == CpuKernel::Dq
+        && engine_min::backend::dq_min_rows(hetero_sme::DqKernel::best()).is_some_and(|t| m >= t)
 }
 
 /// The 8-bit grid step of the 32-element block of `row` holding element `i`: amax / 127.

@@ -25,7 +25,7 @@ pub mod npu;
 pub mod prepare;
 pub mod resident;
 
-pub use cpu::{CpuBackend, CpuKernel, SME_GEMM_MIN_ROWS};
+pub use cpu::{dq_min_rows, CpuBackend, CpuKernel, SME_GEMM_MIN_ROWS};
 pub use prepare::{PrepareReport, PrepareSource};
 
 /// A weight prepared by one backend: an index into that backend's prepared forms.
