@@ -43,7 +43,7 @@ AARCH64=aarch64-unknown-linux-gnu
 aarch64_test() { # PROFILE RUNNER REQUIRE
   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$2" HETERO_REQUIRE="$3" \
     RUSTC="$RUSTC_AARCH64" RUSTDOC="$RUSTDOC_AARCH64" \
-    cargo test --profile "$1" --target "$AARCH64" --target-dir target/aarch64-emu \
+    cargo test --no-fail-fast --profile "$1" --target "$AARCH64" --target-dir target/aarch64-emu \
       -p hetero-sme -p hetero-sync -p hetero-uma -p qnn-sys --lib --tests
 }
 
@@ -65,12 +65,12 @@ run_stage() { # NAME
             # The crate docs (each README is its crate's documentation): no broken link, no
             # missing item, no bad code block.
             RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps ;;
-    host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci --workspace \
+    host) HETERO_REQUIRE=$REQUIRE_ALL cargo test --no-fail-fast --profile ci --workspace \
             --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
-    host-release) HETERO_REQUIRE=$REQUIRE_ALL cargo test --release --workspace \
+    host-release) HETERO_REQUIRE=$REQUIRE_ALL cargo test --no-fail-fast --release --workspace \
             --exclude hetero-opencl-kernels --exclude qnn-sys --exclude engine-min ;;
     loom) RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 \
-            cargo test --release --target-dir target/loom \
+            cargo test --no-fail-fast --release --target-dir target/loom \
               -p hetero-sync -p hetero-uma -p hetero-sme --test loom ;;
     aarch64-sme2-512) aarch64_test ci "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
     aarch64-sme2-256) aarch64_test ci "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
@@ -78,13 +78,13 @@ run_stage() { # NAME
     aarch64-sme2-512-release) aarch64_test release "$QEMU_SME2 -cpu max,sme512=on" sme-emu ;;
     aarch64-sme2-256-release) aarch64_test release "$QEMU_SME2 -cpu max,sme256=on" sme-emu ;;
     aarch64-sme1-release) aarch64_test release "$QEMU_SME1 -cpu max,sme512=on" sme1-emu ;;
-    opencl) HETERO_REQUIRE=opencl cargo test --profile ci -p hetero-opencl-kernels ;;
-    qnn) HETERO_REQUIRE=qnn cargo test --profile ci -p qnn-sys ;;
-    model) HETERO_REQUIRE=$REQUIRE_ALL cargo test --profile ci -p engine-min ;;
+    opencl) HETERO_REQUIRE=opencl cargo test --no-fail-fast --profile ci -p hetero-opencl-kernels ;;
+    qnn) HETERO_REQUIRE=qnn cargo test --no-fail-fast --profile ci -p qnn-sys ;;
+    model) HETERO_REQUIRE=$REQUIRE_ALL cargo test --no-fail-fast --profile ci -p engine-min ;;
     demo) HETERO_REQUIRE=$REQUIRE_ALL scripts/demo.sh ;;
     # The C APIs: the C tests inside the Rust suites (results compared with the Rust APIs), then
     # the libraries built as users link them and the standalone C tests under ASan + UBSan.
-    capi) cargo test --profile ci --features "$CAPI_FEATURES" $CAPI_PKGS --test capi &&
+    capi) cargo test --no-fail-fast --profile ci --features "$CAPI_FEATURES" $CAPI_PKGS --test capi &&
           scripts/capi.sh test ;;
     # llama.cpp (setup part llama-cpp) with and without hetero's ggml backend: test-backend-ops,
     # placement, perplexity, greedy text, the loader's messages (ggml/tests/llama/run.sh).

@@ -114,8 +114,8 @@ pub struct Timings {
 pub struct EngineOptions {
     /// KV-cache positions (clamped to the model's context length).
     pub context: usize,
-    /// The KV cache's element type (default f16). The resident GPU decoder keeps its own
-    /// cache on the device in f32 and refuses another type ([`EngineError::Kv`]).
+    /// The KV cache's element type (default f16). On the resident GPU decoder the cache is the
+    /// device's (of the type the executor was composed with); the host keeps none.
     pub kv: KvType,
 }
 
