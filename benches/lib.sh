@@ -23,6 +23,9 @@ eng_pp_tg() { awk '/^pp[0-9]+:/ {pp=$2} /^tg[0-9]+:/ {tg=$2} END {print pp+0, tg
 
 # "pp tg" (avg t/s) from `llama-bench -o csv` output on stdin (0 where a part is missing).
 lla_pp_tg() {
-  awk -F, 'NR==1 {for (i=1;i<=NF;i++) {gsub(/"/,"",$i); c[$i]=i}; next}
-           {gsub(/"/,""); if ($c["n_prompt"]>0) pp=$c["avg_ts"]; else tg=$c["avg_ts"]} END {print pp+0, tg+0}'
+  # Every data field is quoted and may hold commas (our backend's cpu_info does): split the
+  # rows on "," between quotes, the bare header on commas.
+  awk 'NR==1 {n=split($0,h,","); for (i=1;i<=n;i++) {gsub(/"/,"",h[i]); c[h[i]]=i}; next}
+       {s=$0; sub(/^"/,"",s); sub(/"$/,"",s); split(s,f,/","/)
+        if (f[c["n_prompt"]]>0) pp=f[c["avg_ts"]]; else tg=f[c["avg_ts"]]} END {print pp+0, tg+0}'
 }
