@@ -53,7 +53,9 @@ pub fn profile(a: ProfileArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), 
     // The output path first: a bad one must not cost the whole measurement.
     let mut file = std::fs::File::create(&a.out)
         .map_err(|e| Fail::Run(format!("cannot write {}: {e}", a.out.display())))?;
+    let t_map = Instant::now();
     let model = std::sync::Arc::new(load_model(&a.model, &a.load)?);
+    let mapped = t_map.elapsed();
     let t0 = Instant::now();
     let opts = ProfileOptions {
         threads: a.machine.threads(),
@@ -81,6 +83,12 @@ pub fn profile(a: ProfileArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), 
              are simulator times, not an NPU's",
         );
     }
+    progress.line(&format!(
+        "model mapped in {:.1} s ({} layers, {:.0} MiB)",
+        mapped.as_secs_f64(),
+        model.config.n_layer,
+        model.file().bytes().len() as f64 / (1u64 << 20) as f64
+    ));
     let profile = crate::profiler::measure(&model, &opts, &mut |line| progress.line(line))
         .map_err(|e| Fail::Run(format!("profiling failed: {e}")))?;
     progress.finish();
