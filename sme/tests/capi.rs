@@ -65,16 +65,7 @@ extern "C" {
     ) -> i32;
 }
 
-const TYPES: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+const TYPES: [GgmlType; 8] = common::INT8_FORMATS;
 
 /// The poison every output starts as (a NaN no kernel produces).
 const POISON: u32 = 0x7fc0_dead;
