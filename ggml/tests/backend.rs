@@ -7,21 +7,12 @@
 use hetero_ggml::blob;
 use hetero_ggml::ffi::*;
 use hetero_ggml::Ctx;
-use hetero_sme::{dequantize_row, quantize_row, GgmlType, Int8Kernel, Int8Weight, QActs};
+use hetero_sme::{
+    dequantize_row, quantize_row, GgmlType, Int8Kernel, Int8Weight, QActs, INT8_TYPES,
+};
 
 #[global_allocator]
 static A: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
-
-const INT8_TYPES: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
 
 struct Rng(u64);
 

@@ -714,7 +714,6 @@ pub(crate) fn dequant_panel_portable(
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
-    use crate::GgmlType;
 
     /// The AVX-512 dequantizer writes the portable one's bits, for every format, both panel
     /// formats, a panel with a partial group and one past N, K blocks whole and partial.
@@ -734,16 +733,7 @@ mod tests {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         };
         let n = 70;
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4K,
-            GgmlType::Q5K,
-            GgmlType::Q6K,
-        ] {
+        for ty in crate::INT8_TYPES {
             let k = if ty.is_k_quant() {
                 DQ_KB + 256
             } else {

@@ -39,6 +39,19 @@ pub const INT8_TILE_ROWS: usize = 32;
 /// layout changes.
 pub const INT8_LAYOUT_VERSION: u32 = 1;
 
+/// Every GGUF weight type the int8 GEMM (and so the packed GEMV and the decompression GEMM)
+/// computes: the types [`Int8Weight`] packs; any other is [`Error::UnsupportedFormat`].
+pub const INT8_TYPES: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
 /// The packed layouts, one per GGUF type the int8 GEMM computes (kernel-internal dispatch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Int8Fmt {
@@ -1727,6 +1740,19 @@ impl<'a> Int8Plan<'a> {
 #[cfg(test)]
 mod pack_tests {
     use super::*;
+
+    /// `INT8_TYPES` is exactly the set the packer dispatches on, in both directions.
+    #[test]
+    fn int8_types_are_the_packed_layouts() {
+        for ty in INT8_TYPES {
+            assert_eq!(Int8Fmt::of(ty).map(Int8Fmt::ty), Ok(ty), "{ty:?}");
+        }
+        for code in 0..64 {
+            if let Some(ty) = GgmlType::from_code(code) {
+                assert_eq!(Int8Fmt::of(ty).is_ok(), INT8_TYPES.contains(&ty), "{ty:?}");
+            }
+        }
+    }
 
     /// Random bytes as `count` blocks of `B` (any bit pattern is a valid block here: only the
     /// packed bytes are compared, not values).

@@ -38,7 +38,7 @@ pub use format::{dequantize_row, GgmlType};
 pub use gemm::{Gemm, GemmPlan, Lhs};
 pub use int8::{
     int8_gemm, quantize_acts, quantize_acts_for, Int8Kernel, Int8Layout, Int8Plan, Int8Weight,
-    Int8WeightRef, SharedBytes, INT8_GROUP, INT8_LAYOUT_VERSION, INT8_TILE_ROWS,
+    Int8WeightRef, SharedBytes, INT8_GROUP, INT8_LAYOUT_VERSION, INT8_TILE_ROWS, INT8_TYPES,
 };
 pub use int8_acts::{quantize_acts_len, ActBlocks, BlockMeta, QActs, SuperMeta};
 pub use out::OutMut;

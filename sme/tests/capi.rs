@@ -14,7 +14,7 @@ use common::Rng;
 use hetero_sme::capi::*;
 use hetero_sme::{
     dequantize_row, qpack_gguf, qpacked_len, quantize_row, GgmlType, Int8Kernel, Int8Weight,
-    Kernel, KernelKind, QActs, QPackedRef,
+    Kernel, KernelKind, QActs, QPackedRef, INT8_TYPES,
 };
 
 #[link(name = "hetero_sme_ctest", kind = "static")]
@@ -64,8 +64,6 @@ extern "C" {
         y: *mut f32,
     ) -> i32;
 }
-
-const TYPES: [GgmlType; 8] = common::INT8_FORMATS;
 
 /// The poison every output starts as (a NaN no kernel produces).
 const POISON: u32 = 0x7fc0_dead;
@@ -218,7 +216,7 @@ fn every_variant_from_c_equals_the_rust_api() {
     let mut rng = Rng::new(27);
     let mut runs = 0;
     for &v in &vars {
-        for ty in TYPES {
+        for ty in INT8_TYPES {
             let ks: &[usize] = if ty.is_k_quant() {
                 &[256, 512]
             } else {

@@ -21,8 +21,6 @@ use hetero_sme::*;
 /// aarch64 runs under QEMU here: smaller grids.
 const EMULATED: bool = !cfg!(target_arch = "x86_64");
 
-const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
-
 fn weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Int8Weight {
     let bytes = rand_gguf(rng, ty, n, k);
     // GGUF bytes must be 2-byte aligned for `pack_gguf`: copy them to an even address.
@@ -162,7 +160,7 @@ fn every_kernel_every_format_edge_shapes() {
     let formats: &[GgmlType] = if EMULATED {
         &[GgmlType::Q4_0, GgmlType::Q6K]
     } else {
-        &FORMATS
+        &INT8_TYPES
     };
     for &ty in formats {
         for (ki, &k) in ks(ty).iter().enumerate().take(if EMULATED { 2 } else { 3 }) {

@@ -13,9 +13,7 @@ use hetero_sme::*;
 #[global_allocator]
 static A: hetero_tests::CountingAlloc = hetero_tests::CountingAlloc;
 
-/// Every format the int8 GEMM computes, with the K values its tests use.
-const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
-
+/// The K values the tests use per format.
 fn ks(ty: GgmlType) -> [usize; 3] {
     if ty.is_k_quant() {
         [256, 512, 1536]
@@ -201,7 +199,7 @@ fn every_kernel_matches_the_oracle_and_the_references() {
     let kerns = kernels();
     let mut rng = Rng::new(81);
     let mut case = 0;
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let mut worst_q = 0f64; // worst |err| / bound against the quantized-activation reference
         let mut worst_x = 0f64; // same against the f32 activations
         let unit = if ty.is_k_quant() { 256 } else { 32 };
@@ -306,7 +304,7 @@ fn every_kernel_is_bit_identical_over_edge_shapes() {
     let mut rng = Rng::new(2024);
     let ms: Vec<usize> = (1..=33).chain(127..=129).collect();
     let ns = [1, 7, 17, 33, 47];
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let kk: &[usize] = if ty.is_k_quant() {
             &[256, 512, 1536]
         } else {
@@ -345,7 +343,7 @@ fn every_kernel_is_bit_identical_over_edge_shapes() {
 fn rows_do_not_depend_on_the_batch() {
     let (m, n) = (129, 40);
     let mut rng = Rng::new(7);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let k = if ty.is_k_quant() { 512 } else { 576 };
         let wb = rand_weight_aligned(&mut rng, ty, n, k);
         let x = rand_acts(&mut rng, m, k);
@@ -483,7 +481,7 @@ fn one_quantization_serves_mixed_formats() {
 fn packed_layout_round_trips() {
     let n = 37;
     let mut rng = Rng::new(3);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let k = if ty.is_k_quant() { 512 } else { 96 };
         let wb = rand_weight_aligned(&mut rng, ty, n, k);
         let w = Int8Weight::pack_gguf(ty, wb.bytes(), n, k).unwrap();
@@ -746,7 +744,7 @@ fn plan_set_equals_each_plan_alone() {
 fn extreme_operands_do_not_saturate() {
     let ks = kernels();
     let (n, m) = (48, 3);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let k = if ty.is_k_quant() { 512 } else { 576 };
         let (be, bb) = ty.block().unwrap();
         for fill in [0xFFu8, 0x80, 0x7F] {

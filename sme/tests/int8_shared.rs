@@ -13,8 +13,6 @@ use std::sync::Arc;
 use common::Rng;
 use hetero_sme::*;
 
-const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
-
 /// `n` rows of `k` values of `ty` as GGUF bytes (random quant bits, sane FP16 scales), in a
 /// u16-aligned buffer (returned with its byte length).
 fn rand_weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> (Vec<u16>, usize) {
@@ -66,7 +64,7 @@ fn place(l: &Int8Layout) -> (usize, usize, usize) {
 #[test]
 fn group_packing_and_shared_weights_match_the_owned_form() {
     let mut rng = Rng::new(0x5a17);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let be = ty.block().unwrap().0;
         for (n, k) in [(1, be), (17, 2 * be), (48, be), (70, 3 * be)] {
             let (w, len) = rand_weight(&mut rng, ty, n, k);

@@ -7,8 +7,6 @@ mod common;
 use common::Rng;
 use hetero_sme::*;
 
-const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
-
 /// Random GGUF bytes of `n` rows of `k` values of `ty`, through the family's quantizer (so the
 /// scales are sane FP16 values).
 fn weight(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
@@ -42,7 +40,7 @@ impl Buf {
 #[test]
 fn view_matches_owned_on_every_kernel() {
     let mut rng = Rng::new(0x51e3);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let k = if ty.is_k_quant() { 512 } else { 96 };
         for (m, n) in [(1, 16), (3, 35), (33, 50)] {
             let g = weight(&mut rng, ty, n, k);
@@ -115,7 +113,7 @@ fn bad_storage_is_refused_before_any_write() {
 #[test]
 fn unpack_is_the_inverse_of_pack_on_any_bytes() {
     let mut rng = Rng::new(0xdec0de);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let k = if ty.is_k_quant() { 512 } else { 96 };
         for n in [1, 16, 37] {
             // Arbitrary bits, NaN and inf scales included: the packers copy bits.

@@ -17,8 +17,6 @@ use hetero_sme::*;
 /// every other edge shape and the two smaller K of the batch-invariance test; natively all.
 const QEMU: bool = cfg!(target_arch = "aarch64");
 
-const FORMATS: [GgmlType; 8] = common::INT8_FORMATS;
-
 /// GGUF bytes (2-byte aligned) of `n` rows of `k` values: random quant bits, sane FP16 scales.
 struct W {
     ty: GgmlType,
@@ -169,7 +167,7 @@ fn packed_every_kernel() {
     let ms = [1, 2, 15, 16, 4, 5];
     let ns = [1, 2, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 576];
     let mut rng = Rng::new(21);
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         for (ci, &n) in ns.iter().enumerate() {
             if QEMU && ci % 2 == 1 {
                 continue;
@@ -204,7 +202,7 @@ fn packed_large_shapes() {
     let mut rng = Rng::new(22);
     for (m, k, n) in [(1, 4096, 1000), (3, 2048, 777), (16, 1024, 300)] {
         let x = rng.vec(m * k);
-        for ty in FORMATS {
+        for ty in INT8_TYPES {
             let w = W::new(&mut rng, ty, n, k);
             let buf = pack(&w, k, n, 0..n);
             let wp = QPackedRef::new(&buf, ty, k, n).unwrap();
@@ -221,7 +219,7 @@ fn packed_large_shapes() {
 fn packed_rows_independent_of_m() {
     let mut rng = Rng::new(23);
     let n = 37;
-    for ty in FORMATS {
+    for ty in INT8_TYPES {
         let kk = if ty.is_k_quant() {
             [256, 1280, 4608]
         } else {

@@ -42,24 +42,12 @@ pub fn f16_bits(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()
 }
 
-/// Every weight format the int8 GEMM, the decompression GEMM and the packed GEMV compute.
-pub const INT8_FORMATS: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
 /// `x` as the little-endian bytes of an FP16.
 pub fn f16b(x: f32) -> [u8; 2] {
     half::f16::from_f32(x).to_bits().to_le_bytes()
 }
 
-/// `n` rows of `k` values of `ty` (one of [`INT8_FORMATS`]) as GGUF bytes: random quant bits,
+/// `n` rows of `k` values of `ty` (one of `hetero_sme::INT8_TYPES`) as GGUF bytes: random quant bits,
 /// scales set to sane FP16 values (positive super-scales for the K-quants' affine forms,
 /// either sign elsewhere).
 pub fn rand_gguf(rng: &mut Rng, ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
