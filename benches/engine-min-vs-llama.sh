@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}; THREADS=${2:-2}; KERNEL=${3:-sme-int8}
 PP=${PP:-128}; TG=${TG:-64}
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 eval "$(scripts/setup.sh --env)"
 MODELS=${MODELS:-$HETERO_MODEL}
 cargo build -q --release -p engine-min
@@ -24,20 +26,18 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r, $name, load: $(cut -d' ' -f1-3 /proc/loadavg)"
     o=$($E bench --model "$m" --threads "$THREADS" --kernel "$KERNEL" --reps 3 --pp "$PP" --tg "$TG")
     echo "$o" | sed 's/^/  engine-min: /'
-    ours_pp[$m]+=" $(echo "$o" | awk -v w="pp$PP:" '$1 == w {print $2}')"
-    ours_tg[$m]+=" $(echo "$o" | awk -v w="tg$TG:" '$1 == w {print $2}')"
-    l=$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "$PP" -n "$TG" -r 3 -o csv 2>/dev/null)
-    pp=$(echo "$l" | awk -F, -v k="\"$PP\",\"0\"" 'NR>1 && index($0, k) {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
-    tg=$(echo "$l" | awk -F, -v k="\"0\",\"$TG\"" 'NR>1 && index($0, k) {gsub(/"/,"",$0); print}' | awk -F, '{print $(NF-1)}' | head -1)
+    read -r pp tg <<< "$(echo "$o" | eng_pp_tg)"
+    ours_pp[$m]+=" $pp"; ours_tg[$m]+=" $tg"
+    read -r pp tg <<< "$(LD_LIBRARY_PATH="$LIBDIR" "$LLAMA_BENCH" -m "$m" -t "$THREADS" \
+      -p "$PP" -n "$TG" -r 3 -o csv 2>/dev/null | lla_pp_tg)"
     echo "  llama.cpp:  pp$PP $pp tok/s, tg$TG $tg tok/s"
     theirs_pp[$m]+=" $pp"; theirs_tg[$m]+=" $tg"
   done
 done
-med() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
+med_of() { printf '%s\n' $1 | med; } # "a b c" -> median
 echo "medians over $ROUNDS rounds, $THREADS threads, kernel $KERNEL:"
 for m in $MODELS; do
-  op=$(med "${ours_pp[$m]}"); ot=$(med "${ours_tg[$m]}"); tp=$(med "${theirs_pp[$m]}"); tt=$(med "${theirs_tg[$m]}")
+  op=$(med_of "${ours_pp[$m]}"); ot=$(med_of "${ours_tg[$m]}"); tp=$(med_of "${theirs_pp[$m]}"); tt=$(med_of "${theirs_tg[$m]}")
   echo "$(basename "$m" .gguf):"
   echo "  pp$PP: engine-min $op tok/s, llama.cpp $tp tok/s, ratio $(ratio "$op" "$tp")"
   echo "  tg$TG:  engine-min $ot tok/s, llama.cpp $tt tok/s, ratio $(ratio "$ot" "$tt")"
