@@ -136,7 +136,7 @@ lla() { # MODEL ARGS... -> "pp tg"
 
 # Weight bytes a decode token reads (the file's tensor data; embeddings are read one row a token,
 # but tied ones are read whole by the output projection, so the file size is the right count).
-bytes_of() { stat -c %s "$1"; }
+bytes_of() { stat -L -c %s "$1"; }
 
 gpu() {
   machine

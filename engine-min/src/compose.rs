@@ -452,6 +452,8 @@ pub fn executor(model: &Model, opts: &ComposeOptions) -> Result<Composed, Compos
             rows,
             hetero_opencl_kernels::decoder::DecoderOptions {
                 kv: resident_kv(kv),
+                prepare_threads: prepare_threads_from_env(),
+                one_allocation: one_allocation_from_env(),
                 ..Default::default()
             },
         )
@@ -542,4 +544,25 @@ pub fn cpu_executor(
         },
         &crate::engine::matmul_weights(model),
     )?)
+}
+
+/// `HETERO_GPU_PREPARE_THREADS` (a measurement knob, see the README): host threads that
+/// re-lay and write the resident decoder's weights; unset or unparsable: 0 (the decoder's
+/// default, the host's cores up to 8).
+fn prepare_threads_from_env() -> usize {
+    std::env::var("HETERO_GPU_PREPARE_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `HETERO_GPU_ONE_ALLOCATION` (a measurement knob, see the README): `1` puts the resident
+/// decoder's weights and caches in one allocation each, `0` in one per part; unset: the
+/// decoder's choice.
+fn one_allocation_from_env() -> Option<bool> {
+    match std::env::var("HETERO_GPU_ONE_ALLOCATION").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    }
 }

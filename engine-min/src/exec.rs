@@ -502,6 +502,14 @@ impl Executor {
             .map(|d| *d.lock().unwrap_or_else(|e| e.into_inner()).plan())
     }
 
+    /// Where building the resident decoder's time went (programs, weights re-laid and
+    /// written), when this executor runs whole steps on the GPU.
+    pub fn resident_build_times(&self) -> Option<hetero_opencl_kernels::decoder::BuildTimes> {
+        self.resident
+            .as_ref()
+            .map(|d| *d.lock().unwrap_or_else(|e| e.into_inner()).build_times())
+    }
+
     /// Whether this executor runs whole steps on the GPU.
     pub fn is_resident(&self) -> bool {
         self.resident.is_some()

@@ -22,6 +22,17 @@
 // W (x * inv * g) with inv factored out of the sum.
 // Kernels never return early (some have barriers after their bounds checks).
 
+// The eight nibbles of v as floats, lowest first (the GEMMs' and the decode blocks' T unit).
+inline float8 nib8(uint v) {
+    return convert_float8((uint8)(v, v >> 4, v >> 8, v >> 12, v >> 16, v >> 20, v >> 24, v >> 28) &
+                          (uint8)(15u));
+}
+
+// The program is built in parts (src/decoder/mod.rs): embed and argmax always; the matmuls
+// below only where a matmul runs on them (-DDEC_MATMULS: a format or shape the fast matmuls of
+// mm.cl do not take), the decode blocks only for DecodePath::Blocks (-DDEC_BLOCKS). NVIDIA's
+// compiler took 8.6 s for the whole file, most of a cold start.
+#ifdef DEC_MATMULS
 // ---- decode GEMV: one token row, two output columns (c, c+1) per team of tpr work-items -----
 // Work-group (tpr, rows); global (tpr, ceil(ceil(N/2)/rows)*rows). The activation row is
 // x + xoff4 float4s (e.g. the last row of a prefill chunk, for the output head).
@@ -202,10 +213,6 @@ GEMV2_G(gemv2_q6_k_norm, q6_k, 1)
 #define GT 64u
 
 // Dequantized weights of part lp (8 k) of slice kt of physical row pr (nb blocks a row).
-inline float8 nib8(uint v) {
-    return convert_float8((uint8)(v, v >> 4, v >> 8, v >> 12, v >> 16, v >> 20, v >> 24, v >> 28) &
-                          (uint8)(15u));
-}
 inline float8 deq8_q4_0t(__global const uint *qs, __global const half *d, uint pr, uint kt,
                          uint lp, uint nb, uint K) {
     uint v = qs[(pr * nb + kt) * 4u + lp];
@@ -325,6 +332,8 @@ GEMM_F(gemm_q5_k_norm, uchar, uchar, deqm8_q5_k, XOFF_G, 1)
 GEMM_F(gemm_q6_k, uchar, uchar, deqm8_q6_k, XOFF_G, 0)
 GEMM_F(gemm_q6_k_norm, uchar, uchar, deqm8_q6_k, XOFF_G, 1)
 
+#endif // DEC_MATMULS
+
 // Attention (prefill and decode) is in attention.cl, a program of its own.
 
 // ---- embedding gather: x[m][i] = E[tok[tokoff + m]][i] ----------------------------------------
@@ -441,6 +450,7 @@ argmax_split(__global const float *v, uint N, uint ld, __global uint *out, __glo
     }
 }
 
+#ifdef DEC_BLOCKS
 // ---- decode blocks: a whole layer of one token in two launches -----------------------------
 // Block A, one work-group of 256 per query head h:
 //   x = xin + the sum of `nparts` partial rows (the previous block's split-K outputs); group 0
@@ -751,3 +761,4 @@ __kernel void blk_finish(__global float *x, __global const float *parts, uint np
         x[i] = v;
     }
 }
+#endif // DEC_BLOCKS

@@ -621,5 +621,9 @@ MM_GEMV(mm_gemv_i8, 1)
         }                                                                                       \
     }
 
+// MM_NO_GEMM: the GEMVs alone (examples/program_builds.rs times what each part costs the
+// compiler; the decoder always builds both).
+#ifndef MM_NO_GEMM
 MM_GEMM(mm_gemm_m128, 128u)
 MM_GEMM(mm_gemm_m64, 64u)
+#endif

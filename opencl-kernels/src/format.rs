@@ -194,28 +194,88 @@ pub fn relayout_q4_t(
     let bb = block_bytes(format);
     let hdr = bb - 16; // 2 (d) or 4 (d, m)
     let nb = k / BLOCK;
-    for row in 0..n {
-        let rsrc = &src[row * nb * bb..(row + 1) * nb * bb];
+    let (src, d) = (&src[..need], &mut d[..nd]);
+    let qs = &mut qs[..nq];
+    for (row, rsrc) in src.chunks_exact(nb * bb).enumerate() {
+        let rq = &mut qs[row * nb * 16..][..nb * 16];
         for (b, blk) in rsrc.chunks_exact(bb).enumerate() {
-            let di = (row * nb + b) * hdr;
-            d[di..di + hdr].copy_from_slice(&blk[..hdr]);
-        }
-        // Nibble of weight kk of this row (GGUF: byte i low = element i, high = element i+16).
-        let nib = |kk: usize| -> u32 {
-            let blk = &rsrc[(kk / BLOCK) * bb + hdr..][..16];
-            let i = kk % BLOCK;
-            u32::from(if i < 16 {
-                blk[i] & 0xF
-            } else {
-                blk[i - 16] >> 4
-            })
-        };
-        for w in 0..4 * nb {
-            let word = (0..8).fold(0u32, |acc, e| acc | (nib(8 * w + e) << (4 * e)));
-            let (u, s) = (w % nb, w / nb);
-            let qi = ((row * nb + u) * 4 + s) * 4;
-            qs[qi..qi + 4].copy_from_slice(&word.to_le_bytes());
+            d[(row * nb + b) * hdr..][..hdr].copy_from_slice(&blk[..hdr]);
+            // GGUF: byte i's low nibble is element i, its high nibble element i + 16. Word
+            // w = 4b + j of the row holds elements 8j .. 8j + 7 of block b: the low (j < 2) or
+            // high nibbles of bytes 8 (j % 2) .. + 7.
+            let q = &blk[hdr..hdr + 16];
+            let lo = u64::from_le_bytes(q[..8].try_into().unwrap_or_default());
+            let hi = u64::from_le_bytes(q[8..].try_into().unwrap_or_default());
+            for (j, v) in [lo, hi, lo >> 4, hi >> 4].into_iter().enumerate() {
+                let w = 4 * b + j;
+                let (u, s) = (w % nb, w / nb);
+                rq[(u * 4 + s) * 4..][..4].copy_from_slice(&pack_nibbles(v).to_le_bytes());
+            }
         }
     }
     Ok(())
+}
+
+/// The low nibbles of the eight bytes of `v`, packed into 32 bits (byte e's at bits 4e..4e+3).
+fn pack_nibbles(v: u64) -> u32 {
+    let x = v & 0x0F0F_0F0F_0F0F_0F0F;
+    let x = (x | (x >> 4)) & 0x00FF_00FF_00FF_00FF;
+    let x = (x | (x >> 8)) & 0x0000_FFFF_0000_FFFF;
+    ((x | (x >> 16)) & 0xFFFF_FFFF) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The T layout by its definition, one nibble at a time: word `w` of a row holds its
+    /// elements 8w .. 8w + 7 (element e at bits 4e), stored at unit `w % nb`, slot `w / nb`.
+    fn t_layout_by_definition(f: GgmlType, src: &[u8], n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
+        let (bb, nb) = (block_bytes(f), k / BLOCK);
+        let hdr = bb - 16;
+        let (nq, nd) = relayout_q4_t_len(f, n, k).unwrap();
+        let (mut q, mut d) = (vec![0u8; nq], vec![0u8; nd]);
+        for row in 0..n {
+            let r = &src[row * nb * bb..][..nb * bb];
+            for b in 0..nb {
+                d[(row * nb + b) * hdr..][..hdr].copy_from_slice(&r[b * bb..][..hdr]);
+            }
+            let nib = |e: usize| {
+                let (blk, i) = (&r[(e / BLOCK) * bb + hdr..][..16], e % BLOCK);
+                u32::from(if i < 16 {
+                    blk[i] & 15
+                } else {
+                    blk[i - 16] >> 4
+                })
+            };
+            for w in 0..4 * nb {
+                let word = (0..8).fold(0u32, |a, e| a | (nib(8 * w + e) << (4 * e)));
+                let qi = ((row * nb + w % nb) * 4 + w / nb) * 4;
+                q[qi..qi + 4].copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        (q, d)
+    }
+
+    #[test]
+    fn relayout_q4_t_matches_its_definition() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for f in [GgmlType::Q4_0, GgmlType::Q4_1] {
+            for (n, k) in [(1, 32), (3, 64), (17, 160), (5, 4096)] {
+                let mut src = vec![0u8; matrix_bytes(f, n, k).unwrap()];
+                for b in &mut src {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    *b = seed as u8;
+                }
+                let (nq, nd) = relayout_q4_t_len(f, n, k).unwrap();
+                // Poisoned outputs: every byte must be written.
+                let (mut q, mut d) = (vec![0xA5u8; nq], vec![0x5Au8; nd]);
+                relayout_q4_t(f, &src, n, k, &mut q, &mut d).unwrap();
+                let (rq, rd) = t_layout_by_definition(f, &src, n, k);
+                assert!(q == rq && d == rd, "{f} {n}x{k}");
+            }
+        }
+    }
 }

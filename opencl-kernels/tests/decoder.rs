@@ -178,14 +178,20 @@ impl TestModel {
     }
 
     fn random_mixed(r: &mut StdRng, cfg: DecoderConfig, t: MixedTypes) -> TestModel {
+        TestModel::random_mixed_qk(r, cfg, t, 0.5)
+    }
+
+    /// [`TestModel::random_mixed`] with Q and K entries of magnitude about `qk` (0.5 there:
+    /// attention scores of rms ~20 at d_model 256, a softmax close to an argmax).
+    fn random_mixed_qk(r: &mut StdRng, cfg: DecoderConfig, t: MixedTypes, qk: f32) -> TestModel {
         let (d, dq, dkv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let norm = |r: &mut StdRng| (0..d).map(|_| r.gen_range(0.5f32..1.5)).collect::<Vec<_>>();
         let mut layers = Vec::new();
         for ty in &t.layers[..cfg.n_layer] {
             let mut m = |i: usize, n, k, s| (ty[i], rand_matrix(r, ty[i], n, k, s));
             let w = [
-                m(0, dq, d, 0.5),
-                m(1, dkv, d, 0.5),
+                m(0, dq, d, qk),
+                m(1, dkv, d, qk),
                 m(2, dkv, d, 0.5),
                 m(3, d, dq, 0.3),
                 m(4, ff, d, 0.3),
@@ -1776,8 +1782,10 @@ fn split_device_argmax_matches_the_logits() {
 /// rounded to 1/254 of their 32-value unit's largest magnitude, an NMSE of 1e-5..1e-4 a matmul
 /// (tests/fast.rs; more for SwiGLU outputs, whose outliers set their unit's scale), compounded
 /// over 2 layers of 4 matmuls and the head of these small random models: measured 3e-5 (the
-/// prefill, whose only int8 matmul is the head) to 2.1e-2 (a Q4_K decode step, d = 256);
-/// bound 5e-2, while a wrong unit, scale or epilogue moves logits by O(1), an NMSE near 1. The
+/// prefill, whose only int8 matmul is the head) to 2.1e-2 (a Q4_K decode step, d = 256) on
+/// one seed, but up to 0.73 over 48 seeds with the default model's near-argmax attention (see
+/// below: Q and K are scaled down here); bound 0.1, while a wrong unit, scale or epilogue moves
+/// logits by O(1), an NMSE near 1. The
 /// kernels themselves are held to their exact int8 emulation in tests/fast.rs (1e-7).
 /// (The prefill's GEMMs keep f32 activations; its head, one row, is a GEMV, so its logits are
 /// held to the same bound.)
@@ -1789,15 +1797,20 @@ fn int8_activation_gemvs_match_reference() {
         (GgmlType::Q4_0, config(2, RopeMode::Normal, 16)),
         (GgmlType::Q4K, config_k(2, RopeMode::Normal, 64)),
     ] {
-        let model = TestModel::random(
-            &mut r,
-            cfg,
-            Types {
-                embed: GgmlType::Q8_0,
-                layer,
-                output: None,
-            },
-        );
+        // Q and K small enough that attention is a smooth average: with the default model's
+        // near-argmax softmax, int8's ~0.5% error in q and k flips near-tied scores, and one
+        // step's logits moved by NMSE up to 0.73 (48 seeds: median 1e-2, 90th percentile 0.12)
+        // though every GEMV matches its int8 emulation (tests/fast.rs). With Q and K at 0.05
+        // (60 seeds): median 4e-3, 90th percentile 1.1e-2, max 3.1e-2, what int8's ~3e-5 a
+        // matmul grows to through two random layers; the bound 0.1 keeps 3x over that, while a
+        // wrong scale, unit or sum moves logits by O(1).
+        let n = cfg.n_layer;
+        let mixed = MixedTypes {
+            embed: GgmlType::Q8_0,
+            layers: vec![[layer; 7]; n],
+            output: None,
+        };
+        let model = TestModel::random_mixed_qk(&mut r, cfg, mixed, 0.05);
         let toks = tokens(&mut r, 9, model.cfg.vocab);
         let want = ref_forward(&model, &toks, model.cfg.n_layer).logits;
         let mut dec = model.decoder(
@@ -1816,7 +1829,69 @@ fn int8_activation_gemvs_match_reference() {
             assert!(got.iter().all(|v| v.is_finite()), "{layer} at {t}");
             let e = reference::nmse(&got, &want[t]);
             eprintln!("{layer} int8 at {t}: NMSE {e:e}");
-            assert!(e <= 5e-2, "{layer} int8 at {t}: NMSE {e:e} > 5e-2");
+            assert!(e <= 0.1, "{layer} int8 at {t}: NMSE {e:e} > 0.1");
         }
     }
+}
+
+/// The weights re-laid on one thread or several, into separate buffers or one allocation
+/// with sub-buffers: the same decoder (each checked against the reference), and the build
+/// reports where its time went.
+#[test]
+fn prepare_threads_and_allocations_match_reference() {
+    let Some(dev) = device() else { return };
+    let mut r = rng(31);
+    use GgmlType::*;
+    let t = MixedTypes {
+        embed: Q8_0,
+        layers: vec![
+            [Q4_0, Q4_0, Q4_0, Q4_0, Q4_0, Q4_0, Q4_0],
+            [Q4K, Q4K, Q6K, Q4K, Q4K, Q4K, Q6K],
+            [Q8_0, Q8_0, Q8_0, Q4_1, Q5_0, Q5_0, Q5_1],
+        ],
+        output: Some(Q6K),
+    };
+    let model = TestModel::random_mixed(&mut r, config_k(3, RopeMode::Normal, 64), t);
+    let toks = tokens(&mut r, 12, model.cfg.vocab);
+    for (threads, one) in [
+        (1, Some(true)),
+        (3, Some(false)),
+        (0, None),
+        (8, Some(true)),
+    ] {
+        let opts = DecoderOptions {
+            prepare_threads: threads,
+            one_allocation: one,
+            ..exact()
+        };
+        let mut dec = model.decoder(&dev, opts);
+        let bt = *dec.build_times();
+        let what = format!("prepare_threads {threads}, one_allocation {one:?}");
+        // The layers' workers (at most the layers) and the head's thread.
+        let workers = if threads == 0 {
+            bt.threads - 1
+        } else {
+            threads.min(3)
+        };
+        assert_eq!(bt.threads, workers + 1, "{what}: {bt:?}");
+        assert!(
+            bt.total >= bt.weights && bt.total >= bt.programs,
+            "{what}: {bt:?}"
+        );
+        assert!(
+            bt.relayout > Duration::ZERO && bt.upload > Duration::ZERO,
+            "{what}: {bt:?}"
+        );
+        prefill_then_decode(&mut dec, &model, &toks, 9, &what);
+        // Every one of these formats has a fast matmul: decoder.cl's own were never built.
+        assert!(!dec.older_matmuls_built(), "{what}");
+    }
+    // With the fast matmuls off, decoder.cl's are built and run.
+    let opts = DecoderOptions {
+        fast_matmul: false,
+        ..exact()
+    };
+    let mut dec = model.decoder(&dev, opts);
+    assert!(dec.older_matmuls_built());
+    prefill_then_decode(&mut dec, &model, &toks, 9, "fast_matmul off");
 }

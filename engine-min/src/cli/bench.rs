@@ -185,6 +185,9 @@ pub fn bench(a: BenchArgs, v: super::Verbosity, out: &mut dyn Write) -> Result<(
         device,
         engine.executor().prepare_report(),
     )?;
+    if let Some(t) = engine.executor().resident_build_times() {
+        writeln!(out, "{}", gpu_build_line(&t))?;
+    }
     writeln!(
         out,
         "kv cache: {} ({:.1} MiB on the host for {} positions)",
@@ -350,6 +353,25 @@ fn print_startup(
         )?;
     }
     Ok(())
+}
+
+/// The resident decoder's build, step by step (the re-lay and write times are summed over the
+/// threads that ran them side by side, so they can exceed the weights' wall time).
+pub(crate) fn gpu_build_line(t: &hetero_opencl_kernels::decoder::BuildTimes) -> String {
+    format!(
+        "gpu decoder built in {:.3} s: programs {:.3} s (ops {:.3}, attention {:.3}, matmuls \
+         {:.3}, side by side), weights {:.3} s on {} threads (re-laid {:.3} s, written {:.3} s, \
+         summed over threads)",
+        t.total.as_secs_f64(),
+        t.programs.as_secs_f64(),
+        t.program_builds[0].as_secs_f64(),
+        t.program_builds[1].as_secs_f64(),
+        t.program_builds[2].as_secs_f64(),
+        t.weights.as_secs_f64(),
+        t.threads,
+        t.relayout.as_secs_f64(),
+        t.upload.as_secs_f64()
+    )
 }
 
 /// The process's peak resident set (getrusage's `ru_maxrss`, KiB on Linux), in bytes; 0 where

@@ -514,6 +514,12 @@ pub fn run(a: RunArgs, v: Verbosity, out: &mut dyn Write) -> Result<(), Fail> {
             pct(npu, prefill_t.matmul.max(Duration::from_nanos(1)))
         )?;
     }
+    if v.0 >= 2 {
+        // Where the process's resident memory is (a driver's host images show up here).
+        for line in largest_mappings(6) {
+            writeln!(out, "memory: {line}")?;
+        }
+    }
     Ok(())
 }
 
@@ -634,4 +640,31 @@ fn flush_utf8(out: &mut dyn Write, pending: &mut Vec<u8>, all: bool) -> std::io:
     out.flush()?;
     pending.drain(..n);
     Ok(())
+}
+
+/// The `n` mappings of this process holding the most resident memory (`/proc/self/smaps`), as
+/// "<rss> MiB <what>" lines, largest first; none where the file cannot be read (not Linux).
+fn largest_mappings(n: usize) -> Vec<String> {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return Vec::new();
+    };
+    let mut maps: Vec<(u64, String)> = Vec::new();
+    let mut name = String::new();
+    for line in smaps.lines() {
+        let mut f = line.split_whitespace();
+        let first = f.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: range, perms, offset, dev, inode, [path].
+            let path = line.split_whitespace().nth(5).unwrap_or("[anonymous]");
+            name = format!("{first} {path}");
+        } else if first == "Rss:" {
+            let kib = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            maps.push((kib, name.clone()));
+        }
+    }
+    maps.sort_by_key(|m| std::cmp::Reverse(m.0));
+    maps.into_iter()
+        .take(n)
+        .map(|(kib, what)| format!("{:.1} MiB {what}", kib as f64 / 1024.0))
+        .collect()
 }

@@ -561,9 +561,13 @@ fn measure_resident(
         .filter(|&m| m as usize <= ctx)
         .collect();
     let mut dec = crate::backend::resident::build(&dev, model, ctx, rows.min(ctx))?;
+    let bt = *dec.build_times();
     progress(&format!(
-        "gpu decoder built in {:.1} s (resident: OpenCL programs, weights uploaded; {} launches a decode token)",
+        "gpu decoder built in {:.1} s (resident: OpenCL programs {:.1} s, weights uploaded {:.1} s on {} threads; {} launches a decode token)",
         t0.elapsed().as_secs_f64(),
+        bt.programs.as_secs_f64(),
+        bt.weights.as_secs_f64(),
+        bt.threads,
         dec.launches_per_token(hetero_opencl_kernels::decoder::Readout::Logits)
     ));
     let r = resident::measure(&mut dec, c, pos, &prefill_m, o.reps, o.budget, progress)?;

@@ -184,7 +184,7 @@ impl Decoder {
         };
         let mut op = ops::matmul(
             &self.dev,
-            &self.prog,
+            &self.legacy,
             OpKind::Matmul,
             mat,
             cols,

@@ -101,18 +101,36 @@ impl MmSet {
         kv: KvType,
     ) -> Result<MmSet> {
         let info: &DeviceInfo = dev.info();
-        let mut progs = HashMap::new();
         let dot_code = u32::from(dot == IntDot::Dp4aPtx);
+        let mut want: Vec<(MatKind, u32)> = Vec::new();
         for &k in kinds {
-            let Some(code) = k.mm_code() else { continue };
-            if progs.contains_key(&k) {
-                continue;
+            if let Some(code) = k.mm_code() {
+                if !want.iter().any(|(w, _)| *w == k) {
+                    want.push((k, code));
+                }
             }
-            let opts = format!(
-                "{OPTIONS} -DMM_FMT={code} -DMM_DOT={dot_code} -DKV_TYPE={}",
-                kv.code()
-            );
-            progs.insert(k, dev.build(MM_SOURCE, &opts)?);
+        }
+        // One program per kind, built side by side (independent compilations).
+        let built: Vec<Result<Program>> = std::thread::scope(|s| {
+            let jobs: Vec<_> = want
+                .iter()
+                .map(|&(_, code)| {
+                    s.spawn(move || {
+                        let opts = format!(
+                            "{OPTIONS} -DMM_FMT={code} -DMM_DOT={dot_code} -DKV_TYPE={}",
+                            kv.code()
+                        );
+                        dev.build(MM_SOURCE, &opts)
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut progs = HashMap::new();
+        for ((k, _), p) in want.into_iter().zip(built) {
+            progs.insert(k, p?);
         }
         Ok(MmSet {
             progs,

@@ -36,8 +36,8 @@ pub use mm::MM_SOURCE;
 pub use persistent::PERSISTENT_SOURCE;
 pub use prepare::MemoryPlan;
 pub use types::{
-    DecodePath, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix, ModelWeights,
-    OpKind, OpTime, Readout, Tensor,
+    BuildTimes, DecodePath, DecoderConfig, DecoderOptions, Input, LayerWeights, MatInput, Matrix,
+    ModelWeights, OpKind, OpTime, Readout, Tensor,
 };
 
 use crate::attention::{Attention, AttentionShape, KvType};
@@ -49,13 +49,14 @@ use arena::arena;
 use blocks::{blocks_unfit, build_blocks, Blocks};
 use hostio::{as_f32, as_u32, HostBuf};
 use matmul::MatKey;
-use ops::{Cols, Epi, Mat, Op, Recorder, Shared};
+use ops::{Cols, Epi, LazyProgram, Mat, Op, Recorder, Shared};
 use persistent::Persistent;
 use prepare::{HostMat, MatKind, QkvPart};
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The flag the device argmax sets in a row's index word when the row held a NaN or an
 /// infinity (decoder_ops.cl's ARGMAX_NONFINITE).
@@ -134,6 +135,8 @@ pub struct Decoder {
     cfg: DecoderConfig,
     opts: DecoderOptions,
     prog: Program,
+    /// decoder.cl's matmuls, built on first use (column matmuls may need them later).
+    legacy: LazyProgram,
     plan: MemoryPlan,
     shared: Shared,
     layers: Vec<LayerMats>,
@@ -160,6 +163,7 @@ pub struct Decoder {
     /// What the decoder chose against the device's capabilities, and why (e.g. the portable
     /// kernels where a hardware int8 dot product is absent).
     notes: Vec<String>,
+    build_times: BuildTimes,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -254,7 +258,7 @@ fn check_norm(v: &[f32], d: usize, what: &str) -> Result<()> {
 /// What every prepared matmul of the decoder shares.
 struct Builder<'a> {
     dev: &'a Arc<Device>,
-    prog: &'a Program,
+    legacy: &'a LazyProgram,
     shared: &'a Shared,
     rows: usize,
     eps: f32,
@@ -274,7 +278,7 @@ impl Builder<'_> {
         let one = |gemm| {
             ops::matmul(
                 self.dev,
-                self.prog,
+                self.legacy,
                 kind,
                 mat,
                 Cols::all(mat.n),
@@ -357,23 +361,21 @@ impl Decoder {
                 max_alloc: info.max_mem_alloc_size,
             });
         }
-        let prog = device.build(
-            DECODER_SOURCE,
-            &format!(
-                "{} -DKV_TYPE={}",
-                crate::kernels::OPTIONS,
-                options.kv.code()
-            ),
-        )?;
-        let attn_prog = Attention::new(
-            device,
-            AttentionShape {
-                heads: c.n_head,
-                kv_heads: c.n_kv_head,
-                head_dim: c.head_dim,
-                kv: options.kv,
-            },
-        )?;
+        let t_start = Instant::now();
+        let attn_shape = AttentionShape {
+            heads: c.n_head,
+            kv_heads: c.n_kv_head,
+            head_dim: c.head_dim,
+            kv: options.kv,
+        };
+        let dec_opts = format!(
+            "{} -DKV_TYPE={}",
+            crate::kernels::OPTIONS,
+            options.kv.code()
+        );
+        // decoder.cl's embed and argmax; its matmuls and decode blocks are built when used.
+        let build_main = || device.build(DECODER_SOURCE, &dec_opts);
+        let legacy = LazyProgram::new(device, format!("{dec_opts} -DDEC_MATMULS"));
         let zero_copy = options.zero_copy.unwrap_or(info.host_unified_memory);
         let (dq, dkv, rows) = (c.q_dim(), c.kv_dim(), c.max_rows);
         let dummy = device.upload(&[0u32; 4])?;
@@ -424,7 +426,9 @@ impl Decoder {
                 DecodePath::Auto => !(auto_persistent && persistent_types),
             };
         let mut notes = Vec::new();
-        let mm = if options.fast_matmul {
+        let mut mm_kinds = Vec::new();
+        let mut mm_dot = (crate::caps::IntDot::Portable, false);
+        if options.fast_matmul {
             let (dot, note) = crate::caps::int_dot(device);
             let i8 = options
                 .int8_activations
@@ -432,21 +436,46 @@ impl Decoder {
             if let (Some(n), true) = (note, i8 || options.int8_activations.is_none()) {
                 notes.push(n);
             }
-            let mut kinds = Vec::new();
             for l in &weights.layers {
                 for t in [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down] {
-                    kinds.push(MatKind::of_layout(t.ty, split)?);
+                    mm_kinds.push(MatKind::of_layout(t.ty, split)?);
                 }
             }
             let head_ty = weights.output.as_ref().unwrap_or(&weights.embed).ty;
-            kinds.push(MatKind::of_layout(head_ty, split)?);
-            let mut m = mm::MmSet::build(device, &kinds, dot, i8, options.kv)?;
-            m.force_mt = options.gemm_tile_rows;
-            m.force_steps = options.gemv_steps;
-            m
-        } else {
-            mm::MmSet::none()
+            mm_kinds.push(MatKind::of_layout(head_ty, split)?);
+            mm_dot = (dot, i8);
+        }
+        // The programs are independent: built side by side (a cold build is the compiler's
+        // seconds per program on NVIDIA's OpenCL; a warm one loads cached binaries).
+        let timed = |f: &dyn Fn() -> Result<_>| {
+            let t = Instant::now();
+            (f(), t.elapsed())
         };
+        let ((prog, t_prog), (attn_prog, t_attn), (mm, t_mm)) = std::thread::scope(|s| {
+            let attn = s.spawn(|| {
+                let t = Instant::now();
+                (Attention::new(device, attn_shape), t.elapsed())
+            });
+            let mm = s.spawn(|| {
+                let t = Instant::now();
+                let m = if options.fast_matmul {
+                    mm::MmSet::build(device, &mm_kinds, mm_dot.0, mm_dot.1, options.kv).map(
+                        |mut m| {
+                            m.force_mt = options.gemm_tile_rows;
+                            m.force_steps = options.gemv_steps;
+                            m
+                        },
+                    )
+                } else {
+                    Ok(mm::MmSet::none())
+                };
+                (m, t.elapsed())
+            });
+            let prog = timed(&build_main);
+            (prog, join(attn), join(mm))
+        });
+        let (prog, attn_prog, mm) = (prog?, attn_prog?, mm?);
+        let programs = t_start.elapsed();
         let shared = Shared {
             mm,
             rope: device.upload(&table)?,
@@ -471,17 +500,52 @@ impl Decoder {
             sizes.extend(layer_part_sizes(&c, l, split)?);
             part0.push(sizes.len());
         }
-        let warena = arena(device, &sizes, false)?;
+        // One allocation (parts as sub-buffers) only where the persistent step may run: it
+        // reaches every layer from one launch. Elsewhere each part is a buffer of its own. (On
+        // the H200, NVIDIA's OpenCL touched host memory of about the arenas' size after the
+        // last token, when the decoder went: 21 GB of peak RSS and 21 s with a 17 GB cache,
+        // benches/h200-startup.sh; sub-buffers are the suspect, see the README's figures.)
+        let pk = match options.decode {
+            DecodePath::Persistent => true,
+            // Auto takes the persistent step on GPU devices whose compute units each have
+            // little of a layer's weights to stream (AUTO_PERSISTENT_BYTES_PER_CU), where
+            // `unfit` finds the device able to run it (work-group size, local memory, one
+            // allocation for the weights): by capability and model size, not vendor. CPU
+            // devices need not run work-groups concurrently: layered there.
+            // The step with an f16 cache has not run on a GPU yet (its kernels are NVIDIA-
+            // tested with f32 only; PoCL does not run it, see tests/decoder.rs): Auto takes it
+            // with an f32 cache alone until then (`auto_persistent`), and Persistent can be
+            // asked for with either.
+            DecodePath::Auto => auto_persistent,
+            _ => false,
+        };
+        let whole = options.one_allocation.unwrap_or(pk);
+        let warena = arena(device, &sizes, false, whole)?;
         let kv_row = options.kv.row_bytes(dkv)?;
-        let kvarena = arena(device, &vec![c.max_context * kv_row; 2 * c.n_layer], true)?;
+        let kvarena = arena(
+            device,
+            &vec![c.max_context * kv_row; 2 * c.n_layer],
+            true,
+            whole,
+        )?;
         // A q8_0 cache: the Q/K/V epilogue stages each chunk's k and v rows in f32 here.
         let staged = match options.kv {
             KvType::Q8_0 => Some((device.alloc(rows * dkv * 4)?, device.alloc(rows * dkv * 4)?)),
             _ => None,
         };
-        let mut layers = Vec::with_capacity(c.n_layer);
-        for (i, l) in weights.layers.iter().enumerate() {
+        // Each layer re-laid on the host and written into its arena parts by one of `threads`
+        // workers (the re-lay is host work at memory speed a core; the writes share the queue).
+        let t_weights = Instant::now();
+        let threads = prepare_threads(options.prepare_threads, c.n_layer);
+        let next_layer = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let (relaid_ns, written_ns) = (AtomicU64::new(0), AtomicU64::new(0));
+        let build_layer = |i: usize| -> Result<LayerMats> {
+            let l = &weights.layers[i];
+            let t0 = Instant::now();
             let hl = prepare::layer(&c, l, i, split)?;
+            let t1 = Instant::now();
+            relaid_ns.fetch_add(nanos(t1 - t0), Ordering::Relaxed);
             let mut p = warena.parts[part0[i]..part0[i + 1]].iter();
             let mut next = || {
                 p.next()
@@ -503,7 +567,8 @@ impl Decoder {
             let (attn_norm, ffn_norm) = (next()?.try_clone()?, next()?.try_clone()?);
             attn_norm.write(l.attn_norm)?;
             ffn_norm.write(l.ffn_norm)?;
-            layers.push(LayerMats {
+            written_ns.fetch_add(nanos(t1.elapsed()), Ordering::Relaxed);
+            Ok(LayerMats {
                 qkv,
                 o,
                 gate_up,
@@ -512,14 +577,56 @@ impl Decoder {
                 ffn_norm,
                 kc: kvarena.parts[2 * i].try_clone()?,
                 vc: kvarena.parts[2 * i + 1].try_clone()?,
-            });
-        }
+            })
+        };
         let head_t = weights.output.as_ref().unwrap_or(&weights.embed);
-        let head = upload_mat(
-            device,
-            prepare::single(head_t, c.vocab, d, "output head", split)?,
-            &shared.dummy,
-        )?;
+        let build_head = || -> Result<Mat> {
+            let t0 = Instant::now();
+            let m = prepare::single_on(head_t, c.vocab, d, "output head", split, threads)?;
+            let t1 = Instant::now();
+            relaid_ns.fetch_add(nanos(t1 - t0), Ordering::Relaxed);
+            let m = upload_mat(device, m, &shared.dummy)?;
+            written_ns.fetch_add(nanos(t1.elapsed()), Ordering::Relaxed);
+            Ok(m)
+        };
+        let mut built: Vec<Option<Result<LayerMats>>> = (0..c.n_layer).map(|_| None).collect();
+        let head = std::thread::scope(|s| {
+            // The head (the largest single matrix) beside the layers.
+            let head = s.spawn(build_head);
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let i = next_layer.fetch_add(1, Ordering::Relaxed);
+                            if i >= c.n_layer {
+                                break;
+                            }
+                            let r = build_layer(i);
+                            if r.is_err() {
+                                failed.store(true, Ordering::Relaxed);
+                            }
+                            mine.push((i, r));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for w in workers {
+                for (i, r) in join(w) {
+                    built[i] = Some(r);
+                }
+            }
+            join(head)
+        });
+        // The first error in layer order (layers after a failed one may not have been built).
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for r in built {
+            layers.push(r.ok_or(Error::NotApplicable(
+                "a layer left unprepared after another failed",
+            ))??);
+        }
+        let head = head?;
         // The gather reads the head's copy when they are tied, else the embedding's GGUF bytes.
         let embed_src: (Buffer, Buffer, u32) = match &weights.output {
             None => (
@@ -543,6 +650,7 @@ impl Decoder {
             }
         };
         let output_norm = device.upload(weights.output_norm)?;
+        let weights_wall = t_weights.elapsed();
         let x = device.alloc(rows * d * 4)?;
         let q = device.alloc(rows * dq * 4)?;
         let att = device.alloc(rows * dq * 4)?;
@@ -562,7 +670,7 @@ impl Decoder {
         let eps = c.eps;
         let build = Builder {
             dev: device,
-            prog: &prog,
+            legacy: &legacy,
             shared: &shared,
             rows,
             eps,
@@ -639,7 +747,7 @@ impl Decoder {
         };
         let head_gemv = ops::matmul(
             device,
-            &prog,
+            &legacy,
             OpKind::Head,
             &head,
             Cols::all(c.vocab),
@@ -654,7 +762,7 @@ impl Decoder {
         let head_gemm = if c.all_logits && rows > 1 {
             Some(ops::matmul(
                 device,
-                &prog,
+                &legacy,
                 OpKind::Head,
                 &head,
                 Cols::all(c.vocab),
@@ -685,7 +793,11 @@ impl Decoder {
             DecodePath::Blocks => {
                 match blocks_unfit(&c, &layers, info.local_mem_size, options.kv) {
                     Some(why) => return Err(Error::NotApplicable(why)),
-                    None => Some(build_blocks(device, &prog, &c, &layers, &x, &shared, eps)?),
+                    None => {
+                        let bp =
+                            device.build(DECODER_SOURCE, &format!("{dec_opts} -DDEC_BLOCKS"))?;
+                        Some(build_blocks(device, &bp, &c, &layers, &x, &shared, eps)?)
+                    }
                 }
             }
             _ => None,
@@ -693,20 +805,6 @@ impl Decoder {
         let arenas = persistent::Arenas {
             weights: warena.whole.as_ref(),
             caches: kvarena.whole.as_ref(),
-        };
-        let pk = match options.decode {
-            DecodePath::Persistent => true,
-            // Auto takes the persistent step on GPU devices whose compute units each have
-            // little of a layer's weights to stream (AUTO_PERSISTENT_BYTES_PER_CU), where
-            // `unfit` finds the device able to run it (work-group size, local memory, one
-            // allocation for the weights): by capability and model size, not vendor. CPU
-            // devices need not run work-groups concurrently: layered there.
-            // The step with an f16 cache has not run on a GPU yet (its kernels are NVIDIA-
-            // tested with f32 only; PoCL does not run it, see tests/decoder.rs): Auto takes it
-            // with an f32 cache alone until then (`auto_persistent`), and Persistent can be
-            // asked for with either.
-            DecodePath::Auto => auto_persistent,
-            _ => false,
         };
         let persistent = match (
             pk,
@@ -762,6 +860,7 @@ impl Decoder {
             cfg: c,
             opts: options,
             prog,
+            legacy,
             plan,
             shared,
             layers,
@@ -790,8 +889,36 @@ impl Decoder {
             done: None,
             lost: None,
             notes,
+            build_times: BuildTimes {
+                programs,
+                program_builds: [t_prog, t_attn, t_mm],
+                weights: weights_wall,
+                relayout: Duration::from_nanos(relaid_ns.into_inner()),
+                upload: Duration::from_nanos(written_ns.into_inner()),
+                threads: threads + 1,
+                total: t_start.elapsed(),
+            },
         })
     }
+}
+
+/// A scoped thread's result; its panic resumed on the caller.
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Workers that re-lay and write the layers: `asked`, or (0) the host's cores up to 8 (past
+/// that the writes, which share one queue, are the limit), never more than the layers.
+fn prepare_threads(asked: usize, layers: usize) -> usize {
+    let n = match asked {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        n => n,
+    };
+    n.clamp(1, layers.max(1))
 }
 
 impl Decoder {
@@ -815,6 +942,18 @@ impl Decoder {
     /// The device.
     pub fn device(&self) -> &Arc<Device> {
         &self.dev
+    }
+
+    /// Whether decoder.cl's older matmuls were built: only where one runs on them (a format or
+    /// shape the fast matmuls do not take, `fast_matmul` off, or a column matmul that needs
+    /// them), since they are most of a cold start's compile time.
+    pub fn older_matmuls_built(&self) -> bool {
+        self.legacy.is_built()
+    }
+
+    /// Where [`Decoder::new`]'s time went.
+    pub fn build_times(&self) -> &BuildTimes {
+        &self.build_times
     }
 
     /// What was allocated.

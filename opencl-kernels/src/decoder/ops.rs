@@ -268,7 +268,7 @@ fn epi_args(l: &mut Launch, epi: &Epi<'_>, sh: &Shared) -> Result<u32> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul(
     dev: &Arc<Device>,
-    prog: &Program,
+    legacy: &LazyProgram,
     kind: OpKind,
     mat: &Mat,
     cols: Cols,
@@ -291,6 +291,8 @@ pub(crate) fn matmul(
     if let Some(op) = mm_matmul(dev, kind, mat, cols, (x, ldx), norm, &epi, gemm, max_m, sh)? {
         return Ok(op);
     }
+    // decoder.cl's matmuls, built the first time one is needed.
+    let prog = legacy.get()?;
     let mut op = if gemm {
         let tiles_n = n.div_ceil(64);
         let l = Launch::create(
@@ -597,4 +599,42 @@ pub(crate) fn block_finish(
     l.scalar(u32_of(bb.chunks, "chunks")?)?
         .scalar(u32_of(d, "d_model")?)?;
     Ok(op)
+}
+
+/// A part of decoder.cl built on first use: its matmuls (`-DDEC_MATMULS`), which run only
+/// where the fast matmuls of mm.cl do not take a format or shape, so most models never build
+/// them (NVIDIA's compiler spent 8.6 s on the whole file).
+pub(crate) struct LazyProgram {
+    dev: Arc<Device>,
+    options: String,
+    cell: std::sync::OnceLock<Program>,
+}
+
+impl LazyProgram {
+    pub(crate) fn new(dev: &Arc<Device>, options: String) -> LazyProgram {
+        LazyProgram {
+            dev: Arc::clone(dev),
+            options,
+            cell: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The program, built now if it was not yet (a failed build is returned and retried on
+    /// the next call).
+    pub(crate) fn get(&self) -> Result<&Program> {
+        if let Some(p) = self.cell.get() {
+            return Ok(p);
+        }
+        let p = self.dev.build(super::DECODER_SOURCE, &self.options)?;
+        // A racing first use built the same program: either one serves.
+        let _ = self.cell.set(p);
+        self.cell
+            .get()
+            .ok_or(Error::NotApplicable("decoder matmul program"))
+    }
+
+    /// Whether it was built.
+    pub(crate) fn is_built(&self) -> bool {
+        self.cell.get().is_some()
+    }
 }

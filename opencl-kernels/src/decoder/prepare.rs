@@ -262,6 +262,7 @@ fn assemble(
     k: usize,
     what: &str,
     split: bool,
+    threads: usize,
 ) -> Result<HostMat> {
     let ty = parts[0].0.ty;
     if let Some((t, _)) = parts.iter().find(|(t, _)| t.ty != ty) {
@@ -281,7 +282,7 @@ fn assemble(
     for &r in order {
         gguf.extend_from_slice(rows[r]);
     }
-    to_device_layout(kind, gguf, n, k)
+    to_device_layout_on(kind, gguf, n, k, threads)
 }
 
 pub(crate) fn to_device_layout(
@@ -290,6 +291,58 @@ pub(crate) fn to_device_layout(
     n: usize,
     k: usize,
 ) -> Result<HostMat> {
+    to_device_layout_on(kind, gguf, n, k, 1)
+}
+
+/// [`to_device_layout`] on up to `threads` threads, each re-laying a range of rows (both
+/// device layouts keep each row's bytes apart in each plane).
+pub(crate) fn to_device_layout_on(
+    kind: MatKind,
+    gguf: Vec<u8>,
+    n: usize,
+    k: usize,
+    threads: usize,
+) -> Result<HostMat> {
+    if threads > 1
+        && n >= 2 * threads
+        && (kind.is_split() || matches!(kind, MatKind::Q40T | MatKind::Q41T))
+    {
+        let (p0, p1) = kind.plane_bytes(n, k)?;
+        let rb = gguf.len() / n;
+        if p1 > 0 && p0 % n == 0 && p1 % n == 0 && rb * n == gguf.len() {
+            let (r0, r1) = (p0 / n, p1 / n);
+            let (mut plane0, mut plane1) = (vec![0u8; p0], vec![0u8; p1]);
+            let rows = n.div_ceil(threads);
+            let parts: Vec<Result<()>> = std::thread::scope(|s| {
+                let jobs: Vec<_> = gguf
+                    .chunks(rows * rb)
+                    .zip(plane0.chunks_mut((rows * r0).max(1)))
+                    .zip(plane1.chunks_mut((rows * r1).max(1)))
+                    .map(|((src, a), b)| {
+                        s.spawn(move || {
+                            let m = to_device_layout(kind, src.to_vec(), src.len() / rb, k)?;
+                            a.copy_from_slice(&m.plane0);
+                            b[..m.plane1.len()].copy_from_slice(&m.plane1);
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                jobs.into_iter()
+                    .map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+            for p in parts {
+                p?;
+            }
+            return Ok(HostMat {
+                kind,
+                n,
+                k,
+                plane0,
+                plane1,
+            });
+        }
+    }
     match kind {
         MatKind::Q40T | MatKind::Q41T => {
             let ty = if kind == MatKind::Q40T {
@@ -339,8 +392,20 @@ pub(crate) fn single(
     what: &str,
     split: bool,
 ) -> Result<HostMat> {
+    single_on(t, n, k, what, split, 1)
+}
+
+/// [`single`] re-laid on up to `threads` threads (the output head, prepared beside the layers).
+pub(crate) fn single_on(
+    t: &Tensor<'_>,
+    n: usize,
+    k: usize,
+    what: &str,
+    split: bool,
+    threads: usize,
+) -> Result<HostMat> {
     let order: Vec<usize> = (0..n).collect();
-    assemble(&[(t, n)], &order, k, what, split)
+    assemble(&[(t, n)], &order, k, what, split, threads)
 }
 
 /// Runs of equal types in `types`: the index ranges fused into one matrix.
@@ -402,7 +467,7 @@ pub(crate) fn layer(
         let tensors: Vec<(&Tensor<'_>, usize)> =
             parts[run].iter().map(|(t, n, _)| (*t, *n)).collect();
         qkv.push(QkvPart {
-            mat: assemble(&tensors, &order, d, &what("q/k/v"), split)?,
+            mat: assemble(&tensors, &order, d, &what("q/k/v"), split, 1)?,
             col0,
         });
         col0 += base;
@@ -415,6 +480,7 @@ pub(crate) fn layer(
             d,
             &what("gate/up"),
             split,
+            1,
         )?]
     } else {
         vec![

@@ -209,6 +209,33 @@ pub struct DecoderOptions {
     /// `NotApplicable`, `Auto` takes layered). Every kernel reads the type it stores and
     /// computes in f32.
     pub kv: KvType,
+    /// Host threads that re-lay the layers' weights and write them to the device at build
+    /// time; 0 (default): the host's cores, at most 8.
+    pub prepare_threads: usize,
+    /// Every layer's weights in one allocation and every cache in another (parts as
+    /// sub-buffers): `None` (default) where the persistent step may run (it needs them),
+    /// `Some(true)` always, `Some(false)` never (the persistent step is then unfit).
+    pub one_allocation: Option<bool>,
+}
+
+/// Where [`Decoder::new`](super::Decoder::new) spent its time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BuildTimes {
+    /// Building the OpenCL programs (side by side; loads from the binary cache when warm).
+    pub programs: Duration,
+    /// Each of them: the decoder's ops, the attention kernels, the fast matmuls (one program
+    /// per weight format, side by side).
+    pub program_builds: [Duration; 3],
+    /// Re-laying and writing every weight, wall time.
+    pub weights: Duration,
+    /// Re-laying on the host, summed over the threads.
+    pub relayout: Duration,
+    /// Writing to the device (blocking writes), summed over the threads.
+    pub upload: Duration,
+    /// Threads that prepared the weights (the layers' workers and the head's).
+    pub threads: usize,
+    /// The whole build.
+    pub total: Duration,
 }
 
 impl Default for DecoderOptions {
@@ -230,6 +257,8 @@ impl Default for DecoderOptions {
             gemm_tile_rows: 0,
             gemv_steps: 0,
             kv: KvType::F16,
+            prepare_threads: 0,
+            one_allocation: None,
         }
     }
 }
