@@ -7,6 +7,8 @@
 //! cargo run --release -p hetero-sme --example dq_gemm -- cpu [TYPE] [SHAPES]
 //! # wall clock on a pool of T threads, median of 7 rounds (a quiet machine):
 //! cargo run --release -p hetero-sme --example dq_gemm -- threads T [TYPE] [SHAPES] [M]
+//! # the best decompression kernel alone (quick A/B of a change), per CPU-second:
+//! cargo run --release -p hetero-sme --example dq_gemm -- best [TYPE] [SHAPES] [M,M,..]
 //! # the AMX-BF16 tile peak: tdpbf16ps on registers only, T threads:
 //! cargo run --release -p hetero-sme --example dq_gemm -- peak T
 //! # an F16 llama-1b decode step's matmuls (16 layers + the 128256-row head, 2.47 GB of
@@ -97,6 +99,14 @@ fn main() {
     let arg = |i: usize, d: &str| args.get(i).cloned().unwrap_or_else(|| d.to_string());
     match arg(0, "cpu").as_str() {
         "peak" => peak(arg(1, "1").parse().unwrap_or(1)),
+        "best" => best_only(
+            ty_of(&arg(1, "q4_0")),
+            &arg(2, "8b"),
+            &arg(3, "128,512")
+                .split(',')
+                .filter_map(|v| v.parse().ok())
+                .collect::<Vec<usize>>(),
+        ),
         "threads" => {
             let ms: Vec<usize> = arg(4, "512")
                 .split(',')
@@ -152,7 +162,7 @@ fn per_cpu_second(ty: GgmlType, set: &str) {
                     print!(" | -");
                     continue;
                 }
-                let mut da = DqActs::with_capacity(m, k);
+                let mut da = DqActs::with_workers(m, k, 1);
                 let r = best(&mut || {
                     da.convert(d, &x, m, k).unwrap();
                     let mut p = DqPlan::new(d, &w, &x, &da, OutMut::new(&mut y), n).unwrap();
@@ -186,7 +196,7 @@ fn threads(t: usize, ty: GgmlType, set: &str, ms: &[usize]) {
             let ops = 2.0 * (m * n * k) as f64;
             let mut y = vec![0f32; m * n];
             let mut qa = QActs::with_capacity(m, k);
-            let mut da = DqActs::with_capacity(m, k);
+            let mut da = DqActs::with_workers(m, k, t);
             let median = |f: &mut dyn FnMut()| {
                 f();
                 let mut v: Vec<f64> = (0..7)
@@ -378,4 +388,30 @@ fn peak(t: usize) {
 #[cfg(not(target_arch = "x86_64"))]
 fn peak(_t: usize) {
     println!("peak: x86-64 only");
+}
+
+/// The best decompression kernel alone, per CPU-second, at the M values given (quick A/B).
+fn best_only(ty: GgmlType, set: &str, ms: &[usize]) {
+    let d = DqKernel::best();
+    println!("{ty:?} dq {} GOP/s per CPU-second (best of 5)", d.name());
+    for (n, k) in shapes(set) {
+        let w = weight(ty, n, k);
+        for &m in ms {
+            let x = acts(m, k);
+            let mut y = vec![0f32; m * n];
+            let mut da = DqActs::with_workers(m, k, 1);
+            let mut b = u64::MAX;
+            for _ in 0..5 {
+                let t = cpu_ns();
+                da.convert(d, &x, m, k).unwrap();
+                let mut p = DqPlan::new(d, &w, &x, &da, OutMut::new(&mut y), n).unwrap();
+                p.run_all();
+                b = b.min(cpu_ns() - t);
+            }
+            println!(
+                "{n} x {k}, M {m} | {:.0}",
+                2.0 * (m * n * k) as f64 / b as f64
+            );
+        }
+    }
 }

@@ -24,6 +24,7 @@
 //! BF16 (2^-8); BF16 kernels round A to BF16 too; products and sums are FP32.
 
 use core::marker::PhantomData;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::gemm::{APtr, Ctx};
 use crate::int8::{Int8Fmt, INT8_GROUP};
@@ -158,6 +159,87 @@ pub struct DqActs {
     m: usize,
     k: usize,
     bf16: bool,
+    acc: AccSlots,
+}
+
+/// Contiguous FP32 accumulators for the AMX kernel, one slot per tile running at once: a tile's
+/// 32×32 C blocks live here between K blocks instead of in y, whose rows lie a row stride apart
+/// (16 KiB and more at real widths: rows at such strides share cache sets, so a tile's C fell out
+/// of L2 on every K block, and the tile loads and stores of C took more than half the time).
+#[derive(Default)]
+struct AccSlots {
+    buf: Vec<AccLine>,
+    /// f32 per slot: rows (a multiple of 32) × `DQ_GROUP` panels of 64 columns.
+    slot: usize,
+    busy: Box<[AtomicBool]>,
+}
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct AccLine([f32; 16]);
+
+impl core::fmt::Debug for AccSlots {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AccSlots")
+            .field("slots", &self.busy.len())
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+impl Clone for AccSlots {
+    /// Same capacity, all slots free.
+    fn clone(&self) -> Self {
+        Self::new(self.busy.len(), self.slot)
+    }
+}
+
+impl AccSlots {
+    fn new(slots: usize, slot: usize) -> Self {
+        let len = slots.checked_mul(slot).unwrap_or(0);
+        Self {
+            // NaN: a block read before it was written shows in every output it reaches.
+            buf: vec![AccLine([f32::NAN; 16]); len.div_ceil(16)],
+            slot,
+            busy: (0..if len > 0 { slots } else { 0 })
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
+    }
+
+    /// A free slot of at least `need` f32, claimed until the guard drops; `None` when every
+    /// slot is taken or too small (the caller accumulates in y instead).
+    fn claim(&self, need: usize) -> Option<AccClaim<'_>> {
+        if need > self.slot {
+            return None;
+        }
+        for (i, b) in self.busy.iter().enumerate() {
+            if !b.load(Ordering::Relaxed)
+                && b.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // `i * slot` f32 lie inside buf (slots × slot, rounded up to lines).
+                let ptr = self.buf.as_ptr().cast::<f32>().wrapping_add(i * self.slot);
+                return Some(AccClaim {
+                    busy: b,
+                    ptr: ptr.cast_mut(),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// One claimed accumulator slot.
+struct AccClaim<'a> {
+    busy: &'a AtomicBool,
+    ptr: *mut f32,
+}
+
+impl Drop for AccClaim<'_> {
+    fn drop(&mut self) {
+        self.busy.store(false, Ordering::Release);
+    }
 }
 
 impl core::fmt::Debug for DqActs {
@@ -186,7 +268,29 @@ impl DqActs {
             m: 0,
             k: 0,
             bf16: false,
+            acc: AccSlots::default(),
         }
+    }
+
+    /// As [`DqActs::with_capacity`], plus FP32 accumulators for `workers` tiles running at once
+    /// (`max_m` rows × 256 columns each: 512 KiB a worker at 512 rows), which the AMX kernel
+    /// keeps C in between K blocks (about twice as fast at real widths as accumulating in y;
+    /// without them, or when more tiles run at once than there are slots, it accumulates in
+    /// y). A pool of T threads running plans on these activations needs `workers = T`.
+    pub fn with_workers(max_m: usize, max_k: usize, workers: usize) -> Self {
+        let slot = max_m
+            .checked_next_multiple_of(DQ_ROW_ALIGN)
+            .and_then(|r| r.checked_mul(DQ_GROUP * PANEL_COLS))
+            .unwrap_or(0);
+        Self {
+            acc: AccSlots::new(workers, slot),
+            ..Self::with_capacity(max_m, max_k)
+        }
+    }
+
+    /// Accumulator slots (`workers` of [`DqActs::with_workers`]; 0 from `with_capacity`).
+    pub fn workers(&self) -> usize {
+        self.acc.busy.len()
     }
 
     /// `u16` elements the scratch holds.
@@ -316,6 +420,9 @@ pub struct DqPlan<'a> {
     /// Read by the BF16 kernels (x86-64 only).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     acts: *const u16,
+    /// The AMX kernel's accumulator slots (x86-64 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    accs: &'a AccSlots,
     m: usize,
     n: usize,
     k: usize,
@@ -389,6 +496,7 @@ impl<'a> DqPlan<'a> {
             w,
             x: x.as_ptr(),
             acts: acts.elems(),
+            accs: &acts.acc,
             m,
             n,
             k,
@@ -477,6 +585,19 @@ impl<'a> DqPlan<'a> {
             // and nothing between uses other tile state (the dequantizer is AVX-512 only).
             unsafe { crate::arch::x86_64::amx_configure(a) };
         }
+        // The AMX kernel's C between K blocks: a claimed slot (rows × the group's columns) or,
+        // without one, y itself.
+        #[cfg(target_arch = "x86_64")]
+        let claim = match self.kernel {
+            DqKernel::AmxBf16(..) if self.k > DQ_KB => self
+                .accs
+                .claim(rows.next_multiple_of(DQ_ROW_ALIGN) * DQ_GROUP * PANEL_COLS),
+            _ => None,
+        };
+        #[cfg(target_arch = "x86_64")]
+        let acc = claim.as_ref().map_or(core::ptr::null_mut(), |c| c.ptr);
+        #[cfg(not(target_arch = "x86_64"))]
+        let acc = core::ptr::null_mut();
         let mut k0 = 0;
         while k0 < self.k {
             let kn = (self.k - k0).min(DQ_KB);
@@ -484,6 +605,7 @@ impl<'a> DqPlan<'a> {
                 let dst = &mut scratch.0[(p - p0) * PANEL_ELEMS..(p - p0 + 1) * PANEL_ELEMS];
                 dequant_panel(self.kernel, self.w, p, k0, kn, format, dst);
             }
+
             // Row steps outside, panels inside: a step's A block serves every panel from L1.
             let mut r = row0;
             while r < row0 + rows {
@@ -498,7 +620,11 @@ impl<'a> DqPlan<'a> {
                         col0,
                         cols: (self.n - col0).min(PANEL_COLS),
                         first: k0 == 0,
+                        last: k0 + kn >= self.k,
                         w: scratch.0[(p - p0) * PANEL_ELEMS..].as_ptr(),
+                        acc,
+                        acc_row0: row0,
+                        acc_col0: p0 * PANEL_COLS,
                     };
                     // SAFETY: the block lies inside the validated extents (rows of x/acts < m,
                     // columns of y < n; r is row0 plus a multiple of 32); the tile's region of
@@ -591,8 +717,16 @@ pub(crate) struct Block {
     pub cols: usize,
     /// `=` (the first block) or `+=`.
     pub first: bool,
+    /// The last K block (the AMX kernel stores C into y, not its accumulator).
+    pub last: bool,
     /// The dequantized panel: `kn/2` k-pair rows of [`PAIR_ELEMS`].
     pub w: *const u16,
+    /// The tile's accumulator slot (null: accumulate in y), its first row and column: the
+    /// 32×32 block at (r, c) of the tile is 1024 f32 (32 rows of 32) at
+    /// `((r - acc_row0)/32 · (DQ_GROUP·64/32) + (c - acc_col0)/32) · 1024`.
+    pub acc: *mut f32,
+    pub acc_row0: usize,
+    pub acc_col0: usize,
 }
 
 /// Elements of one panel's dequantized K block.
@@ -652,6 +786,13 @@ fn dequant_panel(
     format: PackedFormat,
     dst: &mut [u16],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let DqKernel::AmxBf16(..) = kernel {
+        // SAFETY: the AMX kernel's token carries AVX512-BF16 (and the CPU has AVX-512F and
+        // F16C with it); `dst` holds kn/2 pair rows.
+        unsafe { crate::arch::x86_64::dq_panel_amx(w, p, k0, kn, dst) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let fast = matches!(

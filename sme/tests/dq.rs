@@ -61,19 +61,26 @@ fn reference(w: &Int8Weight, x: &[f32], m: usize) -> Vec<(f64, f64, f64)> {
     out
 }
 
-/// Runs `kernel` on `w` × `x` (`m` rows) and checks every output against the f64 reference
-/// (`want`, from [`reference`]).
+/// Runs `kernel` on `w` × `x` (`m` rows) on `workers` threads, with `slots` accumulator slots
+/// in the activations (`DqActs::with_workers`; 0: `with_capacity`, none), and checks every
+/// output against the f64 reference (`want`, from [`reference`]).
 fn check(
     kernel: DqKernel,
     w: &Int8Weight,
     x: &[f32],
     m: usize,
     workers: usize,
+    slots: usize,
     want: &[(f64, f64, f64)],
 ) -> Vec<f32> {
     let (n, k) = (w.n(), w.k());
     let ldy = n + 3;
-    let mut acts = DqActs::with_capacity(m, k);
+    let mut acts = if slots == 0 {
+        DqActs::with_capacity(m, k)
+    } else {
+        DqActs::with_workers(m, k, slots)
+    };
+    assert_eq!(acts.workers(), slots);
     acts.convert(kernel, x, m, k).unwrap();
     let mut y = vec![f32::NAN; m * ldy];
     let plan = DqPlan::new(kernel, w, x, &acts, OutMut::new(&mut y), ldy)
@@ -175,7 +182,10 @@ fn every_kernel_every_format_edge_shapes() {
                     let x: Vec<f32> = rng.vec(m * k);
                     let want = reference(&w, &x, m);
                     for &kern in &kernels {
-                        check(kern, &w, &x, m, 1, &want);
+                        // With an accumulator slot (the AMX kernel keeps C there between K
+                        // blocks) and without (C in y): both against the reference.
+                        check(kern, &w, &x, m, 1, 1, &want);
+                        check(kern, &w, &x, m, 1, 0, &want);
                     }
                 }
             }
@@ -192,15 +202,36 @@ fn tile_splits_and_threads_are_bit_identical_to_serial() {
         let x = rng.vec(m * k);
         let want = reference(&w, &x, m);
         for kern in DqKernel::available() {
-            let serial = check(kern, &w, &x, m, 1, &want);
-            // with_workers(3) cuts M into chunks (3 panels < 6 tiles wanted).
-            let split = check(kern, &w, &x, m, 3, &want);
+            let serial = check(kern, &w, &x, m, 1, 0, &want);
+            // with_workers(3) cuts M into chunks (3 panels < 6 tiles wanted): a slot per
+            // thread, one slot for three threads (tiles that find none accumulate in y); the
+            // serial run with a slot; then slots a row step too small for the tile (unused).
+            for (threads, slots) in [(3, 3), (3, 1), (1, 1)] {
+                let split = check(kern, &w, &x, m, threads, slots, &want);
+                assert!(
+                    serial
+                        .iter()
+                        .zip(&split)
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+                    "{} {ty:?}: {threads} threads, {slots} slots differ from the serial run",
+                    kern.name()
+                );
+            }
+            let mut acts = DqActs::with_workers(m - 32, 2 * k, 1);
+            acts.convert(kern, &x, m, k).unwrap();
+            let mut y = vec![f32::NAN; m * w.n()];
+            DqPlan::new(kern, &w, &x, &acts, OutMut::new(&mut y), w.n())
+                .unwrap()
+                .run_all();
             assert!(
                 serial
-                    .iter()
-                    .zip(&split)
-                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
-                "{} {ty:?}: 3 threads with M split differ from the serial run",
+                    .chunks(w.n() + 3)
+                    .zip(y.chunks(w.n()))
+                    .all(|(a, b)| a[..w.n()]
+                        .iter()
+                        .zip(b)
+                        .all(|(p, q)| p.to_bits() == q.to_bits())),
+                "{} {ty:?}: slots too small for the tile differ from the serial run",
                 kern.name()
             );
         }

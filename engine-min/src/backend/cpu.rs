@@ -513,8 +513,9 @@ impl Backend for CpuBackend {
             let d = self.dq_acts.get_mut().unwrap_or_else(|e| e.into_inner());
             let need =
                 hetero_sme::dq_acts_len(max_rows, max_k).ok_or(BackendError::Shape("reserve"))?;
-            if d.capacity() < need {
-                *d = hetero_sme::DqActs::with_capacity(max_rows, max_k);
+            // With an accumulator slot per pool thread (the AMX kernel's C between K blocks).
+            if d.capacity() < need || d.workers() < self.pool.threads() {
+                *d = hetero_sme::DqActs::with_workers(max_rows, max_k, self.pool.threads());
             }
         }
         Ok(())
@@ -674,7 +675,7 @@ impl CpuBackend {
         let need = hetero_sme::dq_acts_len(m, k).ok_or(BackendError::Shape("x"))?;
         if acts.capacity() < need {
             // Only when `reserve` was not told about this size (not on the engine's path).
-            *acts = hetero_sme::DqActs::with_capacity(m, k);
+            *acts = hetero_sme::DqActs::with_workers(m, k, self.pool.threads());
         }
         acts.convert_on(kernel, x, m, k, &self.pool)?;
         let threads = self.pool.threads();

@@ -14,7 +14,7 @@ use core::arch::asm;
 use core::arch::x86_64::*;
 
 use super::{Amx, Avx512Bf16};
-use crate::dq::Block;
+use crate::dq::{Block, DQ_GROUP};
 use crate::int8::{Int8Fmt, INT8_GROUP};
 use crate::pack::{PackedFormat, PAIR_ELEMS, PANEL_COLS};
 use crate::Int8Weight;
@@ -86,19 +86,34 @@ pub(crate) unsafe fn dq_panel_avx512_int_round(
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn panel_f(w: &Int8Weight, p: usize, k0: usize, kn: usize, dst: &mut [u16]) {
     // SAFETY: forwarded; the features the body needs are enabled here.
-    unsafe { panel::<false, false>(w, p, k0, kn, dst) }
+    unsafe { panel::<false, false, false>(w, p, k0, kn, dst) }
 }
 
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn panel_b(w: &Int8Weight, p: usize, k0: usize, kn: usize, dst: &mut [u16]) {
     // SAFETY: as above.
-    unsafe { panel::<true, false>(w, p, k0, kn, dst) }
+    unsafe { panel::<true, false, false>(w, p, k0, kn, dst) }
 }
 
 #[target_feature(enable = "avx512f,f16c,avx512bf16")]
 unsafe fn panel_bne(w: &Int8Weight, p: usize, k0: usize, kn: usize, dst: &mut [u16]) {
     // SAFETY: as above (and AVX512-BF16 for NE).
-    unsafe { panel::<true, true>(w, p, k0, kn, dst) }
+    unsafe { panel::<true, true, false>(w, p, k0, kn, dst) }
+}
+
+/// The AVX-512 dequantizer into the AMX kernel's B tiles: the BF16 values of
+/// [`dq_panel_avx512`], the 16 pair rows × 16 columns of each tile (pair rows `16t..16t+16`,
+/// columns `16gg..`) in one KiB of consecutive bytes, tile `(t, gg)` at
+/// `((gg/2 · kn/32 + t) · 2 + gg%2) · 512` u16: a `tileloadd` reads 1 KiB straight (stride
+/// 64) instead of 16 rows 256 bytes apart, and a 32-column half's tiles over the K block are
+/// one run of consecutive bytes, in the order the kernel reads them.
+///
+/// # Safety
+/// As [`dq_panel_avx512`], and AVX512-BF16 (the AMX kernel's token carries it).
+#[target_feature(enable = "avx512f,f16c,avx512bf16")]
+pub(crate) unsafe fn dq_panel_amx(w: &Int8Weight, p: usize, k0: usize, kn: usize, dst: &mut [u16]) {
+    // SAFETY: as above.
+    unsafe { panel::<true, true, true>(w, p, k0, kn, dst) }
 }
 
 /// `D`, `M` of rows `0..16` of group `g`, 32-value chunk `c`, per half (Q6_K's 16-value
@@ -187,11 +202,23 @@ unsafe fn pack2<const BF16: bool, const NE: bool>(a: __m512, b: __m512) -> __m51
     }
 }
 
+/// Where pair row `q` (k = 2q, 2q+1 of the block) of the 16 columns `16gg..16gg+16` of a panel
+/// starts, in u16: the packed panel layout (`q` rows of [`PAIR_ELEMS`]) or, `TILED`, the AMX
+/// B-tile layout ([`dq_panel_amx`]).
+#[inline(always)]
+fn pair_at<const TILED: bool>(q: usize, gg: usize, steps: usize) -> usize {
+    if TILED {
+        (((gg / 2) * steps + q / 16) * 2 + gg % 2) * 512 + (q % 16) * 32
+    } else {
+        q * PAIR_ELEMS + 32 * gg
+    }
+}
+
 /// # Safety
 /// As [`dq_panel_avx512`]; the caller's target features include AVX-512F + F16C (+ AVX512-BF16
 /// when `NE`).
 #[inline(always)]
-unsafe fn panel<const BF16: bool, const NE: bool>(
+unsafe fn panel<const BF16: bool, const NE: bool, const TILED: bool>(
     w: &Int8Weight,
     p: usize,
     k0: usize,
@@ -243,7 +270,7 @@ unsafe fn panel<const BF16: bool, const NE: bool>(
                 let q0 = (c * 32 - k0) / 2;
                 if g >= groups {
                     for q in q0..q0 + 16 {
-                        let d = dstp.add(q * PAIR_ELEMS + 32 * gg).cast();
+                        let d = dstp.add(pair_at::<TILED>(q, gg, kn / 32)).cast();
                         _mm512_storeu_si512(d, _mm512_setzero_si512());
                     }
                     continue;
@@ -298,8 +325,8 @@ unsafe fn panel<const BF16: bool, const NE: bool>(
                     let pa = _mm512_permutex2var_epi32(lo8, even, hi8);
                     let pb = _mm512_permutex2var_epi32(lo8, odd, hi8);
                     let q = q0 + 2 * st;
-                    _mm512_storeu_si512(dstp.add(q * PAIR_ELEMS + 32 * gg).cast(), pa);
-                    _mm512_storeu_si512(dstp.add((q + 1) * PAIR_ELEMS + 32 * gg).cast(), pb);
+                    _mm512_storeu_si512(dstp.add(pair_at::<TILED>(q, gg, kn / 32)).cast(), pa);
+                    _mm512_storeu_si512(dstp.add(pair_at::<TILED>(q + 1, gg, kn / 32)).cast(), pb);
                 }
             }
         }
@@ -466,8 +493,16 @@ struct TileCfg([u8; 64]);
 #[repr(C, align(64))]
 struct Edge([f32; 32 * 32]);
 
+/// Where a 32×32 C block is loaded from and stored to: f32 rows at a byte stride.
+#[derive(Clone, Copy)]
+struct CPlace {
+    ptr: *mut f32,
+    stride: usize,
+}
+
 /// # Safety
-/// As [`Avx512Bf16::dq_block_amx`].
+/// As [`Avx512Bf16::dq_block_amx`]; `b.acc`, when not null, is the tile's claimed slot
+/// (`Block::acc`), its blocks inside it.
 #[target_feature(enable = "avx512f")]
 unsafe fn amx_block(
     acts: *const u16,
@@ -481,6 +516,10 @@ unsafe fn amx_block(
     let kt = k.div_ceil(32);
     let mut edge = Edge([0.0; 32 * 32]);
     let steps = b.kn / 32;
+    let edge_place = CPlace {
+        ptr: edge.0.as_mut_ptr(),
+        stride: 32 * 4,
+    };
     for h in 0..2 {
         if b.cols <= 32 * h {
             continue;
@@ -489,11 +528,33 @@ unsafe fn amx_block(
         let mut r = b.row0;
         while r < b.row0 + b.rows {
             let whole = r + 32 <= m && col + 32 <= n;
-            let (cp, cs) = if whole {
-                (y.wrapping_add(r * ldy + col), ldy * 4)
+            let (vr, vc) = ((m - r).min(32), (n - col).min(32));
+            let in_y = CPlace {
+                ptr: y.wrapping_add(r * ldy + col),
+                stride: ldy * 4,
+            };
+            // C comes from (None: zero) and goes to: the accumulator slot between K blocks,
+            // y (or the stack copy of a partial block) at the ends.
+            let (src, dst) = if b.acc.is_null() {
+                let place = if whole { in_y } else { edge_place };
+                (if b.first && whole { None } else { Some(place) }, place)
             } else {
+                let blk = (r - b.acc_row0) / 32 * (DQ_GROUP * PANEL_COLS / 32) + (col - b.acc_col0) / 32;
+                let slot = CPlace {
+                    ptr: b.acc.wrapping_add(blk * 1024),
+                    stride: 32 * 4,
+                };
+                let out = if !b.last {
+                    slot
+                } else if whole {
+                    in_y
+                } else {
+                    edge_place
+                };
+                (if b.first { None } else { Some(slot) }, out)
+            };
+            if b.acc.is_null() && !whole {
                 // The valid part of the 32×32 block in the stack copy (zero elsewhere).
-                let (vr, vc) = ((m - r).min(32), (n - col).min(32));
                 for i in 0..32 {
                     for j in 0..32 {
                         edge.0[i * 32 + j] = if !b.first && i < vr && j < vc {
@@ -504,46 +565,44 @@ unsafe fn amx_block(
                         };
                     }
                 }
-                (edge.0.as_mut_ptr(), 32 * 4)
-            };
-            let cp16 = cp.wrapping_add(16 * cs / 4);
-            // SAFETY: tiles configured; the four C tiles are 16 rows × 64 bytes at stride cs
-            // inside y's whole block (rows r..r+32 < m, columns col..col+32 < n) or the copy.
+            }
+            // SAFETY: tiles configured; the four C tiles are 16 rows × 64 bytes at the place's
+            // stride inside y's whole block (rows r..r+32 < m, columns col..col+32 < n), the
+            // stack copy or the slot's block (1024 f32 inside the claimed slot).
             unsafe {
-                if b.first && whole {
-                    asm!(
+                match src {
+                    None => asm!(
                         "tilezero tmm0",
                         "tilezero tmm1",
                         "tilezero tmm2",
                         "tilezero tmm3",
                         options(nostack, nomem)
-                    );
-                } else {
-                    asm!(
+                    ),
+                    Some(c) => asm!(
                         "tileloadd tmm0, [{c} + {s}*1]",
                         "tileloadd tmm1, [{c} + {s}*1 + 64]",
                         "tileloadd tmm2, [{d} + {s}*1]",
                         "tileloadd tmm3, [{d} + {s}*1 + 64]",
-                        c = in(reg) cp,
-                        d = in(reg) cp16,
-                        s = in(reg) cs,
+                        c = in(reg) c.ptr,
+                        d = in(reg) c.ptr.wrapping_add(16 * c.stride / 4),
+                        s = in(reg) c.stride,
                         options(nostack, readonly),
-                    );
+                    ),
                 }
             }
             let a0 = acts.wrapping_add(((r / 16) * kt + b.k0 / 32) * 512);
             let a1 = a0.wrapping_add(kt * 512);
             for t in 0..steps {
-                let bp = b.w.wrapping_add(16 * t * PAIR_ELEMS + 64 * h);
+                let bp = b.w.wrapping_add((h * steps + t) * 1024);
                 // SAFETY: A tiles: 1 KiB each at a0/a1 + t KiB (rows r..r+32 < padded rows,
-                // 32-k tile k0/32 + t < kt); B tiles: 16 pair rows × 64 bytes at stride 256
-                // from bp (+64), inside the kn/2 pair rows of the panel.
+                // 32-k tile k0/32 + t < kt); B tiles: 1 KiB each at bp and bp + 1 KiB, tiles
+                // (t, 2h) and (t, 2h+1) of the panel in `dq_panel_amx`'s layout (steps = kn/32).
                 unsafe {
                     asm!(
                         "tileloadd tmm4, [{a0} + {sa}*1]",
                         "tileloadd tmm6, [{b} + {sb}*1]",
                         "tdpbf16ps tmm0, tmm4, tmm6",
-                        "tileloadd tmm7, [{b} + {sb}*1 + 64]",
+                        "tileloadd tmm7, [{b} + {sb}*1 + 1024]",
                         "tdpbf16ps tmm1, tmm4, tmm7",
                         "tileloadd tmm5, [{a1} + {sa}*1]",
                         "tdpbf16ps tmm2, tmm5, tmm6",
@@ -552,26 +611,25 @@ unsafe fn amx_block(
                         a1 = in(reg) a1.wrapping_add(512 * t),
                         sa = in(reg) 64usize,
                         b = in(reg) bp,
-                        sb = in(reg) 256usize,
+                        sb = in(reg) 64usize,
                         options(nostack, readonly),
                     );
                 }
             }
-            // SAFETY: the same four regions as the loads above.
+            // SAFETY: the four regions of the destination, as the loads above.
             unsafe {
                 asm!(
                     "tilestored [{c} + {s}*1], tmm0",
                     "tilestored [{c} + {s}*1 + 64], tmm1",
                     "tilestored [{d} + {s}*1], tmm2",
                     "tilestored [{d} + {s}*1 + 64], tmm3",
-                    c = in(reg) cp,
-                    d = in(reg) cp16,
-                    s = in(reg) cs,
+                    c = in(reg) dst.ptr,
+                    d = in(reg) dst.ptr.wrapping_add(16 * dst.stride / 4),
+                    s = in(reg) dst.stride,
                     options(nostack),
                 );
             }
-            if !whole {
-                let (vr, vc) = ((m - r).min(32), (n - col).min(32));
+            if !whole && dst.ptr == edge_place.ptr {
                 for i in 0..vr {
                     for j in 0..vc {
                         // SAFETY: as the copy-in above.

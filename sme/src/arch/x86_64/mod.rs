@@ -21,7 +21,7 @@ pub use avx2_int8::Avx2;
 pub(crate) use avx512::AVX512_TILE_ROWS;
 #[cfg(test)]
 pub(crate) use dq::dq_panel_avx512_int_round;
-pub(crate) use dq::{amx_configure, amx_release, dq_panel_avx512};
+pub(crate) use dq::{amx_configure, amx_release, dq_panel_amx, dq_panel_avx512};
 pub use qgemv_fp16::Avx512Fp16;
 pub use vnni::Vnni;
 
