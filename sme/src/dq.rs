@@ -551,7 +551,7 @@ impl<'a> DqPlan<'a> {
             #[cfg(target_arch = "x86_64")]
             DqKernel::Avx512Bf16(_) => 96,
             #[cfg(target_arch = "x86_64")]
-            DqKernel::AmxBf16(..) => 32,
+            DqKernel::AmxBf16(..) => usize::MAX,
         }
     }
 
