@@ -7,10 +7,16 @@
 //!   four 16-row groups of the int8 layout each) × a chunk of M rows (all of M unless
 //!   [`DqPlan::with_workers`] cuts M so that every thread gets tiles). Per tile and K block of
 //!   [`DQ_KB`] values: the panels' blocks are dequantized into a 128 KiB stack scratch in the
-//!   packed panel layout (k-pair rows of 64 columns × 2 k, `crate::pack`), then the kernel runs
-//!   over the tile's rows, a row step at a time over all the panels (the step's A block stays
-//!   in L1), `=` on the first block and `+=` on the next ones (C is the accumulator between K
-//!   blocks).
+//!   packed panel layout (k-pair rows of 64 columns × 2 k, `crate::pack`; for AMX, 1 KiB B
+//!   tiles in the order the kernel reads them), then the kernel runs over the tile's rows, `=`
+//!   on the first block and `+=` on the next ones. AVX512-BF16 takes a row step at a time over
+//!   all the panels (the step's A block stays in L1) and accumulates in y; AMX takes a 32-column
+//!   strip at a time over every row of the tile (the strip's 16 KiB of B tiles stay in L1, A
+//!   streams in its tile-contiguous order) and keeps C between K blocks in an accumulator slot
+//!   of the [`DqActs`] ([`DqActs::with_workers`]): y's rows lie a row stride apart, 16 KiB and
+//!   more at real widths, so a tile's C in y shares few cache sets and left L2 on every K
+//!   block (measured, one Xeon core, 8B shapes, M = 512: 650-860 GOP/s accumulating in y, ~1,200
+//!   with the slots and the tile-ordered B).
 //! - **Dequantization** is exact in FP32 (`w = fma(D, u, M)` with `D`, `M` per row and 32 (Q6_K:
 //!   16) values, which is ggml's value bit for bit, see [`Int8Weight::value_at`]), then rounded
 //!   to nearest even into the panel's FP16 or BF16.
@@ -38,10 +44,11 @@ use crate::arch::x86_64::{Amx, Avx512Bf16};
 /// blocks); [`DQ_GROUP`] panels × 64 columns × 256 × 2 bytes = 128 KiB of panel scratch per
 /// tile (on the stack), L2-resident.
 pub const DQ_KB: usize = 256;
-/// Panels per tile for the BF16 kernels: the A rows of a row step (32 for AMX, 96 for
-/// AVX512-BF16) × one K block stay in L1 while they multiply all the group's panels (and both
-/// halves of each, for AMX, whose eight tiles hold two A × two B), so A is read from L2/L3
-/// once per 256 output columns instead of once per 32. The `Tile` kernels take one panel.
+/// Panels per tile for the BF16 kernels: for AVX512-BF16 the 96 A rows of a row step × one K
+/// block stay in L1 while they multiply all the group's panels, so A is read from L2/L3 once
+/// per 256 output columns instead of once per 32; for AMX it sets the dequantization's share
+/// (once per tile and K block) and the accumulator slot's width. The `Tile` kernels take one
+/// panel.
 pub const DQ_GROUP: usize = 4;
 /// Rows of [`DqActs`] are padded to a multiple of this (two 16-row AMX A tiles).
 pub const DQ_ROW_ALIGN: usize = 32;
@@ -274,7 +281,7 @@ impl DqActs {
 
     /// As [`DqActs::with_capacity`], plus FP32 accumulators for `workers` tiles running at once
     /// (`max_m` rows × 256 columns each: 512 KiB a worker at 512 rows), which the AMX kernel
-    /// keeps C in between K blocks (about twice as fast at real widths as accumulating in y;
+    /// keeps C in between K blocks (1.4-1.9× as fast at 8B widths as accumulating in y;
     /// without them, or when more tiles run at once than there are slots, it accumulates in
     /// y). A pool of T threads running plans on these activations needs `workers = T`.
     pub fn with_workers(max_m: usize, max_k: usize, workers: usize) -> Self {
@@ -544,7 +551,9 @@ impl<'a> DqPlan<'a> {
         self.n.div_ceil(PANEL_COLS).div_ceil(self.group())
     }
 
-    /// Rows multiplied per pass over the tile's panels (a multiple of 32).
+    /// Rows multiplied per pass over the tile's panels (a multiple of 32); AMX: all of them, a
+    /// 32-column strip at a time (its B tiles from L1, A streaming: faster than a 32-row step
+    /// over the panels with A in L1, measured).
     fn row_step(&self) -> usize {
         match self.kernel {
             DqKernel::Tile(_) => usize::MAX,
