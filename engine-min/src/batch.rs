@@ -456,10 +456,16 @@ impl BatchEngine {
             batch,
             which,
         };
-        if self
-            .work
-            .probed(probe, s, Buf::H, out_rows, d, Site::OutputNorm, &at)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::H,
+            out_rows,
+            d,
+            Site::OutputNorm,
+            &at,
+        )? {
             return Ok(());
         }
         let w = output_weight(c.n_layer);
@@ -477,10 +483,16 @@ impl BatchEngine {
             batch,
             which,
         };
-        if self
-            .work
-            .probed(probe, s, Buf::Tmp, out_rows, c.vocab, Site::Output, &at)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::Tmp,
+            out_rows,
+            c.vocab,
+            Site::Output,
+            &at,
+        )? {
             return Ok(());
         }
         let up = self.work.acts().pool();
@@ -508,10 +520,16 @@ impl BatchEngine {
             pos: &self.row_pos,
         };
         let d = model.config.d_model;
-        if self
-            .work
-            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::X,
+            m,
+            d,
+            Site::Embedding,
+            &rows,
+        )? {
             return Ok(());
         }
         self.work.layers(

@@ -456,10 +456,16 @@ impl Engine {
         self.work
             .embed_rows(self.exec.cpu().pool(), &model, s, tokens)?;
         self.timings.host.add(HostOp::Embed, t0.elapsed());
-        if self
-            .work
-            .probed(probe, s, Buf::X, m, d, Site::Embedding, &rows)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::X,
+            m,
+            d,
+            Site::Embedding,
+            &rows,
+        )? {
             return Ok(());
         }
         let Timings { matmul, host, .. } = &mut self.timings;
@@ -501,10 +507,16 @@ impl Engine {
         let out_rows = Contiguous {
             pos0: rows.pos0 + first,
         };
-        if self
-            .work
-            .probed(probe, s, Buf::H, rows_out, d, Site::OutputNorm, &out_rows)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::H,
+            rows_out,
+            d,
+            Site::OutputNorm,
+            &out_rows,
+        )? {
             return Ok(());
         }
         let mut clock = Clock {
@@ -514,10 +526,16 @@ impl Engine {
         let w = output_weight(c.n_layer);
         self.work
             .matmul(&self.exec, &mut clock, s, w, Buf::H, rows_out, Buf::Tmp)?;
-        if self
-            .work
-            .probed(probe, s, Buf::Tmp, rows_out, vocab, Site::Output, &out_rows)?
-        {
+        if self.work.probed(
+            self.exec.cpu().pool(),
+            probe,
+            s,
+            Buf::Tmp,
+            rows_out,
+            vocab,
+            Site::Output,
+            &out_rows,
+        )? {
             return Ok(());
         }
         let up = self.work.acts().pool();

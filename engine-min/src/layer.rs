@@ -333,6 +333,7 @@ impl Work {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn probed<R: Rows>(
         &self,
+        pool: &Pool,
         p: &mut Probe,
         s: &StepSlots,
         buf: Buf,
@@ -345,7 +346,9 @@ impl Work {
             return Ok(false);
         }
         let x = self.acts.pool().f32s(s.get(buf))?;
-        Ok(p.check(site, &x[..m * width], width, |t| (rows.seq(t), rows.pos(t))))
+        Ok(p.check(Some(pool), site, &x[..m * width], width, |t| {
+            (rows.seq(t), rows.pos(t))
+        }))
     }
 
     /// Runs every layer over the `m` rows of the residual stream in `s`: each row's key and
@@ -377,7 +380,7 @@ impl Work {
                         layer: l,
                         op: LayerOp::$op,
                     };
-                    if self.probed(probe, s, $buf, m, $width, site, rows)? {
+                    if self.probed(pool, probe, s, $buf, m, $width, site, rows)? {
                         return Ok(());
                     }
                 };

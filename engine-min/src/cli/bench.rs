@@ -355,13 +355,15 @@ fn print_startup(
     Ok(())
 }
 
-/// The resident decoder's build, step by step (the re-lay and write times are summed over the
-/// threads that ran them side by side, so they can exceed the weights' wall time).
+/// The resident decoder's build, step by step: the programs and the weights are prepared at
+/// the same time (the total is about the longer of the two, not their sum); the re-lay and
+/// write times are summed over the threads that ran them, so they can exceed the weights'
+/// wall time.
 pub(crate) fn gpu_build_line(t: &hetero_opencl_kernels::decoder::BuildTimes) -> String {
     format!(
         "gpu decoder built in {:.3} s: programs {:.3} s (ops {:.3}, attention {:.3}, matmuls \
-         {:.3}, side by side), weights {:.3} s on {} threads (re-laid {:.3} s, written {:.3} s, \
-         summed over threads)",
+         {:.3}, side by side), meanwhile weights {:.3} s on {} threads (re-laid {:.3} s, written \
+         {:.3} s, summed over threads)",
         t.total.as_secs_f64(),
         t.programs.as_secs_f64(),
         t.program_builds[0].as_secs_f64(),

@@ -445,51 +445,6 @@ impl Decoder {
             mm_kinds.push(MatKind::of_layout(head_ty, split)?);
             mm_dot = (dot, i8);
         }
-        // The programs are independent: built side by side (a cold build is the compiler's
-        // seconds per program on NVIDIA's OpenCL; a warm one loads cached binaries).
-        let timed = |f: &dyn Fn() -> Result<_>| {
-            let t = Instant::now();
-            (f(), t.elapsed())
-        };
-        let ((prog, t_prog), (attn_prog, t_attn), (mm, t_mm)) = std::thread::scope(|s| {
-            let attn = s.spawn(|| {
-                let t = Instant::now();
-                (Attention::new(device, attn_shape), t.elapsed())
-            });
-            let mm = s.spawn(|| {
-                let t = Instant::now();
-                let m = if options.fast_matmul {
-                    mm::MmSet::build(device, &mm_kinds, mm_dot.0, mm_dot.1, options.kv).map(
-                        |mut m| {
-                            m.force_mt = options.gemm_tile_rows;
-                            m.force_steps = options.gemv_steps;
-                            m
-                        },
-                    )
-                } else {
-                    Ok(mm::MmSet::none())
-                };
-                (m, t.elapsed())
-            });
-            let prog = timed(&build_main);
-            (prog, join(attn), join(mm))
-        });
-        let (prog, attn_prog, mm) = (prog?, attn_prog?, mm?);
-        let programs = t_start.elapsed();
-        let shared = Shared {
-            mm,
-            rope: device.upload(&table)?,
-            dummy,
-            dq,
-            dkv,
-            hd: c.head_dim,
-            npairs,
-            max_wg: info.max_work_group_size,
-            min_groups: match options.gemv_min_groups {
-                0 => info.compute_units,
-                n => n,
-            },
-        };
         // Every layer's weights in one arena and every cache in another where they fit (the
         // persistent step reaches them all from one launch); each part is a buffer of its own
         // to the other launches.
@@ -585,12 +540,39 @@ impl Decoder {
             let m = prepare::single_on(head_t, c.vocab, d, "output head", split, threads)?;
             let t1 = Instant::now();
             relaid_ns.fetch_add(nanos(t1 - t0), Ordering::Relaxed);
-            let m = upload_mat(device, m, &shared.dummy)?;
+            let m = upload_mat(device, m, &dummy)?;
             written_ns.fetch_add(nanos(t1.elapsed()), Ordering::Relaxed);
             Ok(m)
         };
+        // The programs are independent of each other and of the weights: all built side by side
+        // (a cold build is the compiler's seconds per program on NVIDIA's OpenCL, a warm one
+        // loads cached binaries), the weights re-laid and written meanwhile.
+        let timed = |f: &dyn Fn() -> Result<_>| {
+            let t = Instant::now();
+            (f(), t.elapsed())
+        };
         let mut built: Vec<Option<Result<LayerMats>>> = (0..c.n_layer).map(|_| None).collect();
-        let head = std::thread::scope(|s| {
+        let (((prog, t_prog), (attn_prog, t_attn), (mm, t_mm)), head) = std::thread::scope(|s| {
+            let attn = s.spawn(|| {
+                let t = Instant::now();
+                (Attention::new(device, attn_shape), t.elapsed())
+            });
+            let mm = s.spawn(|| {
+                let t = Instant::now();
+                let m = if options.fast_matmul {
+                    mm::MmSet::build(device, &mm_kinds, mm_dot.0, mm_dot.1, options.kv).map(
+                        |mut m| {
+                            m.force_mt = options.gemm_tile_rows;
+                            m.force_steps = options.gemv_steps;
+                            m
+                        },
+                    )
+                } else {
+                    Ok(mm::MmSet::none())
+                };
+                (m, t.elapsed())
+            });
+            let main = s.spawn(|| timed(&build_main));
             // The head (the largest single matrix) beside the layers.
             let head = s.spawn(build_head);
             let workers: Vec<_> = (0..threads)
@@ -617,8 +599,27 @@ impl Decoder {
                     built[i] = Some(r);
                 }
             }
-            join(head)
+            let head = join(head);
+            let weights_wall = t_weights.elapsed();
+            ((join(main), join(attn), join(mm)), (head, weights_wall))
         });
+        let (head, weights_wall) = head;
+        let (prog, attn_prog, mm) = (prog?, attn_prog?, mm?);
+        let programs = t_prog.max(t_attn).max(t_mm);
+        let shared = Shared {
+            mm,
+            rope: device.upload(&table)?,
+            dummy: dummy.try_clone()?,
+            dq,
+            dkv,
+            hd: c.head_dim,
+            npairs,
+            max_wg: info.max_work_group_size,
+            min_groups: match options.gemv_min_groups {
+                0 => info.compute_units,
+                n => n,
+            },
+        };
         // The first error in layer order (layers after a failed one may not have been built).
         let mut layers = Vec::with_capacity(c.n_layer);
         for r in built {
@@ -650,7 +651,6 @@ impl Decoder {
             }
         };
         let output_norm = device.upload(weights.output_norm)?;
-        let weights_wall = t_weights.elapsed();
         let x = device.alloc(rows * d * 4)?;
         let q = device.alloc(rows * dq * 4)?;
         let att = device.alloc(rows * dq * 4)?;

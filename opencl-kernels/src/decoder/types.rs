@@ -221,12 +221,13 @@ pub struct DecoderOptions {
 /// Where [`Decoder::new`](super::Decoder::new) spent its time.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BuildTimes {
-    /// Building the OpenCL programs (side by side; loads from the binary cache when warm).
+    /// Building the OpenCL programs: the longest of the three builds, which run side by side and
+    /// beside the weights' preparation (loads from the binary cache when warm).
     pub programs: Duration,
     /// Each of them: the decoder's ops, the attention kernels, the fast matmuls (one program
     /// per weight format, side by side).
     pub program_builds: [Duration; 3],
-    /// Re-laying and writing every weight, wall time.
+    /// Re-laying and writing every weight, wall time (while the programs build).
     pub weights: Duration,
     /// Re-laying on the host, summed over the threads.
     pub relayout: Duration,

@@ -539,7 +539,8 @@ unsafe fn amx_block(
                 let place = if whole { in_y } else { edge_place };
                 (if b.first && whole { None } else { Some(place) }, place)
             } else {
-                let blk = (r - b.acc_row0) / 32 * (DQ_GROUP * PANEL_COLS / 32) + (col - b.acc_col0) / 32;
+                let blk =
+                    (r - b.acc_row0) / 32 * (DQ_GROUP * PANEL_COLS / 32) + (col - b.acc_col0) / 32;
                 let slot = CPlace {
                     ptr: b.acc.wrapping_add(blk * 1024),
                     stride: 32 * 4,
