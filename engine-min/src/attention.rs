@@ -235,11 +235,13 @@ pub(crate) unsafe fn run_tile(
             alpha[i] = a;
         }
         cache.values(l, j0, n, kvh * hd, hd, vb, tmp);
-        // O = O·alpha + P·V: four rows together when all four see the whole block.
+        // O = O·alpha + P·V: four rows together when all four see the same positions of the
+        // block (the whole block, or a row's heads on its diagonal block); each output element
+        // is the same chain over the positions either way.
         let mut i = 0;
         while i < nr {
-            if i + 4 <= nr && valid[i..i + 4].iter().all(|&v| v == BK) {
-                pv4(kernel, i, hd, s, vb, alpha, o);
+            if i + 4 <= nr && valid[i] > 0 && valid[i..i + 4].iter().all(|&v| v == valid[i]) {
+                pv4(kernel, i, valid[i], hd, s, vb, alpha, o);
                 i += 4;
                 continue;
             }
@@ -452,20 +454,30 @@ fn scores_body<M: Madd, const R: usize>(
     }
 }
 
-/// Rows `i..i + 4`: `o_r = o_r · alpha_r + Σ_{j < BK} p_rj · v_j`.
-fn pv4(kernel: AttKernel, i: usize, hd: usize, p: &[f32], v: &[f32], alpha: &[f32], o: &mut [f32]) {
+/// Rows `i..i + 4`: `o_r = o_r · alpha_r + Σ_{j < nv} p_rj · v_j`.
+#[allow(clippy::too_many_arguments)]
+fn pv4(
+    kernel: AttKernel,
+    i: usize,
+    nv: usize,
+    hd: usize,
+    p: &[f32],
+    v: &[f32],
+    alpha: &[f32],
+    o: &mut [f32],
+) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         AttKernel::Avx512 => {
             // SAFETY: AVX-512F present (`available`).
-            unsafe { pv_avx512(i, 4, BK, hd, p, v, alpha, o) }
+            unsafe { pv_avx512(i, 4, nv, hd, p, v, alpha, o) }
         }
         #[cfg(target_arch = "x86_64")]
         AttKernel::Avx2 => {
             // SAFETY: AVX2 and FMA present.
-            unsafe { pv_avx2(i, 4, BK, hd, p, v, alpha, o) }
+            unsafe { pv_avx2(i, 4, nv, hd, p, v, alpha, o) }
         }
-        AttKernel::Portable => pv_body::<Plain, 32>(i, 4, BK, hd, p, v, alpha, o),
+        AttKernel::Portable => pv_body::<Plain, 32>(i, 4, nv, hd, p, v, alpha, o),
     }
 }
 

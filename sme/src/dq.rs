@@ -518,7 +518,17 @@ impl<'a> DqPlan<'a> {
     /// about two tiles per worker (each chunk dequantizes its panel again: a small cost against
     /// an idle thread).
     pub fn with_workers(self, workers: usize) -> Self {
-        let panels = self.col_groups().max(1);
+        let groups = self.col_groups();
+        self.with_workers_in_set(workers, groups)
+    }
+
+    /// [`DqPlan::with_workers`] for a plan that runs in one job with others (a
+    /// [`crate::PlanSet`]: Q, K and V, say): `set_groups` is the [`DqPlan::col_groups`] of every
+    /// plan of the set together, so M is cut only as far as the whole set needs to give each of
+    /// `workers` about two tiles (each cut dequantizes the weight again: K and V alone would be
+    /// cut eight ways at 16 threads, with Q beside them two).
+    pub fn with_workers_in_set(self, workers: usize, set_groups: usize) -> Self {
+        let panels = set_groups.max(1);
         let want = (2 * workers.max(1)).div_ceil(panels);
         let chunks = want.clamp(1, self.m.div_ceil(DQ_ROW_ALIGN).max(1));
         let rows = self
@@ -547,7 +557,9 @@ impl<'a> DqPlan<'a> {
         }
     }
 
-    fn col_groups(&self) -> usize {
+    /// Column groups (of [`DQ_GROUP`] 64-column panels; one panel for the `Tile` kernels): the
+    /// tiles of one row chunk.
+    pub fn col_groups(&self) -> usize {
         self.n.div_ceil(PANEL_COLS).div_ceil(self.group())
     }
 

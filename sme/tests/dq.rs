@@ -217,6 +217,21 @@ fn tile_splits_and_threads_are_bit_identical_to_serial() {
                     kern.name()
                 );
             }
+            // In a set whose other plans have many column groups, M is not cut; alone, it is.
+            let mut acts = DqActs::with_capacity(m, k);
+            acts.convert(kern, &x, m, k).unwrap();
+            let mut y = vec![0f32; m * w.n()];
+            let plan = DqPlan::new(kern, &w, &x, &acts, OutMut::new(&mut y), w.n()).unwrap();
+            let groups = plan.col_groups();
+            let in_set = plan.with_workers_in_set(3, groups + 100);
+            assert_eq!(
+                in_set.tiles(),
+                groups,
+                "{}: cut inside a wide set",
+                kern.name()
+            );
+            let alone = in_set.with_workers(3);
+            assert!(alone.tiles() > groups, "{}: not cut alone", kern.name());
             let mut acts = DqActs::with_workers(m - 32, 2 * k, 1);
             acts.convert(kern, &x, m, k).unwrap();
             let mut y = vec![f32::NAN; m * w.n()];

@@ -686,8 +686,12 @@ impl CpuBackend {
                 continue;
             };
             bytes += w.packed_bytes();
-            *plan =
-                Some(hetero_sme::DqPlan::new(kernel, w, x, &acts, out, ldo)?.with_workers(threads));
+            *plan = Some(hetero_sme::DqPlan::new(kernel, w, x, &acts, out, ldo)?);
+        }
+        // M cut for the set's tiles together (one job), not for each weight alone.
+        let groups: usize = plans.iter().flatten().map(|p| p.col_groups()).sum();
+        for plan in &mut plans {
+            *plan = plan.take().map(|p| p.with_workers_in_set(threads, groups));
         }
         self.run_set(&plans, bytes, m)
     }
