@@ -103,8 +103,14 @@ fn every_kernel_matches_reference() {
                             // The decompression GEMM rounds each weight and activation to
                             // BF16 (2^-8 relative each; FP16 is finer): 2^-7 * sum|p| covers
                             // both, and the f32 sum beside it.
+                            // BF16 weights under the hetero-sme kernels run on the packed tile
+                            // GEMM, which on AMX rounds the activations to BF16 too (as
+                            // llama.cpp's BF16 dot products do): 2^-9 relative each, so
+                            // 2^-8 * sum|p| with room for the f32 sums.
                             let q8 = quantized(ty) && uses_int8(kernel, m);
-                            let bound = if quantized(ty) && uses_dq(kernel, m) {
+                            let bound = if (quantized(ty) && uses_dq(kernel, m))
+                                || (ty == GgmlType::BF16 && packed_rounds_a(kernel))
+                            {
                                 mag / 128.0
                             } else if q8 {
                                 (0..k)
@@ -235,6 +241,15 @@ fn sampler_greedy_and_seeded() {
     // p(1) = e^3 / (e^0.1 + e^3 + e^2.9 + e^-1) ~ 0.50; p(3) ~ 0.45.
     assert!((1700..2300).contains(&counts[1]), "{counts:?}");
     assert!((1500..2100).contains(&counts[3]), "{counts:?}");
+}
+
+/// Whether `kernel` runs BF16 weights on hetero-sme's packed tile GEMM with a kernel that
+/// rounds the activations to BF16 (AMX-BF16, where the CPU has it).
+fn packed_rounds_a(kernel: CpuKernel) -> bool {
+    let packs = !matches!(kernel, CpuKernel::Portable) && kernel.name() != "avx512";
+    packs
+        && hetero_sme::Kernel::best(hetero_sme::PackedFormat::Bf16).kind()
+            == hetero_sme::KernelKind::Amx
 }
 
 fn quantized(ty: GgmlType) -> bool {
