@@ -60,16 +60,21 @@ LLAMA_CPP_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGG
   -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF)
 # This CPU's instruction sets as ggml's options: what GGML_NATIVE would enable, spelled out, since
 # a build that loads its backends at run time (GGML_BACKEND_DL, the only kind whose every tool
-# honours GGML_BACKEND_PATH) refuses GGML_NATIVE.
+# honours GGML_BACKEND_PATH) refuses GGML_NATIVE. Except AMX, always off: this llama.cpp's AMX
+# kernel for Q4_1 (SmolLM2's type) dies of SIGILL on `tilezero tmm4` in
+# tinygemm_kernel_amx<block_q8_1, block_q4_1> on the first prompt of more than a few tokens
+# (seen 2026-12-04 on a KVM Xeon with AMX, with and without the tile-data permission granted
+# up front), which failed every CPU-backend run of the ggml stage there. Without AMX its CPU
+# backend runs the AVX-512 VNNI kernels on such a CPU.
 llama_cpp_isa_flags() {
   local have f opt
   have=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
   for f in sse4_2:SSE42 avx:AVX avx_vnni:AVX_VNNI avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C \
-      avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 amx_tile:AMX_TILE \
-      amx_int8:AMX_INT8 amx_bf16:AMX_BF16; do
+      avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
     opt=${f#*:}
     if [[ "$have" == *" ${f%%:*} "* ]]; then echo "-DGGML_$opt=ON"; else echo "-DGGML_$opt=OFF"; fi
   done
+  echo "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" | tr ' ' '\n'
   # GGML_AVX512 compiles for F, CD, VL, DQ and BW together.
   if [[ "$have" == *" avx512f "* && "$have" == *" avx512cd "* && "$have" == *" avx512vl "* &&
         "$have" == *" avx512dq "* && "$have" == *" avx512bw "* ]]; then
