@@ -414,7 +414,48 @@ fn scores(kernel: AttKernel, qs: &[f32], nr: usize, hd: usize, kt: &[f32], s: &m
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn scores_avx512(qs: &[f32], nr: usize, hd: usize, kt: &[f32], s: &mut [f32]) {
-    scores_body::<Fused, 4>(qs, nr, hd, kt, s);
+    use core::arch::x86_64::*;
+    // Four rows at a time with the block's four key vectors of each `d` loaded once into
+    // registers (the generic body's compiled loop re-read them for every row: 20 loads for 16
+    // FMAs, load-bound); the same `fma(q, k, acc)` chain over `d` per element as
+    // `scores_body`, so the same bits as the AVX2 kernel.
+    let full = nr / 4 * 4;
+    if qs.len() < nr * hd || kt.len() < hd * BK || s.len() < nr * BK {
+        return scores_body::<Fused, 4>(qs, nr, hd, kt, s);
+    }
+    let (q, k, out) = (qs.as_ptr(), kt.as_ptr(), s.as_mut_ptr());
+    let mut i = 0;
+    while i < full {
+        // SAFETY: rows i..i+4 < nr of qs (nr·hd floats, checked), kt's hd rows of BK = 64
+        // floats (checked), s's rows i..i+4 of BK; AVX-512F/FMA are this function's features.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+            for d in 0..hd {
+                let kp = k.add(d * BK);
+                let kv = [
+                    _mm512_loadu_ps(kp),
+                    _mm512_loadu_ps(kp.add(16)),
+                    _mm512_loadu_ps(kp.add(32)),
+                    _mm512_loadu_ps(kp.add(48)),
+                ];
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let b = _mm512_set1_ps(*q.add((i + r) * hd + d));
+                    for c in 0..4 {
+                        a[c] = _mm512_fmadd_ps(b, kv[c], a[c]);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (c, v) in a.iter().enumerate() {
+                    _mm512_storeu_ps(out.add((i + r) * BK + 16 * c), *v);
+                }
+            }
+        }
+        i += 4;
+    }
+    if full < nr {
+        scores_body::<Fused, 4>(&qs[full * hd..], nr - full, hd, kt, &mut s[full * BK..]);
+    }
 }
 
 /// # Safety
@@ -540,8 +581,56 @@ unsafe fn pv_avx512(
     alpha: &[f32],
     o: &mut [f32],
 ) {
-    // 4 rows × 4 vectors of 16: 16 accumulators.
-    pv_body::<Fused, 64>(i, rows, nv, hd, p, v, alpha, o);
+    use core::arch::x86_64::*;
+    // 4 rows × 4 vectors of 16: 16 accumulators, each position's four value vectors loaded
+    // once for the four rows (as `scores_avx512`); the same `o·alpha` then `fma(p, v, acc)`
+    // chain over the positions per element as `pv_rows`. Other shapes: the generic body.
+    let ok = rows == 4
+        && hd % 64 == 0
+        && nv <= BK
+        && p.len() >= (i + 4) * BK
+        && v.len() >= nv * hd
+        && alpha.len() >= i + 4
+        && o.len() >= (i + 4) * hd;
+    if !ok {
+        return pv_body::<Fused, 64>(i, rows, nv, hd, p, v, alpha, o);
+    }
+    let (pp, vp, op) = (p.as_ptr(), v.as_ptr(), o.as_mut_ptr());
+    let mut c0 = 0;
+    while c0 < hd {
+        // SAFETY: rows i..i+4 of p (BK each), o (hd each) and alpha, positions < nv ≤ BK of v
+        // (hd each), columns c0..c0+64 ≤ hd: all checked above; AVX-512F/FMA enabled.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+            for (r, a) in acc.iter_mut().enumerate() {
+                let al = _mm512_set1_ps(*alpha.as_ptr().add(i + r));
+                for (c, x) in a.iter_mut().enumerate() {
+                    *x = _mm512_mul_ps(_mm512_loadu_ps(op.add((i + r) * hd + c0 + 16 * c)), al);
+                }
+            }
+            for j in 0..nv {
+                let vj = vp.add(j * hd + c0);
+                let vv = [
+                    _mm512_loadu_ps(vj),
+                    _mm512_loadu_ps(vj.add(16)),
+                    _mm512_loadu_ps(vj.add(32)),
+                    _mm512_loadu_ps(vj.add(48)),
+                ];
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let b = _mm512_set1_ps(*pp.add((i + r) * BK + j));
+                    for c in 0..4 {
+                        a[c] = _mm512_fmadd_ps(b, vv[c], a[c]);
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                for (c, x) in a.iter().enumerate() {
+                    _mm512_storeu_ps(op.add((i + r) * hd + c0 + 16 * c), *x);
+                }
+            }
+        }
+        c0 += 64;
+    }
 }
 
 /// # Safety
