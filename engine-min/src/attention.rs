@@ -586,7 +586,7 @@ unsafe fn pv_avx512(
     // once for the four rows (as `scores_avx512`); the same `o·alpha` then `fma(p, v, acc)`
     // chain over the positions per element as `pv_rows`. Other shapes: the generic body.
     let ok = rows == 4
-        && hd % 64 == 0
+        && hd.is_multiple_of(64)
         && nv <= BK
         && p.len() >= (i + 4) * BK
         && v.len() >= nv * hd
