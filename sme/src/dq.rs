@@ -175,6 +175,8 @@ pub struct DqActs {
 /// of L2 on every K block, and the tile loads and stores of C took more than half the time).
 #[derive(Default)]
 struct AccSlots {
+    /// Read by the AMX kernel (x86-64 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     buf: Vec<AccLine>,
     /// f32 per slot: rows (a multiple of 32) × `DQ_GROUP` panels of 64 columns.
     slot: usize,
@@ -216,6 +218,7 @@ impl AccSlots {
 
     /// A free slot of at least `need` f32, claimed until the guard drops; `None` when every
     /// slot is taken or too small (the caller accumulates in y instead).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn claim(&self, need: usize) -> Option<AccClaim<'_>> {
         if need > self.slot {
             return None;
@@ -238,6 +241,7 @@ impl AccSlots {
 }
 
 /// One claimed accumulator slot.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct AccClaim<'a> {
     busy: &'a AtomicBool,
     ptr: *mut f32,
@@ -739,14 +743,18 @@ pub(crate) struct Block {
     /// `=` (the first block) or `+=`.
     pub first: bool,
     /// The last K block (the AMX kernel stores C into y, not its accumulator).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub last: bool,
     /// The dequantized panel: `kn/2` k-pair rows of [`PAIR_ELEMS`].
     pub w: *const u16,
     /// The tile's accumulator slot (null: accumulate in y), its first row and column: the
     /// 32×32 block at (r, c) of the tile is 1024 f32 (32 rows of 32) at
     /// `((r - acc_row0)/32 · (DQ_GROUP·64/32) + (c - acc_col0)/32) · 1024`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub acc: *mut f32,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub acc_row0: usize,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub acc_col0: usize,
 }
 
