@@ -431,30 +431,61 @@ unsafe fn scores_avx512(qs: &[f32], nr: usize, hd: usize, kt: &[f32], s: &mut [f
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); 4]; 4];
             for d in 0..hd {
-                let kp = k.add(d * BK);
-                let kv = [
-                    _mm512_loadu_ps(kp),
-                    _mm512_loadu_ps(kp.add(16)),
-                    _mm512_loadu_ps(kp.add(32)),
-                    _mm512_loadu_ps(kp.add(48)),
-                ];
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let b = _mm512_set1_ps(*q.add((i + r) * hd + d));
-                    for c in 0..4 {
-                        a[c] = _mm512_fmadd_ps(b, kv[c], a[c]);
-                    }
-                }
+                step4x64(&mut acc, k.add(d * BK), |r| *q.add((i + r) * hd + d));
             }
-            for (r, a) in acc.iter().enumerate() {
-                for (c, v) in a.iter().enumerate() {
-                    _mm512_storeu_ps(out.add((i + r) * BK + 16 * c), *v);
-                }
-            }
+            store4x64(&acc, out.add(i * BK), BK);
         }
         i += 4;
     }
     if full < nr {
         scores_body::<Fused, 4>(&qs[full * hd..], nr - full, hd, kt, &mut s[full * BK..]);
+    }
+}
+
+/// One step of the AVX-512 loops' 4 rows × 64 columns register block: the 64 floats at `w`
+/// loaded once, `acc[r][c] = fma(x(r), w[16c..], acc[r][c])` for the four rows.
+///
+/// # Safety
+/// AVX-512F and FMA (the callers' features); 64 floats readable at `w`; `x` reads what the
+/// caller checked.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn step4x64(
+    acc: &mut [[core::arch::x86_64::__m512; 4]; 4],
+    w: *const f32,
+    x: impl Fn(usize) -> f32,
+) {
+    use core::arch::x86_64::*;
+    // SAFETY: 64 floats at w (the contract); register-only otherwise.
+    unsafe {
+        let wv = [
+            _mm512_loadu_ps(w),
+            _mm512_loadu_ps(w.add(16)),
+            _mm512_loadu_ps(w.add(32)),
+            _mm512_loadu_ps(w.add(48)),
+        ];
+        for (r, a) in acc.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(x(r));
+            for c in 0..4 {
+                a[c] = _mm512_fmadd_ps(b, wv[c], a[c]);
+            }
+        }
+    }
+}
+
+/// Stores the 4 × 64 block to rows of `ld` floats from `out`.
+///
+/// # Safety
+/// AVX-512F; rows `0..4` of 64 floats at stride `ld` writable from `out`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store4x64(acc: &[[core::arch::x86_64::__m512; 4]; 4], out: *mut f32, ld: usize) {
+    use core::arch::x86_64::*;
+    for (r, a) in acc.iter().enumerate() {
+        for (c, v) in a.iter().enumerate() {
+            // SAFETY: inside row r's 64 floats (the contract).
+            unsafe { _mm512_storeu_ps(out.add(r * ld + 16 * c), *v) };
+        }
     }
 }
 
@@ -609,25 +640,9 @@ unsafe fn pv_avx512(
                 }
             }
             for j in 0..nv {
-                let vj = vp.add(j * hd + c0);
-                let vv = [
-                    _mm512_loadu_ps(vj),
-                    _mm512_loadu_ps(vj.add(16)),
-                    _mm512_loadu_ps(vj.add(32)),
-                    _mm512_loadu_ps(vj.add(48)),
-                ];
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let b = _mm512_set1_ps(*pp.add((i + r) * BK + j));
-                    for c in 0..4 {
-                        a[c] = _mm512_fmadd_ps(b, vv[c], a[c]);
-                    }
-                }
+                step4x64(&mut acc, vp.add(j * hd + c0), |r| *pp.add((i + r) * BK + j));
             }
-            for (r, a) in acc.iter().enumerate() {
-                for (c, x) in a.iter().enumerate() {
-                    _mm512_storeu_ps(op.add((i + r) * hd + c0 + 16 * c), *x);
-                }
-            }
+            store4x64(&acc, op.add(i * hd + c0), hd);
         }
         c0 += 64;
     }
