@@ -600,10 +600,10 @@ unsafe fn amx_block(
                 // (t, 2h) and (t, 2h+1) of the panel in `dq_panel_amx`'s layout (steps = kn/32).
                 unsafe {
                     asm!(
-                        "tileloadd tmm4, [{a0} + {sa}*1]",
                         "tileloadd tmm6, [{b} + {sb}*1]",
-                        "tdpbf16ps tmm0, tmm4, tmm6",
                         "tileloadd tmm7, [{b} + {sb}*1 + 1024]",
+                        "tileloadd tmm4, [{a0} + {sa}*1]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
                         "tdpbf16ps tmm1, tmm4, tmm7",
                         "tileloadd tmm5, [{a1} + {sa}*1]",
                         "tdpbf16ps tmm2, tmm5, tmm6",
