@@ -268,7 +268,9 @@ fn uses_int8(kernel: CpuKernel, m: usize) -> bool {
 /// (weights and activations rounded to BF16 or FP16).
 fn uses_dq(kernel: CpuKernel, m: usize) -> bool {
     kernel == CpuKernel::Dq
-        && engine_min::backend::dq_min_rows(hetero_sme::DqKernel::best()).is_some_and(|t| m >= t)
+        // The pool above has 2 threads.
+        && engine_min::backend::dq_min_rows(hetero_sme::DqKernel::best(), 2)
+            .is_some_and(|t| m >= t)
 }
 
 /// The 8-bit grid step of the 32-element block of `row` holding element `i`: amax / 127.

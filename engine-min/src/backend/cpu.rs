@@ -39,10 +39,13 @@ pub const SME_GEMM_MIN_ROWS: usize = 4;
 /// benches/results/sme.md): `None` where it never wins. AVX512-BF16 on Zen 4 (the dev VM):
 /// never — `vdpbf16ps` peaks at ~150-180 GFLOP/s per core there against the VNNI int8 GEMM's
 /// ~280-340 GOP/s at every M. AMX-BF16: see [`DQ_MIN_ROWS_AMX`].
+/// `threads`: the pool's; with many threads a small M is cut into few-row chunks, each
+/// dequantizing its weight panel again, so the crossover moves up (AMX: at least 8 rows a
+/// thread, see [`DQ_MIN_ROWS_AMX`]).
 /// The environment variable `HETERO_DQ_MIN_ROWS=N` (read once) overrides it for every kernel
-/// (`off`: never), to measure the crossover on another CPU or to test the path where it does
-/// not win.
-pub fn dq_min_rows(kernel: hetero_sme::DqKernel) -> Option<usize> {
+/// and thread count (`off`: never), to measure the crossover on another CPU or to test the
+/// path where it does not win.
+pub fn dq_min_rows(kernel: hetero_sme::DqKernel, threads: usize) -> Option<usize> {
     static OVERRIDE: std::sync::OnceLock<Option<Option<usize>>> = std::sync::OnceLock::new();
     let o = OVERRIDE.get_or_init(|| {
         let v = std::env::var("HETERO_DQ_MIN_ROWS").ok()?;
@@ -52,12 +55,15 @@ pub fn dq_min_rows(kernel: hetero_sme::DqKernel) -> Option<usize> {
         return *o;
     }
     match kernel.name() {
-        "amx-bf16" => Some(DQ_MIN_ROWS_AMX),
+        "amx-bf16" => Some(DQ_MIN_ROWS_AMX.max(8 * threads)),
         _ => None,
     }
 }
 
-/// [`dq_min_rows`] for AMX-BF16 (the H200 machine's Xeon).
+/// [`dq_min_rows`] for AMX-BF16, and 8 rows a thread above 8 threads: measured with
+/// `dq_gemm threads T q4_0 8b M` (8B shapes, wall clock; H200 machine's Xeon, 2026-12-04): at
+/// 16 threads the int8 GEMM was 1.29× faster at M = 64 and the decompression GEMM 1.13× at
+/// M = 128; on the 2-vCPU AMX dev VM the decompression GEMM already won at M = 64 (1.2×).
 pub const DQ_MIN_ROWS_AMX: usize = 64;
 
 /// The CPU kernels; all are public so tests can run every one.
@@ -118,7 +124,9 @@ impl CpuKernel {
     /// 2.7x faster than the f32-activation GEMV (170 vs 62 tok/s), at llama.cpp's numerics.
     pub fn default_for_run() -> CpuKernel {
         match Self::best() {
-            CpuKernel::Int8 if dq_min_rows(hetero_sme::DqKernel::best()).is_some() => CpuKernel::Dq,
+            CpuKernel::Int8 if dq_min_rows(hetero_sme::DqKernel::best(), 1).is_some() => {
+                CpuKernel::Dq
+            }
             k => k,
         }
     }
@@ -349,7 +357,8 @@ impl CpuBackend {
                     _ => false,
                 };
                 let dq = self.kernel == CpuKernel::Dq
-                    && dq_min_rows(hetero_sme::DqKernel::best()).is_some_and(|t| m >= t);
+                    && dq_min_rows(hetero_sme::DqKernel::best(), self.pool.threads())
+                        .is_some_and(|t| m >= t);
                 match (use_int8, int8, gemv) {
                     (_, Some(iw), _) if dq => Path::Dq(iw),
                     (true, Some(iw), _) | (false, Some(iw), None) => Path::Int8(iw),
