@@ -630,8 +630,8 @@ impl<'a> DqPlan<'a> {
                 let dst = &mut scratch.0[(p - p0) * PANEL_ELEMS..(p - p0 + 1) * PANEL_ELEMS];
                 dequant_panel(self.kernel, self.w, p, k0, kn, format, dst);
             }
-
-            // Row steps outside, panels inside: a step's A block serves every panel from L1.
+            // Row steps outside, panels inside: a step's A block serves every panel from L1
+            // (AMX: one step of all the tile's rows, the kernel walking its strips).
             let mut r = row0;
             while r < row0 + rows {
                 let rr = (row0 + rows - r).min(step);
@@ -745,7 +745,8 @@ pub(crate) struct Block {
     /// The last K block (the AMX kernel stores C into y, not its accumulator).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub last: bool,
-    /// The dequantized panel: `kn/2` k-pair rows of [`PAIR_ELEMS`].
+    /// The dequantized panel: `kn/2` k-pair rows of [`PAIR_ELEMS`] (AMX: the same values in
+    /// its B-tile order, `crate::arch::x86_64::dq_panel_amx`).
     pub w: *const u16,
     /// The tile's accumulator slot (null: accumulate in y), its first row and column: the
     /// 32×32 block at (r, c) of the tile is 1024 f32 (32 rows of 32) at
@@ -941,6 +942,25 @@ mod tests {
                                 )
                             };
                             assert!(a == c, "{ty:?} panel {p} k0 {k0}: integer BF16 rounding");
+                            if std::arch::is_x86_feature_detected!("avx512bf16") {
+                                // The AMX B-tile order: the same values, each pair row of 16
+                                // columns where the layout's formula puts it.
+                                let mut t = vec![0x3333u16; kn / 2 * PAIR_ELEMS];
+                                // SAFETY: AVX-512F, F16C, AVX512-BF16 checked; kn/2 pair rows.
+                                unsafe { crate::arch::x86_64::dq_panel_amx(&w, p, k0, kn, &mut t) };
+                                let steps = kn / 32;
+                                for q in 0..kn / 2 {
+                                    for gg in 0..PANEL_COLS / 16 {
+                                        let src = q * PAIR_ELEMS + 32 * gg;
+                                        let dst = (((gg / 2) * steps + q / 16) * 2 + gg % 2) * 512
+                                            + (q % 16) * 32;
+                                        assert!(
+                                            a[src..src + 32] == t[dst..dst + 32],
+                                            "{ty:?} panel {p} k0 {k0}: AMX tile order q {q} gg {gg}"
+                                        );
+                                    }
+                                }
+                            }
                         }
                     }
                     k0 += kn;
