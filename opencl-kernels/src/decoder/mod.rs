@@ -547,10 +547,6 @@ impl Decoder {
         // The programs are independent of each other and of the weights: all built side by side
         // (a cold build is the compiler's seconds per program on NVIDIA's OpenCL, a warm one
         // loads cached binaries), the weights re-laid and written meanwhile.
-        let timed = |f: &dyn Fn() -> Result<_>| {
-            let t = Instant::now();
-            (f(), t.elapsed())
-        };
         let mut built: Vec<Option<Result<LayerMats>>> = (0..c.n_layer).map(|_| None).collect();
         let (((prog, t_prog), (attn_prog, t_attn), (mm, t_mm)), head) = std::thread::scope(|s| {
             let attn = s.spawn(|| {
@@ -572,7 +568,10 @@ impl Decoder {
                 };
                 (m, t.elapsed())
             });
-            let main = s.spawn(|| timed(&build_main));
+            let main = s.spawn(|| {
+                let t = Instant::now();
+                (build_main(), t.elapsed())
+            });
             // The head (the largest single matrix) beside the layers.
             let head = s.spawn(build_head);
             let workers: Vec<_> = (0..threads)
@@ -609,7 +608,7 @@ impl Decoder {
         let shared = Shared {
             mm,
             rope: device.upload(&table)?,
-            dummy: dummy.try_clone()?,
+            dummy,
             dq,
             dkv,
             hd: c.head_dim,
